@@ -1,0 +1,104 @@
+"""Shared Q/K/V/O projections for every attention layer, with an optional fused-QKV form.
+
+Separate ``w_q``/``w_k``/``w_v``/``w_o`` Linears as in the design note. ``fuse_qkv_``
+replaces the three input projections by one ``w_qkv`` Linear (one GEMM instead of three)
+with bit-identical maths, which is what the exporter ships.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attn_export.errors import ConfigError
+from attn_export.layers.attention import ATTENTION_FORMS
+
+__all__ = ["AttentionProjections", "check_heads", "fuse_qkv_", "set_attention_form_"]
+
+
+def check_heads(d_model: int, heads: int) -> None:
+    """Validate the head split; raised at construction so a bad CLI flag fails before any work."""
+    if d_model <= 0 or heads <= 0:
+        raise ConfigError(f"d_model and heads must be positive, got d_model={d_model}, heads={heads}")
+    if d_model % heads != 0:
+        raise ConfigError(
+            f"heads must divide d_model, got d_model={d_model}, heads={heads}; "
+            f"use e.g. --heads {_nearest_divisor(d_model, heads)}"
+        )
+
+
+def _nearest_divisor(n: int, near: int) -> int:
+    return min((h for h in range(1, n + 1) if n % h == 0), key=lambda h: abs(h - near))
+
+
+class AttentionProjections(nn.Module):
+    """Holds the projections, the head count and the export-time attention form."""
+
+    def __init__(self, d_model: int = 512, heads: int = 8, bias: bool = True) -> None:
+        super().__init__()
+        check_heads(d_model, heads)
+        self.d_model = d_model
+        self.heads = heads
+        self.head_dim = d_model // heads
+        self.w_q = nn.Linear(d_model, d_model, bias=bias)
+        self.w_k = nn.Linear(d_model, d_model, bias=bias)
+        self.w_v = nn.Linear(d_model, d_model, bias=bias)
+        self.w_o = nn.Linear(d_model, d_model, bias=bias)
+        self.attention_form = "decomposed"
+        self.fast = False  # eager only: use F.scaled_dot_product_attention when weights are not needed
+
+    @property
+    def is_qkv_fused(self) -> bool:
+        return hasattr(self, "w_qkv")
+
+    def project(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(B, L, D) inputs -> projected q, k, v (B, L, D)."""
+        if not self.is_qkv_fused:
+            return self.w_q(query), self.w_k(key), self.w_v(value)
+        if query is key and key is value:  # self-attention: one GEMM
+            q, k, v = self.w_qkv(query).chunk(3, dim=-1)
+            return q, k, v
+        wq, wk, wv = self.w_qkv.weight.chunk(3, dim=0)
+        bq, bk, bv = (None, None, None) if self.w_qkv.bias is None else self.w_qkv.bias.chunk(3)
+        return F.linear(query, wq, bq), F.linear(key, wk, bk), F.linear(value, wv, bv)
+
+
+@torch.no_grad()
+def fuse_qkv_(model: nn.Module) -> int:
+    """Fuse Q/K/V of every ``AttentionProjections`` in ``model`` in place; returns how many.
+
+    Projections already replaced by other modules (low-rank factors, quantized Linears)
+    are left alone: their weights cannot be concatenated.
+    """
+    fused = 0
+    for mod in model.modules():
+        if not isinstance(mod, AttentionProjections) or mod.is_qkv_fused:
+            continue
+        parts = (mod.w_q, mod.w_k, mod.w_v)
+        if not all(type(p) is nn.Linear for p in parts):
+            continue
+        has_bias = mod.w_q.bias is not None
+        w_qkv = nn.Linear(mod.d_model, 3 * mod.d_model, bias=has_bias)
+        w_qkv = w_qkv.to(device=mod.w_q.weight.device, dtype=mod.w_q.weight.dtype)
+        w_qkv.weight.copy_(torch.cat([p.weight for p in parts], dim=0))
+        if has_bias:
+            w_qkv.bias.copy_(torch.cat([p.bias for p in parts], dim=0))
+        mod.w_qkv = w_qkv
+        del mod.w_q, mod.w_k, mod.w_v
+        fused += 1
+    return fused
+
+
+def set_attention_form_(model: nn.Module, form: str) -> int:
+    """Choose the exported attention form for every attention block; returns how many."""
+    if form not in ATTENTION_FORMS:
+        raise ConfigError(f"attention form must be one of {', '.join(ATTENTION_FORMS)}, got {form!r}")
+    count = 0
+    for mod in model.modules():
+        if hasattr(mod, "attention_form"):
+            mod.attention_form = form
+            count += 1
+    return count

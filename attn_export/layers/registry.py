@@ -1,0 +1,120 @@
+"""Build reference layers by name, deterministically, and wrap them for export.
+
+``build_layer("transformer", d_model=512, heads=8, mask="padding", seed=0)`` returns the
+same weights in every process for the same arguments, so replicas agree. ``MaskedLayer``
+gives every layer the same export signature: ``forward(x, key_padding_mask=None) -> y``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from attn_export.errors import ConfigError
+from attn_export.layers.block_sparse import BlockSparseAttention
+from attn_export.layers.linear_attention import LinearAttention
+from attn_export.layers.masks import causal_mask
+from attn_export.layers.mha import MultiHeadAttention
+from attn_export.layers.projections import check_heads
+from attn_export.layers.self_attention import SelfAttention
+from attn_export.layers.transformer import TransformerLayer
+
+__all__ = ["LAYER_NAMES", "MASK_KINDS", "LayerInfo", "LAYERS", "build_layer", "MaskedLayer", "supported_masks"]
+
+MASK_KINDS: tuple[str, ...] = ("none", "padding", "causal", "window")
+
+
+@dataclass(frozen=True)
+class LayerInfo:
+    """What a layer name means: its class and the mask kinds it supports."""
+
+    cls: type[nn.Module]
+    masks: tuple[str, ...]
+    summary: str
+
+
+LAYERS: dict[str, LayerInfo] = {
+    "transformer": LayerInfo(TransformerLayer, MASK_KINDS, "post-norm encoder layer, FFN 4x (default)"),
+    "mha": LayerInfo(MultiHeadAttention, ("none", "padding", "causal"), "multi-head attention, separate W_q/W_k/W_v/W_o"),
+    "self-attention": LayerInfo(SelfAttention, MASK_KINDS, "self-attention with padding/causal/window masks"),
+    "block-sparse": LayerInfo(BlockSparseAttention, ("none", "padding"), "attention within fixed-size blocks"),
+    "linear": LayerInfo(LinearAttention, ("none", "padding", "causal"), "linear attention, elu+1 feature map"),
+}
+LAYER_NAMES: tuple[str, ...] = tuple(LAYERS)
+
+
+def supported_masks(layer: str) -> tuple[str, ...]:
+    return _info(layer).masks
+
+
+def _info(layer: str) -> LayerInfo:
+    if layer not in LAYERS:
+        raise ConfigError(f"unknown layer {layer!r}; choose one of {', '.join(LAYER_NAMES)}")
+    return LAYERS[layer]
+
+
+def build_layer(
+    layer: str = "transformer",
+    d_model: int = 512,
+    heads: int = 8,
+    *,
+    mask: str = "none",
+    window: int = 16,
+    block_size: int = 32,
+    activation: str = "relu",
+    seed: int = 0,
+) -> nn.Module:
+    """Construct a reference layer in eval mode with weights drawn from ``seed``.
+
+    The mask kind is structural for causal/window (built into the layer) and an input for
+    padding; ``MaskedLayer`` handles both so callers never special-case it.
+    """
+    info = _info(layer)
+    check_heads(d_model, heads)
+    if mask not in info.masks:
+        raise ConfigError(f"layer {layer!r} supports masks {', '.join(info.masks)}, got {mask!r}")
+    causal = mask == "causal"
+    win = window if mask == "window" else None
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        if layer == "transformer":
+            mod: nn.Module = TransformerLayer(d_model, heads, activation=activation, causal=causal, window=win)
+        elif layer == "self-attention":
+            mod = SelfAttention(d_model, heads, window=win, causal=causal)
+        elif layer == "mha":
+            mod = MultiHeadAttention(d_model, heads)
+        elif layer == "block-sparse":
+            mod = BlockSparseAttention(d_model, heads, block_size=block_size)
+        else:
+            mod = LinearAttention(d_model, heads, causal=causal)
+    return mod.eval()
+
+
+class MaskedLayer(nn.Module):
+    """Uniform export signature: x (B, L, D) [+ key_padding_mask (B, L), 1 = keep] -> (B, L, D)."""
+
+    def __init__(self, layer: nn.Module, mask: str = "none") -> None:
+        super().__init__()
+        self.layer = layer
+        self.mask = mask
+
+    @property
+    def input_names(self) -> list[str]:
+        return ["x", "key_padding_mask"] if self.mask == "padding" else ["x"]
+
+    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        layer = self.layer
+        if isinstance(layer, MultiHeadAttention):
+            m = None
+            if key_padding_mask is not None:
+                m = key_padding_mask[:, None, None, :]  # (B, 1, 1, L)
+            elif self.mask == "causal":
+                m = causal_mask(x.shape[1], device=x.device)  # (L, L)
+            out, _ = layer(x, x, x, mask=m, need_weights=False)
+            return out
+        if isinstance(layer, TransformerLayer):
+            return layer(x, key_padding_mask)
+        out, _ = layer(x, key_padding_mask, need_weights=False)
+        return out

@@ -1,0 +1,57 @@
+"""SelfAttention with a key-padding mask, an optional local window and an optional causal mask."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from attn_export.errors import ConfigError
+from attn_export.layers.attention import attend
+from attn_export.layers.masks import causal_mask, combine_keep, padding_to_keep, window_mask
+from attn_export.layers.projections import AttentionProjections
+
+__all__ = ["SelfAttention"]
+
+
+class SelfAttention(AttentionProjections):
+    """Self-attention over x (B, L, D).
+
+    key_padding_mask (B, L): 1 = real token, 0 = padding. ``window=w`` masks |i - j| > w;
+    ``causal=True`` masks j > i. Both are built in-graph from L, so exports stay dynamic.
+    """
+
+    def __init__(
+        self,
+        d_model: int = 512,
+        heads: int = 8,
+        window: int | None = None,
+        causal: bool = False,
+        dropout: float = 0.0,
+        bias: bool = True,
+    ) -> None:
+        super().__init__(d_model, heads, bias)
+        if window is not None and window < 0:
+            raise ConfigError(f"window must be >= 0, got {window}; use None for global attention")
+        self.window = window
+        self.causal = causal
+        self.dropout = nn.Dropout(dropout)
+
+    def structural_keep(self, length: int, device: torch.device) -> torch.Tensor | None:
+        """The (L, L) causal/window keep mask, or None when attention is global."""
+        return combine_keep(
+            causal_mask(length, device=device) if self.causal else None,
+            window_mask(length, self.window, device=device) if self.window is not None else None,
+        )
+
+    def forward(
+        self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None, need_weights: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        q, k, v = self.project(x, x, x)  # (B, L, D)
+        keep = combine_keep(
+            None if key_padding_mask is None else padding_to_keep(key_padding_mask),  # (B, 1, 1, L)
+            self.structural_keep(x.shape[1], x.device),  # (L, L)
+        )
+        out, weights = attend(
+            q, k, v, self.heads, keep, form=self.attention_form, need_weights=need_weights, fast=self.fast
+        )
+        return self.w_o(self.dropout(out)), weights

@@ -1,0 +1,137 @@
+"""``report.json``: the schema every pipeline stage writes into.
+
+The report is a list of *stages*, one per artifact (the fp32 ONNX model, an int8 model,
+a TensorRT engine...). Each stage carries the same fields, so tools that read reports
+(the CI gate, plots, the sweep) never special-case a stage. Fields that a later stage
+needs beyond these go in ``details``; new top-level keys are allowed, and readers must
+ignore keys they do not know (``SCHEMA_VERSION`` bumps only on incompatible changes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["SCHEMA_VERSION", "Accuracy", "Latency", "Stage", "Report", "atomic_write_text", "load_report"]
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Accuracy:
+    """Error of an artifact's output against the eager fp32 reference on the same inputs."""
+
+    max_abs: float
+    mean_abs: float
+    rel_l2: float
+    cosine: float
+    sqnr_db: float
+
+
+@dataclass
+class Latency:
+    """Latency percentiles in milliseconds over timed repeats after warm-up."""
+
+    p50: float
+    p90: float
+    p99: float
+    mean: float = 0.0
+    repeats: int = 0
+    throughput_per_s: float = 0.0  # samples (batch items) per second at p50
+
+
+@dataclass
+class Stage:
+    """One artifact compared against eager."""
+
+    name: str
+    artifact: str | None
+    precision: str
+    accuracy: Accuracy | None = None
+    latency_ms: dict[str, Latency] = field(default_factory=dict)  # keys: "artifact", "eager"
+    speedup_vs_eager: float | None = None
+    size_bytes: int | None = None
+    params: int | None = None
+    passed: bool | None = None  # accuracy within the stage's tolerance
+    tolerance: dict[str, float] | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Report:
+    """The whole run: what model, which inputs, and one ``Stage`` per artifact."""
+
+    model: dict[str, Any]
+    inputs: dict[str, Any] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
+    stages: list[Stage] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    schema_version: int = SCHEMA_VERSION
+
+    def add(self, stage: Stage) -> Stage:
+        self.stages.append(stage)
+        return stage
+
+    def stage(self, name: str) -> Stage:
+        for s in self.stages:
+            if s.name == name:
+                return s
+        raise KeyError(f"no stage named {name!r}; stages: {[s.name for s in self.stages]}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "model": self.model,
+            "inputs": self.inputs,
+            "environment": self.environment,
+            "stages": [s.to_dict() for s in self.stages],
+            "notes": self.notes,
+        }
+
+    def write(self, path: str | os.PathLike[str]) -> Path:
+        return atomic_write_text(path, json.dumps(self.to_dict(), indent=2, default=_json_default) + "\n")
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "item"):
+        return obj.item()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write via a temporary file in the same folder, then rename: no half-written files."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a report.json as a plain dict (readers tolerate unknown keys)."""
+    from attn_export.errors import DataError
+
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"report {p} does not exist; run attn-export first or pass the right path")
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise DataError(f"report {p} is not valid JSON ({err}); regenerate it with attn-export") from err
+    if not isinstance(data, dict) or "stages" not in data:
+        raise DataError(f"report {p} has no 'stages' list; it is not an attn-export report")
+    return data
