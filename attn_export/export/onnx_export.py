@@ -1,0 +1,189 @@
+"""Export a layer to ONNX with torch.onnx (dynamo exporter) and report what landed in the graph.
+
+The exporter works on a copy: Q/K/V are fused into one GEMM, the attention form is chosen
+(see ``attn_export.layers.attention``), and for fp16 the weights are cast to half while the
+layers' own code keeps the masked softmax and LayerNorm in float32 islands. The written
+file is checked with ``onnx.checker(full_check=True)`` before it is moved into place.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import tempfile
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import onnx
+import torch
+from torch import nn
+
+from attn_export.errors import ExportError
+from attn_export.export.inspect import GraphSummary, summarize_graph
+from attn_export.export.spec import ExportSpec
+from attn_export.layers.projections import fuse_qkv_, set_attention_form_
+from attn_export.layers.registry import MaskedLayer
+
+__all__ = ["ExportResult", "export_onnx", "export_module", "example_inputs_for"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ExportResult:
+    """What the exporter produced, for the report and for humans."""
+
+    path: str
+    attention: str
+    opset: int
+    precision: str
+    qkv_fused: int
+    attention_blocks: int
+    fused_attention: int
+    fp32_islands: list[dict[str, str]] = field(default_factory=list)
+    input_names: list[str] = field(default_factory=list)
+    output_names: list[str] = field(default_factory=list)
+    size_bytes: int = 0
+    summary: GraphSummary | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("summary", None)
+        return d
+
+    def describe(self) -> str:
+        islands = ", ".join(f"{i['op']}[{i['input_dtype']}->{i['output_dtype']}]" for i in self.fp32_islands[:4])
+        more = f" (+{len(self.fp32_islands) - 4})" if len(self.fp32_islands) > 4 else ""
+        return (
+            f"{self.attention} attention, opset {self.opset}, {self.precision}: "
+            f"{self.fused_attention}/{self.attention_blocks} attention blocks fused, "
+            f"QKV fused in {self.qkv_fused}, islands: {islands or 'none'}{more}"
+        )
+
+
+def example_inputs_for(layer: MaskedLayer, batch: int, seq: int, d_model: int, dtype: torch.dtype, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """Random x (B, L, D) and, for padding masks, a key_padding_mask (B, L) int32 with padded tails."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, seq, d_model, generator=g).to(dtype)
+    if layer.mask != "padding":
+        return (x,)
+    lengths = torch.randint(max(1, seq // 2), seq + 1, (batch,), generator=g)
+    kpm = (torch.arange(seq)[None, :] < lengths[:, None]).to(torch.int32)  # (B, L), 1 = keep
+    return (x, kpm)
+
+
+def export_onnx(layer: MaskedLayer, path: str | os.PathLike[str], spec: ExportSpec | None = None) -> ExportResult:
+    """Export a reference layer (wrapped in ``MaskedLayer``) with dynamic batch and sequence."""
+    spec = spec or ExportSpec()
+    d_model = _d_model_of(layer)
+    dtype = torch.float16 if spec.precision == "fp16" else torch.float32
+    example = example_inputs_for(layer, spec.example_batch, spec.example_seq, d_model, dtype)
+    names = layer.input_names
+    axes = {n: {0: "batch", 1: "seq"} for n in names}
+    return export_module(layer, path, spec, example, names, ["y"], axes)
+
+
+def _d_model_of(layer: nn.Module) -> int:
+    for mod in layer.modules():
+        if hasattr(mod, "d_model"):
+            return int(mod.d_model)
+    raise ExportError("cannot find d_model on the layer; pass a reference layer from attn_export.layers")
+
+
+def export_module(
+    model: nn.Module,
+    path: str | os.PathLike[str],
+    spec: ExportSpec,
+    example_inputs: tuple[torch.Tensor, ...],
+    input_names: list[str],
+    output_names: list[str],
+    dynamic_axes: dict[str, dict[int, str]],
+) -> ExportResult:
+    """Export any module built from the reference layers; the generic core of ``export_onnx``."""
+    path = Path(path)
+    # torch.onnx logs one warning per missing torchvision op on every export: not our concern.
+    logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
+    work = copy.deepcopy(model).eval()
+    qkv_fused = fuse_qkv_(work) if spec.fuse_qkv else 0
+    set_attention_form_(work, spec.attention)
+    if spec.precision == "fp16":
+        work = work.half()
+    dims: dict[str, torch.export.Dim] = {}
+
+    def dim(name: str) -> Any:
+        if name == "batch" and not spec.dynamic_batch or name == "seq" and not spec.dynamic_seq:
+            return None
+        if name not in dims:
+            dims[name] = torch.export.Dim(name, min=1, max=65536)
+        return dims[name]
+
+    dynamic_shapes = tuple({ax: dim(n) for ax, n in dynamic_axes.get(name, {}).items() if dim(n) is not None} or None for name in input_names)
+    opset = spec.resolved_opset
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".onnx.tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            program = torch.onnx.export(
+                work,
+                example_inputs,
+                dynamo=True,
+                opset_version=opset,
+                input_names=input_names,
+                output_names=output_names,
+                dynamic_shapes=dynamic_shapes,
+                optimize=True,
+                verbose=False,
+            )
+        if program is None:
+            raise ExportError("torch.onnx.export returned no program")
+        program.save(str(tmp), external_data=False)
+        proto = onnx.load(str(tmp))
+        proto.producer_name = "attn-export"
+        _set_metadata(proto, {"attn_export.attention": spec.attention, "attn_export.precision": spec.precision})
+        try:
+            onnx.checker.check_model(proto, full_check=True)
+        except onnx.checker.ValidationError as err:
+            raise ExportError(f"exported graph fails onnx.checker: {str(err).splitlines()[0]}") from err
+        onnx.save(proto, str(tmp))
+        os.replace(tmp, path)
+    except ExportError:
+        raise
+    except Exception as err:  # torch.export / onnx errors are long; keep the first line
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ExportError(f"ONNX export failed ({type(err).__name__}: {first}); try --attention decomposed") from err
+    finally:
+        tmp.unlink(missing_ok=True)
+    summary = summarize_graph(proto)
+    result = ExportResult(
+        path=str(path),
+        attention=spec.attention,
+        opset=summary.opset,
+        precision=spec.precision,
+        qkv_fused=qkv_fused,
+        attention_blocks=summary.attention_blocks,
+        fused_attention=summary.fused_attention,
+        fp32_islands=[asdict(i) for i in summary.islands],
+        input_names=[i.name for i in proto.graph.input],
+        output_names=[o.name for o in proto.graph.output],
+        size_bytes=path.stat().st_size,
+        summary=summary,
+    )
+    if spec.attention != "decomposed" and result.fused_attention == 0 and result.attention_blocks:
+        log.warning("attention form %s requested but no fused attention op was emitted", spec.attention)
+    log.info("exported %s: %s", path, result.describe())
+    return result
+
+
+def _set_metadata(proto: onnx.ModelProto, props: dict[str, str]) -> None:
+    existing = {p.key: p for p in proto.metadata_props}
+    for k, v in props.items():
+        if k in existing:
+            existing[k].value = v
+        else:
+            proto.metadata_props.add(key=k, value=v)

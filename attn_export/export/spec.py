@@ -1,0 +1,55 @@
+"""``ExportSpec``: what an ONNX export should produce, validated up front."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from attn_export.errors import ConfigError
+from attn_export.layers.attention import ATTENTION_FORMS
+
+__all__ = ["ExportSpec", "PRECISIONS", "MIN_OPSET", "DEFAULT_OPSET"]
+
+PRECISIONS: tuple[str, ...] = ("fp32", "fp16")
+# The ONNX Attention op exists from opset 23; the decomposed form runs from opset 17
+# (LayerNormalization) and JetPack 6's TensorRT 10.3 parses up to opset 20.
+MIN_OPSET: dict[str, int] = {"decomposed": 17, "onnx-attention": 23, "ort-contrib": 17}
+DEFAULT_OPSET: dict[str, int] = {"decomposed": 18, "onnx-attention": 23, "ort-contrib": 18}
+MAX_OPSET = 24
+
+
+@dataclass(frozen=True)
+class ExportSpec:
+    """How to export: attention form, opset, precision, QKV fusion and dynamic axes.
+
+    ``opset=None`` picks the form's default (18, or 23 for ``onnx-attention``).
+    """
+
+    attention: str = "decomposed"
+    opset: int | None = None
+    precision: str = "fp32"
+    fuse_qkv: bool = True
+    dynamic_batch: bool = True
+    dynamic_seq: bool = True
+    example_batch: int = 2
+    example_seq: int = 16
+
+    def __post_init__(self) -> None:
+        if self.attention not in ATTENTION_FORMS:
+            raise ConfigError(f"expected --attention in {', '.join(ATTENTION_FORMS)}, got {self.attention!r}")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"expected --precision in {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.opset is not None:
+            lo = MIN_OPSET[self.attention]
+            if not lo <= self.opset <= MAX_OPSET:
+                raise ConfigError(
+                    f"expected --opset between {lo} and {MAX_OPSET} for attention form {self.attention!r}, "
+                    f"got {self.opset}; use --opset {DEFAULT_OPSET[self.attention]}"
+                )
+        if self.example_batch < 1 or self.example_seq < 1:
+            raise ConfigError(
+                f"expected positive example shapes, got batch={self.example_batch}, seq={self.example_seq}"
+            )
+
+    @property
+    def resolved_opset(self) -> int:
+        return self.opset if self.opset is not None else DEFAULT_OPSET[self.attention]

@@ -1,0 +1,168 @@
+"""ONNX Runtime runner (``SessionFromOnnx`` + ``OrtRunner``), with explicit providers.
+
+CPU is the default. CUDA and TensorRT execution providers are used only when asked for,
+and asking for one that this onnxruntime build lacks is an error naming the package to
+install, never a silent fall-back to CPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from attn_export.errors import ConfigError, MissingDependencyError
+from attn_export.runtime.base import Feed, Runner
+
+__all__ = ["PROVIDER_ALIASES", "ProviderSpec", "SessionFromOnnx", "OrtRunner", "available_providers"]
+
+log = logging.getLogger(__name__)
+
+PROVIDER_ALIASES: dict[str, str] = {
+    "cpu": "CPUExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "tensorrt": "TensorrtExecutionProvider",
+}
+
+
+def available_providers() -> list[str]:
+    import onnxruntime as ort
+
+    return list(ort.get_available_providers())
+
+
+@dataclass(frozen=True)
+class ProviderSpec:
+    """Provider options for GPU execution providers (ignored on CPU).
+
+    ``fp16`` enables TensorRT EP fp16 kernels; ``engine_cache_dir`` lets the TensorRT EP
+    reuse engines across sessions; ``workspace_bytes`` bounds TensorRT/cuDNN scratch.
+    """
+
+    fp16: bool = False
+    engine_cache_dir: str | None = None
+    workspace_bytes: int | None = None
+    device_id: int = 0
+
+    def options_for(self, provider: str) -> dict[str, Any]:
+        if provider == "TensorrtExecutionProvider":
+            opts: dict[str, Any] = {"device_id": self.device_id, "trt_fp16_enable": self.fp16}
+            if self.engine_cache_dir:
+                opts.update(trt_engine_cache_enable=True, trt_engine_cache_path=self.engine_cache_dir)
+                opts.update(trt_timing_cache_enable=True, trt_timing_cache_path=self.engine_cache_dir)
+            if self.workspace_bytes:
+                opts["trt_max_workspace_size"] = int(self.workspace_bytes)
+            return opts
+        if provider == "CUDAExecutionProvider":
+            opts = {"device_id": self.device_id}
+            if self.workspace_bytes:
+                opts["gpu_mem_limit"] = int(self.workspace_bytes)
+            return opts
+        return {}
+
+
+def _resolve(providers: list[str] | tuple[str, ...] | None) -> list[str]:
+    names = [PROVIDER_ALIASES.get(p, p) for p in (providers or ["cpu"])]
+    have = available_providers()
+    for name in names:
+        if name not in have:
+            if name in ("CUDAExecutionProvider", "TensorrtExecutionProvider"):
+                raise MissingDependencyError(f"ONNX Runtime provider {name}", "onnxruntime-gpu", extra="gpu")
+            raise ConfigError(f"unknown ONNX Runtime provider {name!r}; available: {', '.join(have)}")
+    return names
+
+
+class SessionFromOnnx:
+    """Lazy loader: calling it builds an ``onnxruntime.InferenceSession`` (Polygraphy naming)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        providers: list[str] | tuple[str, ...] | None = None,
+        intra_op_threads: int | None = None,
+        inter_op_threads: int = 1,
+        provider_spec: ProviderSpec | None = None,
+        graph_optimization: str = "all",
+    ) -> None:
+        self.path = str(path)
+        self.providers = _resolve(providers)
+        self.intra_op_threads = intra_op_threads
+        self.inter_op_threads = inter_op_threads
+        self.provider_spec = provider_spec or ProviderSpec()
+        self.graph_optimization = graph_optimization
+
+    def __call__(self) -> Any:
+        import onnxruntime as ort
+
+        if not os.path.isfile(self.path):
+            raise ConfigError(f"ONNX model {self.path} does not exist; export it first")
+        so = ort.SessionOptions()
+        if self.intra_op_threads:
+            so.intra_op_num_threads = int(self.intra_op_threads)
+        so.inter_op_num_threads = int(self.inter_op_threads)
+        so.log_severity_level = 3
+        so.graph_optimization_level = {
+            "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        }[self.graph_optimization]
+        providers = [(p, self.provider_spec.options_for(p)) for p in self.providers]
+        return ort.InferenceSession(self.path, sess_options=so, providers=providers)
+
+
+class OrtRunner(Runner):
+    """Runs an ONNX model through ONNX Runtime; IO by name, dtypes cast to what the graph wants."""
+
+    name = "onnxruntime"
+
+    def __init__(self, session_loader: SessionFromOnnx | Any, name: str | None = None) -> None:
+        super().__init__()
+        self._loader = session_loader
+        self.session: Any = None
+        if name:
+            self.name = name
+
+    def _activate(self) -> None:
+        self.session = self._loader() if callable(self._loader) else self._loader
+        self._input_types = {i.name: i.type for i in self.session.get_inputs()}
+
+    def _deactivate(self) -> None:
+        self.session = None
+
+    @property
+    def input_names(self) -> list[str]:
+        self.activate()
+        return [i.name for i in self.session.get_inputs()]
+
+    @property
+    def output_names(self) -> list[str]:
+        self.activate()
+        return [o.name for o in self.session.get_outputs()]
+
+    def _infer(self, feed: Feed) -> dict[str, np.ndarray]:
+        missing = [n for n in self._input_types if n not in feed]
+        if missing:
+            raise ConfigError(f"missing inputs {missing}; the model takes {list(self._input_types)}")
+        cast = {n: np.ascontiguousarray(np.asarray(feed[n]).astype(_np_type(t), copy=False)) for n, t in self._input_types.items()}
+        outs = self.session.run(None, cast)
+        return dict(zip(self.output_names, outs))
+
+
+_ORT_TYPES = {
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(double)": np.float64,
+    "tensor(int64)": np.int64,
+    "tensor(int32)": np.int32,
+    "tensor(bool)": np.bool_,
+    "tensor(int8)": np.int8,
+    "tensor(uint8)": np.uint8,
+}
+
+
+def _np_type(ort_type: str) -> Any:
+    return _ORT_TYPES.get(ort_type, np.float32)

@@ -1,0 +1,65 @@
+"""Latency measurement: warm-up, repeats, percentiles, throughput, and a side-by-side speedup.
+
+Eager and the artifact are timed in the same process, on the same inputs, with the same
+thread count, and interleaved round by round so that machine noise hits both equally.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from attn_export.runtime.base import Feed, Runner
+from attn_export.validate.report import Latency
+
+__all__ = ["latency_from_samples", "time_callable", "time_runners", "set_threads"]
+
+
+def set_threads(threads: int) -> None:
+    """Give PyTorch the same intra-op thread count ONNX Runtime sessions get."""
+    import torch
+
+    torch.set_num_threads(max(1, int(threads)))
+
+
+def latency_from_samples(samples_s: list[float], batch: int = 1) -> Latency:
+    ms = np.asarray(samples_s, dtype=np.float64) * 1e3
+    p50 = float(np.percentile(ms, 50))
+    return Latency(
+        p50=p50,
+        p90=float(np.percentile(ms, 90)),
+        p99=float(np.percentile(ms, 99)),
+        mean=float(ms.mean()),
+        repeats=int(ms.size),
+        throughput_per_s=(batch * 1e3 / p50) if p50 > 0 else 0.0,
+    )
+
+
+def time_callable(fn: Callable[[], object], warmup: int = 3, repeats: int = 20, batch: int = 1) -> Latency:
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    return latency_from_samples(samples, batch)
+
+
+def time_runners(
+    runners: Mapping[str, Runner], feed: Feed, warmup: int = 3, repeats: int = 20, batch: int = 1
+) -> dict[str, Latency]:
+    """Time several runners round-robin on one feed; returns name -> Latency."""
+    for r in runners.values():
+        r.activate()
+        for _ in range(warmup):
+            r.infer(feed)
+    samples: dict[str, list[float]] = {n: [] for n in runners}
+    for _ in range(repeats):
+        for name, r in runners.items():
+            t0 = time.perf_counter()
+            r.infer(feed)
+            samples[name].append(time.perf_counter() - t0)
+    return {n: latency_from_samples(s, batch) for n, s in samples.items()}
