@@ -1,0 +1,173 @@
+"""``attn-export``: the command-line entry point.
+
+With no subcommand it runs the main job (export the default TransformerLayer, validate it
+on ONNX Runtime CPU, write model.onnx + report.json, print a summary). Subcommands are
+registered from their own modules. Every user error is one line on stderr and exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from attn_export.cli_options import (
+    AttentionOpt,
+    BatchOpt,
+    DModelOpt,
+    HeadsOpt,
+    JsonOpt,
+    LayerOpt,
+    MaskOpt,
+    OpsetOpt,
+    OutOpt,
+    PrecisionOpt,
+    QuietOpt,
+    RepeatsOpt,
+    SeedOpt,
+    SeqLenOpt,
+    ThreadsOpt,
+    WarmupOpt,
+)
+from attn_export.errors import AttnExportError
+
+__all__ = ["app", "main", "print_summary"]
+
+app = typer.Typer(
+    name="attn-export",
+    help="Compress, export and verify attention layers for ONNX Runtime and TensorRT.",
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    no_args_is_help=False,
+)
+err_console = Console(stderr=True)
+out_console = Console()
+
+
+@app.callback(invoke_without_command=True)
+def run(
+    ctx: typer.Context,
+    layer: LayerOpt = "transformer",
+    d_model: DModelOpt = 512,
+    heads: HeadsOpt = 8,
+    seq_len: SeqLenOpt = 128,
+    batch: BatchOpt = 8,
+    mask: MaskOpt = "padding",
+    seed: SeedOpt = 0,
+    opset: OpsetOpt = None,
+    attention: AttentionOpt = "decomposed",
+    precision: PrecisionOpt = "fp32",
+    out: OutOpt = Path("attn-export-out"),
+    threads: ThreadsOpt = None,
+    warmup: WarmupOpt = 3,
+    repeats: RepeatsOpt = 20,
+    quiet: QuietOpt = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Export a layer to ONNX, validate it against eager PyTorch and write a report."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from attn_export.pipeline import PipelineConfig, run_pipeline
+
+    cfg = PipelineConfig(
+        layer=layer, d_model=d_model, heads=heads, mask=mask, seq_len=seq_len, batch=batch, opset=opset,
+        attention=attention, precision=precision, out=out, seed=seed, threads=threads, warmup=warmup,
+        repeats=repeats,
+    )  # fmt: skip
+    progress = None if quiet or as_json else (lambda msg: err_console.print(f"[dim]•[/dim] {msg}"))
+    with err_console.status("working…", spinner="dots") if progress else _nullcontext():
+        report = run_pipeline(cfg, progress=progress)
+    if as_json:
+        print(json.dumps(report.to_dict(), indent=2, default=str))
+    else:
+        print_summary(report, cfg.out)
+    if any(s.passed is False for s in report.stages):
+        raise typer.Exit(code=1)
+
+
+class _nullcontext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def print_summary(report, out_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    """A readable table of every stage: accuracy, latency, speedup, size."""
+    m = report.model
+    table = Table(title=f"attn-export: {m.get('layer')} d_model={m.get('d_model')} heads={m.get('heads')}")
+    for col in ("stage", "precision", "max_abs", "rel_l2", "cosine", "sqnr dB", "p50 ms", "eager p50 ms", "speedup", "size", "ok"):
+        table.add_column(col, justify="left" if col in ("stage", "precision") else "right")
+    for s in report.stages:
+        a = s.accuracy
+        lat = s.latency_ms.get("artifact")
+        eag = s.latency_ms.get("eager")
+        table.add_row(
+            s.name,
+            s.precision,
+            f"{a.max_abs:.2e}" if a else "-",
+            f"{a.rel_l2:.2e}" if a else "-",
+            f"{a.cosine:.6f}" if a else "-",
+            f"{a.sqnr_db:.1f}" if a else "-",
+            f"{lat.p50:.2f}" if lat else "-",
+            f"{eag.p50:.2f}" if eag else "-",
+            f"{s.speedup_vs_eager:.2f}x" if s.speedup_vs_eager else "-",
+            _human_bytes(s.size_bytes),
+            {True: "[green]PASS[/green]", False: "[red]FAIL[/red]", None: "-"}[s.passed],
+        )
+    out_console.print(table)
+    for note in report.notes:
+        out_console.print(f"note: {note}")
+    out_console.print(f"wrote {out_dir / 'report.json'}")
+
+
+def _human_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+def _register_subcommands() -> None:
+    """Subcommands live in their own modules; each exposes ``register(app)``."""
+    import importlib
+
+    for module in ():
+        importlib.import_module(module).register(app)
+
+
+_register_subcommands()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point: one-line errors on stderr, exit 2 for usage/config errors."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        rv = app(args=argv, standalone_mode=False, prog_name="attn-export")
+    except typer.Exit as e:
+        return e.exit_code
+    except typer.Abort:
+        print("attn-export: aborted", file=sys.stderr)
+        return 130
+    except typer.TyperException as e:  # usage errors (bad option, bad value): typer's click
+        text = e.format_message() if hasattr(e, "format_message") else str(e)
+        print(f"attn-export: error: {' '.join(text.split())}", file=sys.stderr)
+        return 2
+    except AttnExportError as e:
+        msg = " ".join(str(e).split())
+        print(f"attn-export: error: {msg}", file=sys.stderr)
+        return 2
+    return rv if isinstance(rv, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""Toy layers and inputs shared by the tests (small shapes so the suite stays fast)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from attn_export.layers import LAYERS, MaskedLayer, build_layer
+
+D_MODEL = 64
+HEADS = 4
+
+LAYER_MASKS: list[tuple[str, str]] = [(name, m) for name, info in LAYERS.items() for m in info.masks]
+
+
+def small_layer(name: str = "transformer", mask: str = "none", d_model: int = D_MODEL, heads: int = HEADS, **kw) -> MaskedLayer:
+    kw.setdefault("block_size", 8)
+    kw.setdefault("window", 3)
+    return MaskedLayer(build_layer(name, d_model, heads, mask=mask, **kw), mask)
+
+
+def padding_mask(batch: int, seq: int, seed: int = 0, fully_masked_row: int | None = None) -> np.ndarray:
+    """(B, L) int32, 1 = keep, with random padded tails; optionally one all-padding sequence."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(max(1, seq // 3), seq + 1, size=batch)
+    lengths[0] = seq  # at least one unpadded sequence
+    kpm = (np.arange(seq)[None, :] < lengths[:, None]).astype(np.int32)
+    if fully_masked_row is not None:
+        kpm[fully_masked_row] = 0
+    return kpm
+
+
+def feed_for(layer: MaskedLayer, batch: int, seq: int, seed: int = 0, fully_masked_row: int | None = None, d_model: int = D_MODEL) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    feed = {"x": rng.standard_normal((batch, seq, d_model)).astype(np.float32)}
+    if layer.mask == "padding":
+        feed["key_padding_mask"] = padding_mask(batch, seq, seed, fully_masked_row)
+    return feed
+
+
+def eager(layer: MaskedLayer, feed: dict[str, np.ndarray]) -> np.ndarray:
+    args = [torch.from_numpy(feed[n]) for n in layer.input_names]
+    with torch.no_grad():
+        return layer(*args).numpy()
+
+
+def run_onnx(path: str, feed: dict[str, np.ndarray], dtype=np.float32) -> np.ndarray:
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = {i.name for i in sess.get_inputs()}
+    cast = {k: (v.astype(dtype) if v.dtype == np.float32 else v) for k, v in feed.items() if k in names}
+    return sess.run(None, cast)[0].astype(np.float32)

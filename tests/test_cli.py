@@ -1,0 +1,63 @@
+"""The ``attn-export`` command: the no-argument default job and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from attn_export.cli import main
+
+
+def test_no_arguments_runs_default_job(tmp_path):
+    """A fresh user types ``attn-export``: default layer, ONNX Runtime CPU, report written."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "attn_export.cli"], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out_dir = tmp_path / "attn-export-out"
+    assert (out_dir / "model.onnx").is_file()
+    report = json.loads((out_dir / "report.json").read_text())
+    assert report["model"] == {"layer": "transformer", "d_model": 512, "heads": 8, "params": report["model"]["params"], "mask": "padding"}
+    assert report["model"]["params"] == 4 * (512 * 512 + 512) + 2 * 512 * 2048 + 2048 + 512 + 4 * 512
+    stage = report["stages"][0]
+    for key in ("name", "artifact", "precision", "accuracy", "latency_ms", "speedup_vs_eager", "size_bytes"):
+        assert key in stage
+    assert set(stage["accuracy"]) == {"max_abs", "mean_abs", "rel_l2", "cosine", "sqnr_db"}
+    assert {"p50", "p90", "p99"} <= set(stage["latency_ms"]["artifact"]) and "eager" in stage["latency_ms"]
+    assert stage["accuracy"]["max_abs"] <= 1e-4 and stage["passed"] is True
+    assert "onnx-fp32" in proc.stdout and "PASS" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--heads", "7"], "heads must divide d_model"),
+        (["--layer", "nope"], "unknown layer"),
+        (["--seq-len", "0"], "--seq-len must be >= 1"),
+        (["--mask", "window", "--layer", "block-sparse"], "supports --mask"),
+        (["--attention", "flash"], "expected --attention"),
+        (["--batch", "x"], "--batch"),
+        (["--no-such-flag"], "No such option"),
+    ],
+)
+def test_bad_arguments_fail_in_one_line_without_partial_output(tmp_path, capsys, args, needle):
+    out = tmp_path / "out"
+    rc = main([*args, "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert rc != 0
+    assert len(err.splitlines()) == 1 and err.startswith("attn-export: error:") and needle in err, err
+    assert not (out / "model.onnx").exists()
+
+
+def test_unwritable_out_dir(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    rc = main(["--out", str(blocker / "sub"), "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "not writable" in err and len(err.splitlines()) == 1
+    assert not (blocker / "sub").exists()

@@ -1,0 +1,69 @@
+"""Accuracy metrics, tolerances and comparison results."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from attn_export.validate import DEFAULT_TOLERANCES, Tolerance, accuracy, compare_outputs, sqnr_db
+from attn_export.validate.latency import latency_from_samples, time_callable
+from attn_export.validate.report import Report, Stage, load_report
+
+
+def test_metrics_on_known_values():
+    ref = np.array([3.0, 4.0])
+    out = np.array([3.0, 3.0])
+    acc = accuracy(ref, out)
+    assert acc.max_abs == 1.0 and acc.mean_abs == 0.5
+    assert math.isclose(acc.rel_l2, 1 / 5)
+    assert math.isclose(acc.cosine, 21 / (5 * math.sqrt(18)))
+    assert math.isclose(acc.sqnr_db, 10 * math.log10(25 / 1))
+
+
+def test_identical_outputs_have_capped_sqnr():
+    x = np.ones(4)
+    assert sqnr_db(x, x) == 300.0
+    assert accuracy(x, x).cosine == 1.0
+
+
+def test_nan_output_fails_every_tolerance():
+    acc = accuracy(np.ones(3), np.array([1.0, np.nan, 1.0]))
+    for tol in DEFAULT_TOLERANCES.values():
+        assert tol.violations(acc) == ["output contains NaN/Inf"]
+
+
+def test_tolerance_violations_name_the_metric():
+    acc = accuracy(np.ones(10), np.ones(10) * 1.1)
+    v = Tolerance(max_abs=0.01, rel_l2=0.5, cosine_min=0.9).violations(acc)
+    assert len(v) == 1 and v[0].startswith("max_abs")
+
+
+def test_compare_reports_where_outputs_differ():
+    ref = {"y": np.zeros((2, 3, 4))}
+    out = {"y": np.zeros((2, 3, 4))}
+    out["y"][1, 2, 3] = 0.5
+    res = compare_outputs(ref, out, {"": Tolerance(max_abs=1e-3), "other": Tolerance(max_abs=1.0)})
+    assert not res
+    assert "worst at [1, 2, 3]" in str(res) and "FAIL" in str(res)
+    ok = compare_outputs(ref, out, {"y": Tolerance(max_abs=1.0)})  # per-output override
+    assert ok
+
+
+def test_latency_percentiles():
+    lat = latency_from_samples([0.001] * 9 + [0.010], batch=8)
+    assert lat.p50 == pytest.approx(1.0) and lat.p99 > 5.0 and lat.repeats == 10
+    assert lat.throughput_per_s == pytest.approx(8000.0)
+    calls = []
+    t = time_callable(lambda: calls.append(1), warmup=2, repeats=5)
+    assert len(calls) == 7 and t.repeats == 5
+
+
+def test_report_roundtrip(tmp_path):
+    r = Report(model={"layer": "transformer"})
+    r.add(Stage(name="onnx-fp32", artifact="m.onnx", precision="fp32", accuracy=accuracy(np.ones(2), np.ones(2))))
+    path = r.write(tmp_path / "report.json")
+    data = load_report(path)
+    assert data["stages"][0]["accuracy"]["cosine"] == pytest.approx(1.0)
+    assert not list(tmp_path.glob(".*tmp"))  # atomic write left nothing behind
