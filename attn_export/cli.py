@@ -148,9 +148,36 @@ def _register_subcommands() -> None:
 _register_subcommands()
 
 
+# Options whose value may be omitted (``--low-rank`` alone = ``--low-rank 0.5``). typer's
+# bundled click has no optional-value options, so the default is filled in before parsing.
+OPTIONAL_VALUE_DEFAULTS: dict[str, str] = {}
+
+
+def fill_optional_values(argv: list[str], defaults: dict[str, str] | None = None) -> list[str]:
+    """Insert the default after an optional-value flag that is followed by no value."""
+    defaults = OPTIONAL_VALUE_DEFAULTS if defaults is None else defaults
+    out: list[str] = []
+    for i, arg in enumerate(argv):
+        out.append(arg)
+        if arg in defaults:
+            nxt = argv[i + 1] if i + 1 < len(argv) else None
+            if nxt is None or (nxt.startswith("-") and not _is_number(nxt)):
+                out.append(defaults[arg])
+    return out
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: one-line errors on stderr, exit 2 for usage/config errors."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    argv = fill_optional_values(list(sys.argv[1:] if argv is None else argv))
     try:
         rv = app(args=argv, standalone_mode=False, prog_name="attn-export")
     except typer.Exit as e:
