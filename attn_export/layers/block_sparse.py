@@ -36,12 +36,12 @@ class BlockSparseAttention(AttentionProjections):
         bs = self.block_size
         pad = (bs - length % bs) % bs
         keep_tokens = (
-            torch.ones(b, length, dtype=torch.bool, device=x.device)
+            torch.ones(b, length, dtype=torch.int32, device=x.device)
             if key_padding_mask is None
-            else key_padding_mask != 0
-        )  # (B, L)
+            else (key_padding_mask != 0).to(torch.int32)
+        )  # (B, L); int32, not bool: TensorRT's Pad does not take BOOL tensors
         x_p = F.pad(x, (0, 0, 0, pad))  # (B, Lp, D)
-        keep_p = F.pad(keep_tokens, (0, pad), value=False)  # (B, Lp): the pad is masked
+        keep_p = F.pad(keep_tokens, (0, pad), value=0)  # (B, Lp): the pad is masked
         blocks = x_p.shape[1] // bs
         q, k, v = self.project(x_p, x_p, x_p)  # (B, Lp, D)
         q, k, v = (t.reshape(b * blocks, bs, d) for t in (q, k, v))  # (B*nb, bs, D)
