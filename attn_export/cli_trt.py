@@ -1,0 +1,101 @@
+"""``attn-export check-trt``: the static TensorRT check from the command line.
+
+    attn-export check-trt model.onnx --trt 10.3 --min-shape 1x16 --opt-shape 8x128 --max-shape 32x512
+
+prints one finding per line (severity, node name, op, message) and exits 1 when any is an
+error, 2 on bad input (missing file, malformed shape); no GPU or TensorRT needed.
+``engine_spec_from_options`` turns the engine option group (shapes, workspace, timing
+cache, compatibility, DLA) into an ``EngineSpec`` for the main command.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from attn_export.errors import AttnExportError, ConfigError
+from attn_export.runtime.trt_spec import EngineSpec, ShapeProfile
+
+__all__ = ["register", "check_trt", "engine_spec_from_options", "parse_size"]
+
+log = logging.getLogger(__name__)
+
+_UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb": 2**20, "mib": 2**20, "g": 2**30, "gb": 2**30, "gib": 2**30}
+
+
+def parse_size(text: str) -> int:
+    """'4G', '512MiB', '1073741824' -> bytes (binary units)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
+    if not m or m.group(2).lower() not in _UNITS:
+        raise ConfigError(f"expected a size like 4G, 512M or a byte count, got {text!r}")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def engine_spec_from_options(
+    precision: str = "fp16",
+    min_shape: str | None = None,
+    opt_shape: str | None = None,
+    max_shape: str | None = None,
+    workspace: str | None = None,
+    timing_cache: str | None = None,
+    hardware_compatibility: str = "none",
+    version_compatible: bool = False,
+    optimization_level: int = 3,
+    dla_core: int | None = None,
+    gpu_fallback: bool = True,
+    strongly_typed: bool | None = None,
+) -> EngineSpec:
+    """The CLI's engine options as an ``EngineSpec`` (validated there)."""
+    return EngineSpec(
+        precision=precision,
+        profiles=ShapeProfile.parse(min_shape, opt_shape, max_shape),
+        workspace_bytes=parse_size(workspace) if workspace else None,
+        timing_cache=timing_cache,
+        hardware_compatibility=hardware_compatibility,
+        version_compatible=version_compatible,
+        optimization_level=optimization_level,
+        dla_core=dla_core,
+        gpu_fallback=gpu_fallback,
+        strongly_typed=strongly_typed,
+    )
+
+
+def check_trt(
+    model: Path = typer.Argument(..., help="ONNX model to check."),
+    trt: str = typer.Option("10.3", "--trt", help="TensorRT version to check against (10.3 = JetPack 6, 10.14+, 11)."),
+    min_shape: Optional[str] = typer.Option(None, "--min-shape", help="Profile min BATCHxSEQ, e.g. 1x16."),
+    opt_shape: Optional[str] = typer.Option(None, "--opt-shape", help="Profile opt BATCHxSEQ, e.g. 8x128."),
+    max_shape: Optional[str] = typer.Option(None, "--max-shape", help="Profile max BATCHxSEQ, e.g. 32x512."),
+    precision: Optional[str] = typer.Option(None, "--precision", help="Engine precision fp32|fp16|int8 (default: from the graph)."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the findings as JSON."),
+    errors_only: bool = typer.Option(False, "--errors-only", help="Print errors only."),
+) -> None:
+    """Check an ONNX model against what TensorRT's parser and builder accept (no GPU needed)."""
+    from attn_export.export.trt_compat import check_trt_compat, report_dict
+
+    try:
+        profiles = ShapeProfile.parse(min_shape, opt_shape, max_shape)
+        report = check_trt_compat(model, trt, profiles, precision)
+    except AttnExportError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    shown = report.errors if errors_only else report.findings
+    lines = str(report).splitlines()
+    typer.echo(lines[0])
+    for finding in shown:
+        typer.echo(str(finding))
+    if json_out is not None:
+        from attn_export.validate.report import atomic_write_text
+
+        atomic_write_text(json_out, json.dumps(report_dict(report), indent=2) + "\n")
+    raise typer.Exit(0 if report else 1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``check-trt`` to the main ``attn-export`` app."""
+    app.command("check-trt")(check_trt)

@@ -1,0 +1,158 @@
+"""A self-contained folder to build and validate the engine on a Jetson (JetPack 6, TensorRT 10.3).
+
+Engines must be built on the device that runs them, so the bundle carries the ONNX and
+everything needed there, and nothing that needs attn-export or torch:
+
+* ``model.onnx``             the checked model (decomposed attention, opset <= 20);
+* ``build_engine.sh``        the trtexec line for TensorRT 10.x (``--fp16``/``--int8``, shapes,
+                             ``--memPoolSize``, ``--timingCacheFile``, optional DLA + GPU fallback);
+* ``validate_on_device.py``  runs the engine on ``reference.npz`` and prints the report's
+                             accuracy and latency figures (ONNX Runtime stand-in without TensorRT);
+* ``reference.npz``          inputs and eager-PyTorch outputs (``input/<name>``, ``output/<name>``);
+* ``bundle.json`` and ``README.md``.
+
+The static TensorRT check runs first and errors abort; the folder is written under a
+temporary name and renamed into place, so a half-written bundle never exists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from attn_export.errors import DataError
+from attn_export.export.trt_attention import find_attention_blocks
+from attn_export.export.trt_compat import check_trt_compat, report_dict
+from attn_export.runtime.trt_sidecar import sha256_file
+from attn_export.runtime.trt_spec import EngineSpec
+from attn_export.runtime.trtexec import onnx_io_dims, shell_line, trtexec_command
+
+__all__ = ["write_jetson_bundle", "BUNDLE_FILES"]
+
+log = logging.getLogger(__name__)
+
+BUNDLE_FILES = ("model.onnx", "build_engine.sh", "validate_on_device.py", "reference.npz", "bundle.json", "README.md")
+_SCRIPT = Path(__file__).with_name("_validate_on_device.py")
+
+
+def _tolerance_dict(tolerance: Any) -> dict[str, float]:
+    if hasattr(tolerance, "to_dict"):
+        return dict(tolerance.to_dict())
+    if isinstance(tolerance, Mapping):
+        return {k: float(v) for k, v in tolerance.items() if v is not None}
+    raise DataError(f"expected a Tolerance or a dict of max_abs/rel_l2/cosine_min, got {type(tolerance).__name__}")
+
+
+def _check_reference(inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray], dims: Mapping[str, list[Any]]) -> None:
+    missing = [n for n in dims if n not in inputs]
+    if missing or not outputs:
+        raise DataError(f"reference inputs must cover the model's inputs {list(dims)} (missing {missing}) and outputs must not be empty")
+    for n, d in dims.items():
+        arr = np.asarray(inputs[n])
+        if arr.ndim != len(d) or any(isinstance(x, int) and x > 0 and x != s for x, s in zip(d, arr.shape)):
+            raise DataError(f"reference input {n!r} has shape {arr.shape}, the model wants {d}")
+
+
+def _precision_note(spec: EngineSpec, cmd: list[str], blocks: int) -> str:
+    if "--stronglyTyped" in cmd:
+        return f"{spec.precision}: the precision lives in the graph (strongly typed build); TensorRT runs each tensor in its ONNX type."
+    if spec.precision == "fp32":
+        return "fp32: no reduced precision; TensorRT's fused MHA kernels are fp16/int8, so attention runs unfused."
+    return (
+        f"{spec.precision}: the graph is fp32 and the precision is chosen at build time (`--fp16`/`--int8`). On TensorRT 10.3 "
+        f"this lets TensorRT pick its fused fp16 MHA kernel for the {blocks} attention block(s), which keeps the softmax "
+        "in fp32 inside the kernel; fp32 islands written into a fp16 graph would stop that fusion."
+    )
+
+
+def _readme(trt_version: str, spec: EngineSpec, cmd: list[str], attention_blocks: int) -> str:
+    dla = f"\nThe engine puts supported layers on DLA core {spec.dla_core}; attention falls back to the GPU.\n" if spec.dla_core is not None else ""
+    return f"""# Engine bundle for Jetson (TensorRT {trt_version})
+
+Build and check the TensorRT engine on the device itself: engines only run on the GPU and
+TensorRT version that built them.
+
+## Needs
+JetPack 6.x (TensorRT {trt_version}, with `trtexec` in `/usr/src/tensorrt/bin`), python3,
+numpy, and cuda-python (`pip install cuda-python`). No torch, no attn-export.
+
+## Steps
+    ./build_engine.sh                # writes model.engine (+ model.engine.layers.json, timing.cache)
+    python3 validate_on_device.py    # accuracy vs reference.npz, then latency p50/p90/p99
+
+`TRTEXEC=/path/to/trtexec ./build_engine.sh` picks another trtexec. `validate_on_device.py`
+exits 0 within tolerance, 1 outside it, 2 on a setup error; `--json stage.json` also writes
+the result in attn-export's report.json stage format.
+
+## Precision
+{_precision_note(spec, cmd, attention_blocks)}
+{dla}
+## Build command
+    {shell_line(cmd)}
+"""
+
+
+def write_jetson_bundle(
+    onnx_path: str | os.PathLike[str],
+    bundle_dir: str | os.PathLike[str],
+    spec: EngineSpec,
+    reference_inputs: Mapping[str, np.ndarray],
+    reference_outputs: Mapping[str, np.ndarray],
+    tolerance: Any,
+    trt_version: str = "10.3",
+) -> Path:
+    """Write the bundle for ``onnx_path`` into ``bundle_dir`` (replacing an older bundle)."""
+    report = check_trt_compat(onnx_path, trt_version, spec.profiles, spec.precision)
+    report.raise_if_failed()
+    dims, graph_float, has_qdq = onnx_io_dims(onnx_path)
+    _check_reference(reference_inputs, reference_outputs, dims)
+    bundle_spec = dataclasses.replace(spec, timing_cache="timing.cache")
+    cmd = trtexec_command("model.onnx", "model.engine", bundle_spec, trt_version, inputs=dims, graph_float=graph_float, has_qdq=has_qdq)
+    import onnx
+    import onnx_ir as ir
+
+    proto = onnx.shape_inference.infer_shapes(onnx.load(os.fspath(onnx_path)))
+    blocks = len(find_attention_blocks(ir.serde.deserialize_model(proto)))
+    final = Path(bundle_dir)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    try:
+        shutil.copyfile(onnx_path, tmp / "model.onnx")
+        script = 'set -euo pipefail\ncd "$(dirname "$0")"\nTRTEXEC="${TRTEXEC:-/usr/src/tensorrt/bin/trtexec}"\n'
+        (tmp / "build_engine.sh").write_text("#!/usr/bin/env bash\n" + script + '"$TRTEXEC" ' + shell_line(cmd[1:]) + "\n")
+        shutil.copyfile(_SCRIPT, tmp / "validate_on_device.py")
+        for name in ("build_engine.sh", "validate_on_device.py"):
+            (tmp / name).chmod(0o755 | stat.S_IRUSR)
+        arrays = {f"input/{k}": np.asarray(v) for k, v in reference_inputs.items()}
+        arrays |= {f"output/{k}": np.asarray(v) for k, v in reference_outputs.items()}
+        np.savez(tmp / "reference.npz", **arrays)
+        meta = {
+            "schema": 1, "trt_version": trt_version, "precision": spec.precision, "tolerance": _tolerance_dict(tolerance),
+            "profile": spec.profiles.to_dict() if spec.profiles else None, "inputs": list(dims), "outputs": list(reference_outputs),
+            "onnx_sha256": sha256_file(tmp / "model.onnx"), "attention_blocks": blocks, "trtexec": cmd, "check": report_dict(report),
+        }
+        (tmp / "bundle.json").write_text(json.dumps(meta, indent=2) + "\n")
+        (tmp / "README.md").write_text(_readme(trt_version, spec, cmd, blocks))
+        tmp.chmod(0o755)
+        old = None
+        if final.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old.", dir=final.parent))
+            os.replace(final, old / final.name)
+        os.replace(tmp, final)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    log.info("wrote Jetson bundle %s (TensorRT %s, %s): %s", final, trt_version, spec.precision, shell_line(cmd))
+    return final

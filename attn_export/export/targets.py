@@ -1,0 +1,142 @@
+"""Deployment targets: what ONNX each runtime should receive, decided in one table.
+
+A target fixes the opset, the attention form and how reduced precision is expressed, so a
+user picks ``--target jetson`` instead of re-deriving which TensorRT parses which opset.
+The choices (checked against the ONNX-TensorRT operator matrix and release notes):
+
+* TensorRT 11 removed weak typing (``BuilderFlag.FP16/INT8``, calibrators): precision must
+  live in the graph (fp16 weights with fp32 Cast islands, symmetric Q/DQ).
+* The ONNX ``Attention`` op is parsed from TensorRT 10.14 (``IAttention``); JetPack 6 ships
+  TensorRT 10.3, which parses opsets 9-20, so Jetson gets the decomposed form at opset 18.
+* On 10.3 a fp32 graph built with ``--fp16`` lets TensorRT pick its fused fp16 MHA kernel
+  (which accumulates the softmax in fp32 itself); fp32 Cast islands written into a fp16
+  graph would pin the softmax between the two BMMs and keep that fusion from happening.
+
+``docs/targets.md`` renders this table for the README.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from attn_export.errors import ConfigError
+from attn_export.export.spec import ExportSpec
+
+__all__ = ["FP16_MODES", "INT8_MODES", "Target", "TARGETS", "DEFAULT_TARGET", "get_target", "export_spec_for"]
+
+log = logging.getLogger(__name__)
+
+FP16_MODES: tuple[str, ...] = ("graph", "builder-flag")
+INT8_MODES: tuple[str, ...] = ("qdq-strong", "qdq+flag")
+TARGET_PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
+
+
+@dataclass(frozen=True)
+class Target:
+    """One deployment target.
+
+    fp16_mode: ``graph`` = fp16 weights/activations with fp32 Cast islands, built strongly
+    typed; ``builder-flag`` = fp32 graph, fp16 enabled at build time (``--fp16``).
+    int8_mode: ``qdq-strong`` = symmetric Q/DQ in the graph, nothing set at build time;
+    ``qdq+flag`` = Q/DQ graph built with ``--int8 --fp16`` (weakly typed TensorRT 10.x).
+    trt_version: the TensorRT the target is checked against (None: not a TensorRT target).
+    """
+
+    name: str
+    opset: int
+    attention: str
+    fp16_mode: str
+    int8_mode: str
+    trt_version: str | None
+    quantize_attention_bmm: bool
+    description: str
+
+    def __post_init__(self) -> None:
+        if self.fp16_mode not in FP16_MODES:
+            raise ConfigError(f"expected fp16_mode in {FP16_MODES}, got {self.fp16_mode!r}")
+        if self.int8_mode not in INT8_MODES:
+            raise ConfigError(f"expected int8_mode in {INT8_MODES}, got {self.int8_mode!r}")
+
+    @property
+    def is_tensorrt(self) -> bool:
+        return self.trt_version is not None
+
+    @property
+    def strongly_typed(self) -> bool:
+        """Build strongly typed: the precision is in the graph (always so on TensorRT 11)."""
+        return self.fp16_mode == "graph"
+
+    def graph_precision(self, precision: str) -> str:
+        """The float precision of the exported graph for a requested ``precision``."""
+        if precision not in TARGET_PRECISIONS:
+            raise ConfigError(f"expected --precision in {', '.join(TARGET_PRECISIONS)}, got {precision!r}")
+        if precision == "fp16" and self.fp16_mode == "graph":
+            return "fp16"
+        # builder-flag fp16 and every int8 graph start from fp32 (the quantizer calibrates in fp32).
+        return "fp32"
+
+
+TARGETS: dict[str, Target] = {
+    "ort-cpu": Target(
+        name="ort-cpu",
+        opset=18,
+        attention="decomposed",
+        fp16_mode="graph",
+        int8_mode="qdq-strong",
+        trt_version=None,
+        quantize_attention_bmm=False,
+        description="ONNX Runtime on CPU (default): plain ONNX ops, fp32 softmax/LayerNorm islands",
+    ),
+    "ort-cuda": Target(
+        name="ort-cuda",
+        opset=18,
+        attention="ort-contrib",
+        fp16_mode="graph",
+        int8_mode="qdq-strong",
+        trt_version=None,
+        quantize_attention_bmm=False,
+        description="ONNX Runtime CUDA EP: com.microsoft.MultiHeadAttention (fused kernel)",
+    ),
+    "tensorrt": Target(
+        name="tensorrt",
+        opset=23,
+        attention="onnx-attention",
+        fp16_mode="graph",
+        int8_mode="qdq-strong",
+        trt_version="10.14",
+        quantize_attention_bmm=False,
+        description="TensorRT >= 10.14 or 11 on server GPUs: ONNX Attention -> IAttention, strongly typed",
+    ),
+    "jetson": Target(
+        name="jetson",
+        opset=18,
+        attention="decomposed",
+        fp16_mode="builder-flag",
+        int8_mode="qdq+flag",
+        trt_version="10.3",
+        quantize_attention_bmm=False,
+        description="JetPack 6.x (TensorRT 10.3): decomposed attention at opset 18, --fp16/--int8 flags",
+    ),
+}
+DEFAULT_TARGET = "ort-cpu"
+
+
+def get_target(name: str) -> Target:
+    """Look a target up by name; unknown names are a ConfigError listing the choices."""
+    if name not in TARGETS:
+        raise ConfigError(f"unknown --target {name!r}; choose one of {', '.join(TARGETS)}")
+    return TARGETS[name]
+
+
+def export_spec_for(target: Target | str, precision: str = "fp32", **overrides: object) -> ExportSpec:
+    """The ``ExportSpec`` that produces the right ONNX for ``target`` at ``precision``.
+
+    int8 returns the float graph the Q/DQ quantizer starts from; ``overrides`` (e.g.
+    ``dynamic_batch=False``) pass through to ``ExportSpec``.
+    """
+    tgt = get_target(target) if isinstance(target, str) else target
+    graph_precision = tgt.graph_precision(precision)
+    spec = ExportSpec(attention=tgt.attention, opset=tgt.opset, precision=graph_precision, **overrides)  # type: ignore[arg-type]
+    log.debug("target %s, %s -> %s", tgt.name, precision, spec)
+    return spec

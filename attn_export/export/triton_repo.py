@@ -1,0 +1,141 @@
+"""A Triton Inference Server model repository for the exported model (and engine).
+
+Layout::
+
+    <repo>/<model>/config.pbtxt          platform "onnxruntime_onnx"
+    <repo>/<model>/1/model.onnx
+    <repo>/<model>_trt/config.pbtxt      platform "tensorrt_plan" (only when an engine was built)
+    <repo>/<model>_trt/1/model.plan
+
+Configs are built as ``tritonclient.grpc.model_config_pb2.ModelConfig`` messages and
+written with ``google.protobuf.text_format``, so they are valid by construction. Names and
+dtypes come from the ONNX graph; the batch dim is left to Triton (``max_batch_size``) when
+it is dynamic in the export, and the sequence dim is -1. ``max_batch_size`` and dynamic
+batching must agree with the export and with the engine's optimization profile.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from attn_export._lazy import require
+from attn_export.errors import ConfigError
+from attn_export.runtime.trt_spec import ShapeProfile
+
+__all__ = ["write_triton_repo", "TRITON_DTYPES", "DEFAULT_MAX_BATCH"]
+
+log = logging.getLogger(__name__)
+
+TRITON_DTYPES: dict[int, str] = {
+    onnx.TensorProto.FLOAT: "TYPE_FP32",
+    onnx.TensorProto.FLOAT16: "TYPE_FP16",
+    onnx.TensorProto.BFLOAT16: "TYPE_BF16",
+    onnx.TensorProto.DOUBLE: "TYPE_FP64",
+    onnx.TensorProto.INT64: "TYPE_INT64",
+    onnx.TensorProto.INT32: "TYPE_INT32",
+    onnx.TensorProto.INT8: "TYPE_INT8",
+    onnx.TensorProto.UINT8: "TYPE_UINT8",
+    onnx.TensorProto.BOOL: "TYPE_BOOL",
+}
+DEFAULT_MAX_BATCH = 8
+
+
+def _io(values: Any, inits: set[str]) -> list[tuple[str, int, list[int | None]]]:
+    out = []
+    for vi in values:
+        if vi.name in inits:
+            continue
+        t = vi.type.tensor_type
+        if t.elem_type not in TRITON_DTYPES:
+            raise ConfigError(f"tensor {vi.name!r} has ONNX type {onnx.TensorProto.DataType.Name(t.elem_type)}, which Triton configs cannot express")
+        out.append((vi.name, t.elem_type, [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]))
+    return out
+
+
+def _resolve_batch(batch_dynamic: bool, max_batch_size: int | None, dynamic_batching: bool, profiles: ShapeProfile | None, engine: bool) -> int:
+    if not batch_dynamic:
+        if dynamic_batching or max_batch_size:
+            raise ConfigError("the model's batch dim is static, so Triton cannot batch it; export with a dynamic batch or pass dynamic_batching=False")
+        return 0
+    mbs = max_batch_size if max_batch_size is not None else (profiles.max[0] if profiles else DEFAULT_MAX_BATCH)
+    if mbs < 1:
+        raise ConfigError(f"expected max_batch_size >= 1 for a dynamic batch dim, got {mbs}")
+    if not engine or profiles is None:
+        return mbs
+    if profiles.min[0] > 1:
+        raise ConfigError(f"Triton sends batches from 1 to {mbs}, but the profile's min batch is {profiles.min[0]}; rebuild with --min-shape 1xL")
+    if mbs > profiles.max[0]:
+        raise ConfigError(f"max_batch_size {mbs} exceeds the engine profile's max batch {profiles.max[0]}; lower it or rebuild with a larger --max-shape")
+    return mbs
+
+
+def _config(name: str, platform: str, inputs: list, outputs: list, mbs: int, dynamic_batching: bool, gpu: bool) -> Any:
+    mc = require("tritonclient.grpc.model_config_pb2", "tritonclient[grpc]", what="tritonclient (Triton config protos)")
+    cfg = mc.ModelConfig(name=name, platform=platform, max_batch_size=mbs)
+    for coll, tensors in ((cfg.input, inputs), (cfg.output, outputs)):
+        for tname, etype, dims in tensors:
+            kept = dims[1:] if mbs > 0 else dims
+            coll.add(name=tname, data_type=mc.DataType.Value(TRITON_DTYPES[etype]), dims=[-1 if d in (None, 0) else int(d) for d in kept])
+    if dynamic_batching and mbs > 0:
+        cfg.dynamic_batching.max_queue_delay_microseconds = 100
+    if gpu:
+        cfg.instance_group.add(kind=mc.ModelInstanceGroup.Kind.Value("KIND_GPU"), count=1)
+    return cfg
+
+
+def _write_model(repo: Path, model: str, cfg: Any, artifact: str | os.PathLike[str], filename: str) -> Path:
+    from google.protobuf import text_format
+
+    tmp = Path(tempfile.mkdtemp(prefix=f".{model}.", dir=repo))
+    try:
+        (tmp / "1").mkdir()
+        shutil.copyfile(artifact, tmp / "1" / filename)
+        (tmp / "config.pbtxt").write_text(text_format.MessageToString(cfg))
+        tmp.chmod(0o755)
+        final = repo / model
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def write_triton_repo(
+    repo_dir: str | os.PathLike[str],
+    model_name: str,
+    onnx_path: str | os.PathLike[str],
+    engine_path: str | os.PathLike[str] | None = None,
+    max_batch_size: int | None = None,
+    dynamic_batching: bool = True,
+    profiles: ShapeProfile | None = None,
+) -> Path:
+    """Write ``<repo>/<model_name>`` (ONNX Runtime) and, with an engine, ``<model_name>_trt``."""
+    if not model_name or "/" in model_name or model_name.startswith("."):
+        raise ConfigError(f"expected a plain model name (no '/' or leading '.'), got {model_name!r}")
+    if not os.path.isfile(onnx_path):
+        raise ConfigError(f"ONNX model {onnx_path} does not exist; export it first")
+    if engine_path is not None and not os.path.isfile(engine_path):
+        raise ConfigError(f"engine {engine_path} does not exist; build it first or leave the engine out")
+    proto = onnx.load(os.fspath(onnx_path), load_external_data=False)
+    inits = {t.name for t in proto.graph.initializer}
+    inputs, outputs = _io(proto.graph.input, inits), _io(proto.graph.output, set())
+    batch_dynamic = all(dims and dims[0] is None for _, _, dims in inputs + outputs)
+    repo = Path(repo_dir)
+    repo.mkdir(parents=True, exist_ok=True)
+    onnx_mbs = _resolve_batch(batch_dynamic, max_batch_size, dynamic_batching, profiles, engine=False)
+    _write_model(repo, model_name, _config(model_name, "onnxruntime_onnx", inputs, outputs, onnx_mbs, dynamic_batching, False), onnx_path, "model.onnx")
+    if engine_path is not None:
+        trt_mbs = _resolve_batch(batch_dynamic, max_batch_size, dynamic_batching, profiles, engine=True)
+        name = f"{model_name}_trt"
+        _write_model(repo, name, _config(name, "tensorrt_plan", inputs, outputs, trt_mbs, dynamic_batching, True), engine_path, "model.plan")
+    log.info("wrote Triton repository %s (%s%s)", repo, model_name, f", {model_name}_trt" if engine_path else "")
+    return repo

@@ -1,0 +1,212 @@
+"""Build a TensorRT engine from ONNX with the Python API, after the static check passes.
+
+``build_engine(onnx, engine, EngineSpec(precision="fp16", profiles=...))`` runs
+``check_trt_compat`` against the installed TensorRT first (errors abort before the parser
+sees the model), then: parse (every parser error is listed), one optimization profile
+over (batch, seq), fp16/int8 the way the version wants it (builder flags on weakly typed
+10.x, strong typing on 11), workspace limit, timing cache reused across builds, hardware
+and version compatibility, optimisation level, DLA with GPU fallback. It writes the
+engine atomically with its sidecar and the inspector's layer list, and reports whether
+attention became a fused MHA kernel; an unfused attention is a warning with the likely
+reason from the static check.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from attn_export._lazy import require
+from attn_export.errors import ConfigError, EngineError
+from attn_export.export.trt_attention import find_attention_blocks
+from attn_export.export.trt_compat import CompatReport, check_trt_compat
+from attn_export.runtime.trt_runner import gpu_identity
+from attn_export.runtime.trt_sidecar import (
+    EngineSidecar,
+    detect_fused_attention,
+    layers_path_for,
+    sha256_file,
+    sidecar_path_for,
+    write_sidecar,
+)
+from attn_export.runtime.trt_spec import HARDWARE_COMPATIBILITY, BuildPlan, EngineSpec, plan_build
+
+__all__ = ["EngineBuildResult", "Preflight", "build_engine", "preflight", "unfused_warning"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EngineBuildResult:
+    engine_path: str
+    sidecar_path: str
+    layers_path: str
+    tensorrt_version: str
+    precision: str
+    strongly_typed: bool
+    builder_flags: list[str]
+    build_seconds: float
+    size_bytes: int
+    attention_blocks: int
+    attention_fused: int
+    fused_layers: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        typing_ = "strongly typed" if self.strongly_typed else f"flags {','.join(self.builder_flags) or 'none'}"
+        return (
+            f"TensorRT {self.tensorrt_version} {self.precision} engine ({typing_}), {self.size_bytes / 2**20:.1f} MiB in "
+            f"{self.build_seconds:.1f} s: attention fused {self.attention_fused}/{self.attention_blocks}"
+        )
+
+
+@dataclass(frozen=True)
+class Preflight:
+    report: CompatReport
+    plan: BuildPlan
+    attention_blocks: int
+    onnx_sha256: str
+
+
+def preflight(onnx_path: str | os.PathLike[str], spec: EngineSpec, trt_version: str) -> Preflight:
+    """Static check + build plan for ``trt_version``; raises CompatibilityError/ConfigError."""
+    path = Path(onnx_path)
+    if not path.is_file():
+        raise ConfigError(f"ONNX model {path} does not exist; export it first")
+    report = check_trt_compat(path, trt_version, spec.profiles, spec.precision)
+    report.raise_if_failed()
+    import onnx_ir as ir
+
+    proto = onnx.load(str(path), load_external_data=False)
+    types = {t.data_type for t in proto.graph.initializer} | {i.type.tensor_type.elem_type for i in proto.graph.input}
+    has_qdq = any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in proto.graph.node)
+    graph_float = "fp16" if onnx.TensorProto.FLOAT16 in types else "fp32"
+    plan = plan_build(spec, trt_version, graph_float, has_qdq)
+    blocks = len(find_attention_blocks(ir.serde.deserialize_model(onnx.shape_inference.infer_shapes(proto))))
+    return Preflight(report, plan, blocks, sha256_file(path))
+
+
+def unfused_warning(fused: int, blocks: int, softmax_layers: list[str], report: CompatReport) -> str:
+    """The report line for an attention TensorRT did not fuse, with the static check's reasons."""
+    reasons = [f.message for f in report.findings if f.op in ("Attention", "Softmax") and f.severity in ("warning", "info")]
+    left = f"; standalone softmax layers: {', '.join(softmax_layers[:3])}" if softmax_layers else ""
+    why = "; likely: " + " | ".join(reasons) if reasons else "; no static reason found (inspect the .layers.json)"
+    return f"attention not fused into an MHA kernel ({fused} fused of {blocks}{left}){why}"
+
+
+def _atomic_write_bytes(path: Path, data: bytes | memoryview) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _parser_errors(parser: Any) -> list[str]:
+    out = []
+    for i in range(parser.num_errors):
+        err = parser.get_error(i)
+        node = getattr(err, "node_name", lambda: "")() or f"node {err.node()}"
+        op = getattr(err, "node_operator", lambda: "")()
+        out.append(f"{node} ({op}): {err.desc()}")
+    return out
+
+
+def build_engine(onnx_path: str | os.PathLike[str], engine_path: str | os.PathLike[str], spec: EngineSpec, device: int = 0) -> EngineBuildResult:
+    """Build, save (engine + sidecar + layer list) and inspect a TensorRT engine."""
+    trt = require("tensorrt", "tensorrt", what="TensorRT", extra="gpu")
+    pre = preflight(onnx_path, spec, trt.__version__)
+    engine_path = Path(engine_path)
+    engine_path.parent.mkdir(parents=True, exist_ok=True)
+    logger = trt.Logger(trt.Logger.WARNING)
+    builder = trt.Builder(logger)
+    net_flags = 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED) if pre.plan.strongly_typed else 0
+    network = builder.create_network(net_flags)
+    parser = trt.OnnxParser(network, logger)
+    if not parser.parse_from_file(os.fspath(onnx_path)):
+        errors = _parser_errors(parser)
+        raise EngineError(f"TensorRT's ONNX parser rejected {onnx_path} with {len(errors)} error(s): {' | '.join(errors)}")
+    config = builder.create_builder_config()
+    if spec.workspace_bytes:
+        config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(spec.workspace_bytes))
+    config.builder_optimization_level = spec.optimization_level
+    config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED  # the inspector then shows kernels/tactics
+    if spec.hardware_compatibility != "none":
+        config.hardware_compatibility_level = getattr(trt.HardwareCompatibilityLevel, HARDWARE_COMPATIBILITY[spec.hardware_compatibility][0])
+    for flag in pre.plan.builder_flags:
+        config.set_flag(getattr(trt.BuilderFlag, flag))
+    if spec.dla_core is not None:
+        config.default_device_type = trt.DeviceType.DLA
+        config.DLA_core = spec.dla_core
+    profiles = _add_profile(builder, network, config, spec)
+    cache_path = Path(spec.timing_cache) if spec.timing_cache else None
+    blob = cache_path.read_bytes() if cache_path is not None and cache_path.is_file() else b""
+    config.set_timing_cache(config.create_timing_cache(blob), ignore_mismatch=False)
+    t0 = time.perf_counter()
+    serialized = builder.build_serialized_network(network, config)
+    seconds = time.perf_counter() - t0
+    if serialized is None:
+        raise EngineError(f"TensorRT failed to build {onnx_path} (see the TensorRT log above); try a larger --workspace or --precision fp32")
+    if cache_path is not None:
+        cache_path.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write_bytes(cache_path, memoryview(config.get_timing_cache().serialize()))
+    _atomic_write_bytes(engine_path, memoryview(serialized))
+    engine = trt.Runtime(logger).deserialize_cuda_engine(serialized)
+    info = json.loads(engine.create_engine_inspector().get_engine_information(trt.LayerInformationFormat.JSON))
+    layers_path = layers_path_for(engine_path)
+    _atomic_write_bytes(layers_path, (json.dumps(info, indent=1) + "\n").encode())
+    fusion = detect_fused_attention(info, pre.attention_blocks)
+    warnings = [] if fusion.all_fused else [unfused_warning(fusion.fused, pre.attention_blocks, fusion.softmax_layers, pre.report)]
+    for w in warnings:
+        log.warning("%s", w)
+    gpu, cc = gpu_identity(device)
+    names = [network.get_input(i).name for i in range(network.num_inputs)]
+    sidecar = EngineSidecar(
+        tensorrt_version=trt.__version__, gpu_name=gpu, compute_capability=cc, precision=spec.precision,
+        strongly_typed=pre.plan.strongly_typed, builder_flags=list(pre.plan.builder_flags), profiles=profiles,
+        onnx_sha256=pre.onnx_sha256, engine_sha256=sha256_file(engine_path), engine_size_bytes=engine_path.stat().st_size,
+        hardware_compatibility=spec.hardware_compatibility, version_compatible=spec.version_compatible,
+        dla_core=spec.dla_core, input_names=names,
+        output_names=[network.get_output(i).name for i in range(network.num_outputs)],
+        attention_fused=fusion.fused, attention_blocks=pre.attention_blocks,
+    )
+    write_sidecar(engine_path, sidecar)
+    result = EngineBuildResult(
+        engine_path=str(engine_path), sidecar_path=str(sidecar_path_for(engine_path)), layers_path=str(layers_path),
+        tensorrt_version=trt.__version__, precision=spec.precision, strongly_typed=pre.plan.strongly_typed,
+        builder_flags=list(pre.plan.builder_flags), build_seconds=seconds, size_bytes=sidecar.engine_size_bytes,
+        attention_blocks=pre.attention_blocks, attention_fused=fusion.fused, fused_layers=fusion.fused_layers, warnings=warnings,
+    )
+    log.info("built %s: %s", engine_path, result.describe())
+    return result
+
+
+def _add_profile(builder: Any, network: Any, config: Any, spec: EngineSpec) -> dict[str, dict[str, list[int]]]:
+    dynamic = [network.get_input(i) for i in range(network.num_inputs) if any(d < 0 for d in network.get_input(i).shape)]
+    if not dynamic:
+        return {}
+    if spec.profiles is None:
+        names = ", ".join(t.name for t in dynamic)
+        raise ConfigError(f"inputs {names} have dynamic dims; pass --min-shape/--opt-shape/--max-shape (BATCHxSEQ)")
+    profile = builder.create_optimization_profile()
+    out: dict[str, dict[str, list[int]]] = {}
+    for tensor in dynamic:
+        mn, opt, mx = spec.profiles.shapes_for(tensor.name, [d if d >= 0 else None for d in tensor.shape])
+        profile.set_shape(tensor.name, mn, opt, mx)
+        out[tensor.name] = {"min": list(mn), "opt": list(opt), "max": list(mx)}
+    config.add_optimization_profile(profile)
+    return out

@@ -1,0 +1,203 @@
+"""The JSON sidecar next to every engine, and the checks that read it (no TensorRT needed).
+
+A TensorRT engine only runs on the GPU model and TensorRT version it was built with
+(unless built hardware-/version-compatible). Deserialising a foreign engine fails with
+an opaque error or, worse, runs slowly; so every ``.engine`` gets ``.engine.json`` with
+the TensorRT version, GPU name, compute capability, precision, profiles, the ONNX
+sha256, the engine's own size and sha256, and the build flags. ``check_compatible``
+compares it with the running machine and says "rebuild on the target" when they differ.
+
+The inspector's layer list is also read here, to tell whether attention became a fused
+MHA kernel.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attn_export.errors import EngineError
+from attn_export.runtime.trt_spec import parse_trt_version
+
+__all__ = [
+    "SIDECAR_SCHEMA",
+    "EngineSidecar",
+    "AttentionFusion",
+    "sidecar_path_for",
+    "layers_path_for",
+    "sha256_file",
+    "read_sidecar",
+    "write_sidecar",
+    "verify_engine_file",
+    "check_compatible",
+    "detect_fused_attention",
+]
+
+log = logging.getLogger(__name__)
+
+SIDECAR_SCHEMA = 1
+# Kernel/tactic names of TensorRT's fused attention: Myelin's "_gemm_mha_v2", "fmha"/"flash"
+# tactics and IAttention kernels. Matched on layer type, tactic and name.
+_FUSED = re.compile(r"(_mha_|mha_v\d|fmha|flash_?attn|flash_?attention|fused_?mha|cask\w*attention)", re.I)
+_SOFTMAX = re.compile(r"softmax", re.I)
+
+
+def sidecar_path_for(engine_path: str | os.PathLike[str]) -> Path:
+    return Path(f"{os.fspath(engine_path)}.json")
+
+
+def layers_path_for(engine_path: str | os.PathLike[str]) -> Path:
+    return Path(f"{os.fspath(engine_path)}.layers.json")
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass
+class EngineSidecar:
+    """Everything needed to decide, without deserialising, whether an engine can run here."""
+
+    tensorrt_version: str
+    gpu_name: str
+    compute_capability: str  # "9.0"
+    precision: str
+    strongly_typed: bool
+    builder_flags: list[str]
+    profiles: dict[str, dict[str, list[int]]]  # input -> {"min": [...], "opt": [...], "max": [...]}
+    onnx_sha256: str
+    engine_sha256: str
+    engine_size_bytes: int
+    hardware_compatibility: str = "none"
+    version_compatible: bool = False
+    dla_core: int | None = None
+    input_names: list[str] = field(default_factory=list)
+    output_names: list[str] = field(default_factory=list)
+    attention_fused: int | None = None
+    attention_blocks: int | None = None
+    schema: int = SIDECAR_SCHEMA
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def write_sidecar(engine_path: str | os.PathLike[str], sidecar: EngineSidecar) -> Path:
+    from attn_export.validate.report import atomic_write_text
+
+    return atomic_write_text(sidecar_path_for(engine_path), json.dumps(sidecar.to_dict(), indent=2) + "\n")
+
+
+def read_sidecar(engine_path: str | os.PathLike[str]) -> EngineSidecar:
+    path = sidecar_path_for(engine_path)
+    if not path.is_file():
+        raise EngineError(
+            f"no sidecar {path} next to engine {engine_path}; engines are tied to a GPU and TensorRT version, "
+            f"so rebuild it with attn-export (which writes the sidecar) on the target"
+        )
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        known = {k: data[k] for k in EngineSidecar.__dataclass_fields__ if k in data}
+        sidecar = EngineSidecar(**known)
+    except (json.JSONDecodeError, TypeError) as err:
+        raise EngineError(f"sidecar {path} is not a valid engine sidecar ({err}); rebuild the engine") from err
+    if sidecar.schema > SIDECAR_SCHEMA:
+        raise EngineError(f"sidecar {path} has schema {sidecar.schema}, newer than this attn-export ({SIDECAR_SCHEMA}); upgrade attn-export")
+    return sidecar
+
+
+def verify_engine_file(engine_path: str | os.PathLike[str], sidecar: EngineSidecar) -> None:
+    """Refuse a truncated or altered engine file before TensorRT sees it."""
+    path = Path(engine_path)
+    if not path.is_file():
+        raise EngineError(f"engine {path} does not exist; build it with --build-engine or ./build_engine.sh")
+    size = path.stat().st_size
+    if size != sidecar.engine_size_bytes:
+        raise EngineError(
+            f"engine {path} is {size} bytes but its sidecar says {sidecar.engine_size_bytes}: the file is truncated or "
+            f"was replaced; copy it again or rebuild it"
+        )
+    if sha256_file(path) != sidecar.engine_sha256:
+        raise EngineError(f"engine {path} does not match its sidecar's sha256 (corrupted or replaced); rebuild it")
+
+
+def check_compatible(sidecar: EngineSidecar, tensorrt_version: str, gpu_name: str, compute_capability: str) -> list[str]:
+    """Reasons the engine cannot run on this machine (empty list = compatible)."""
+    problems: list[str] = []
+    built, here = sidecar.tensorrt_version, tensorrt_version
+    if sidecar.version_compatible:
+        if parse_trt_version(here) < parse_trt_version(built):
+            problems.append(f"TensorRT {here} is older than the version-compatible engine's {built}")
+    elif built != here:
+        problems.append(f"built with TensorRT {built}, running {here}")
+    cc_built, cc_here = _cc(sidecar.compute_capability), _cc(compute_capability)
+    level = sidecar.hardware_compatibility
+    if level == "ampere+":
+        if cc_here < (8, 0):
+            problems.append(f"ampere+ engine on sm {compute_capability} (needs 8.0 or newer)")
+    elif cc_built != cc_here:
+        problems.append(f"built for {sidecar.gpu_name} (sm {sidecar.compute_capability}), running on {gpu_name} (sm {compute_capability})")
+    elif level == "none" and sidecar.gpu_name != gpu_name:
+        problems.append(f"built on {sidecar.gpu_name}, running on {gpu_name} (same sm {compute_capability}, different GPU model)")
+    return problems
+
+
+def _cc(text: str) -> tuple[int, int]:
+    m = re.fullmatch(r"\s*(\d+)\.(\d+)\s*", str(text))
+    return (int(m.group(1)), int(m.group(2))) if m else (-1, -1)
+
+
+@dataclass(frozen=True)
+class AttentionFusion:
+    """What the engine inspector shows for attention."""
+
+    fused_layers: list[str]
+    softmax_layers: list[str]
+    expected_blocks: int
+
+    @property
+    def fused(self) -> int:
+        return len(self.fused_layers)
+
+    @property
+    def all_fused(self) -> bool:
+        return self.expected_blocks == 0 or (self.fused >= self.expected_blocks and not self.softmax_layers)
+
+
+def _layer_text(layer: Any) -> tuple[str, str]:
+    if isinstance(layer, str):
+        return layer, layer
+    if isinstance(layer, dict):
+        name = str(layer.get("Name", ""))
+        kernel = " ".join(str(layer.get(k, "")) for k in ("Name", "LayerType", "TacticName"))
+        return name, kernel
+    return str(layer), str(layer)
+
+
+def detect_fused_attention(inspector: dict[str, Any] | list[Any], expected_blocks: int) -> AttentionFusion:
+    """Find fused MHA kernels (and leftover Softmax layers) in ``get_engine_information`` JSON.
+
+    Works with both inspector verbosities: ``layer_names_only`` lists strings, ``detailed``
+    lists dicts with Name/LayerType/TacticName. A standalone Softmax layer left in the
+    engine means at least one attention was not fused.
+    """
+    layers = inspector.get("Layers", []) if isinstance(inspector, dict) else inspector
+    fused: list[str] = []
+    softmax: list[str] = []
+    for layer in layers:
+        name, text = _layer_text(layer)
+        if _FUSED.search(text):
+            fused.append(name)
+        elif _SOFTMAX.search(text) and not re.search(r"myelin|foreignnode", text, re.I):
+            softmax.append(name)
+    log.debug("inspector: %d fused attention layer(s), %d softmax layer(s)", len(fused), len(softmax))
+    return AttentionFusion(fused, softmax, expected_blocks)

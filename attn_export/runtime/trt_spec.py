@@ -1,0 +1,236 @@
+"""Engine build options and how each TensorRT version expresses them, without TensorRT.
+
+Everything here is pure Python so it can be tested on machines without a GPU: parsing
+``--min-shape 1x16`` into a ``ShapeProfile``, validating an ``EngineSpec``, and mapping a
+spec to builder flags for a TensorRT version (flags on 10.x, strong typing on 11, where
+``BuilderFlag.FP16/INT8`` no longer exist).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from attn_export.errors import ConfigError
+
+__all__ = [
+    "BuildPlan",
+    "EngineSpec",
+    "HARDWARE_COMPATIBILITY",
+    "ShapeProfile",
+    "TrtVersion",
+    "parse_shape",
+    "parse_trt_version",
+    "plan_build",
+]
+
+log = logging.getLogger(__name__)
+
+# our spelling -> (trt.HardwareCompatibilityLevel member, trtexec spelling)
+HARDWARE_COMPATIBILITY: dict[str, tuple[str, str]] = {
+    "none": ("NONE", "none"),
+    "ampere+": ("AMPERE_PLUS", "ampere+"),
+    "same-compute-capability": ("SAME_COMPUTE_CAPABILITY", "sameComputeCapability"),
+}
+ENGINE_PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
+
+
+@dataclass(frozen=True, order=True)
+class TrtVersion:
+    major: int
+    minor: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor}"
+
+
+def parse_trt_version(text: str) -> TrtVersion:
+    """'10.3', '10.14.1.48' or '11' -> TrtVersion; anything older than 10.0 is refused."""
+    m = re.fullmatch(r"\s*(\d+)(?:\.(\d+))?(?:\.\d+)*\s*", str(text))
+    if not m:
+        raise ConfigError(f"expected a TensorRT version like 10.3 or 11, got {text!r}")
+    ver = TrtVersion(int(m.group(1)), int(m.group(2) or 0))
+    if ver.major < 10:
+        raise ConfigError(f"expected TensorRT 10.x or 11.x, got {text}; JetPack 6 ships 10.3, use --trt 10.3")
+    return ver
+
+
+def parse_shape(text: str, what: str = "--opt-shape") -> tuple[int, int]:
+    """'8x128' -> (8, 128): batch x sequence length, both positive."""
+    m = re.fullmatch(r"\s*(\d+)\s*[xX,]\s*(\d+)\s*", str(text))
+    if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
+        raise ConfigError(f"expected {what} as BATCHxSEQ with positive numbers (e.g. 8x128), got {text!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+@dataclass(frozen=True)
+class ShapeProfile:
+    """One optimization profile over (batch, seq); other dims come from the model."""
+
+    min: tuple[int, int]
+    opt: tuple[int, int]
+    max: tuple[int, int]
+
+    def __post_init__(self) -> None:
+        for lo, hi, axis in ((self.min, self.opt, 0), (self.opt, self.max, 0), (self.min, self.opt, 1), (self.opt, self.max, 1)):
+            if lo[axis] > hi[axis]:
+                raise ConfigError(
+                    f"expected --min-shape <= --opt-shape <= --max-shape, got min {_fmt(self.min)}, "
+                    f"opt {_fmt(self.opt)}, max {_fmt(self.max)}"
+                )
+
+    @classmethod
+    def parse(cls, min_shape: str | None, opt_shape: str | None, max_shape: str | None) -> "ShapeProfile | None":
+        """From CLI strings; any missing one takes the opt shape (all missing -> None)."""
+        given = [s for s in (min_shape, opt_shape, max_shape) if s]
+        if not given:
+            return None
+        parsed = {flag: parse_shape(text, flag) for flag, text in (("--min-shape", min_shape), ("--opt-shape", opt_shape), ("--max-shape", max_shape)) if text}
+        opt = parsed.get("--opt-shape") or parsed.get("--max-shape") or parsed["--min-shape"]
+        return cls(parsed.get("--min-shape", opt), opt, parsed.get("--max-shape", opt))
+
+    @property
+    def is_static(self) -> bool:
+        return self.min == self.opt == self.max
+
+    def shapes_for(self, name: str, dims: Sequence[int | str | None]) -> tuple[tuple[int, ...], ...]:
+        """(min, opt, max) full shapes for an input whose dims 0/1 are batch/seq.
+
+        Static dims are kept; a static batch or seq that the profile contradicts is an error.
+        """
+        out: list[tuple[int, ...]] = []
+        for which, bs in (("min", self.min), ("opt", self.opt), ("max", self.max)):
+            shape: list[int] = []
+            for axis, d in enumerate(dims):
+                if axis < 2:
+                    want = bs[axis]
+                    if isinstance(d, int) and d > 0 and d != want:
+                        raise ConfigError(
+                            f"input {name!r} has a static {('batch', 'seq')[axis]} of {d}, but the {which} "
+                            f"shape asks for {want}; export with dynamic axes or use {d} in the profile"
+                        )
+                    shape.append(want)
+                elif isinstance(d, int) and d > 0:
+                    shape.append(d)
+                else:
+                    raise ConfigError(
+                        f"input {name!r} has a dynamic dim {axis} ({d!r}); a (batch, seq) profile can only "
+                        f"set dims 0 and 1; export with that dim static"
+                    )
+            out.append(tuple(shape))
+        return tuple(out)
+
+    def to_dict(self) -> dict[str, list[int]]:
+        return {"min": list(self.min), "opt": list(self.opt), "max": list(self.max)}
+
+    def __str__(self) -> str:
+        return f"min {_fmt(self.min)}, opt {_fmt(self.opt)}, max {_fmt(self.max)}"
+
+
+def _fmt(bs: tuple[int, int]) -> str:
+    return f"{bs[0]}x{bs[1]}"
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """How to build a TensorRT engine (``build_engine(onnx, engine, EngineSpec(...))``).
+
+    ``strongly_typed=None`` decides by version and graph: always on TensorRT 11, and on
+    10.x when the precision already lives in the graph (fp16 weights).
+    """
+
+    precision: str = "fp16"
+    profiles: ShapeProfile | None = None
+    workspace_bytes: int | None = None
+    timing_cache: str | None = None
+    hardware_compatibility: str = "none"
+    version_compatible: bool = False
+    optimization_level: int = 3
+    dla_core: int | None = None
+    gpu_fallback: bool = True
+    strongly_typed: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.precision not in ENGINE_PRECISIONS:
+            raise ConfigError(f"expected engine precision in {', '.join(ENGINE_PRECISIONS)}, got {self.precision!r}")
+        if self.hardware_compatibility not in HARDWARE_COMPATIBILITY:
+            raise ConfigError(
+                f"expected --hardware-compatibility in {', '.join(HARDWARE_COMPATIBILITY)}, got {self.hardware_compatibility!r}"
+            )
+        if not 0 <= self.optimization_level <= 5:
+            raise ConfigError(f"expected --builder-optimization-level between 0 and 5, got {self.optimization_level}")
+        if self.workspace_bytes is not None and self.workspace_bytes < 1 << 20:
+            raise ConfigError(f"expected --workspace of at least 1 MiB, got {self.workspace_bytes} bytes")
+        if self.dla_core is not None:
+            if self.dla_core < 0:
+                raise ConfigError(f"expected --dla-core >= 0, got {self.dla_core}")
+            if not self.gpu_fallback:
+                raise ConfigError("DLA cannot run attention (MatMul/Softmax on activations); keep --gpu-fallback with --dla-core")
+            if self.precision == "fp32":
+                raise ConfigError("DLA runs fp16 or int8 only, got --precision fp32; use --precision fp16 with --dla-core")
+            if self.profiles is not None and not self.profiles.is_static:
+                raise ConfigError(f"DLA needs static shapes, got {self.profiles}; pass one shape as min = opt = max")
+            if self.hardware_compatibility != "none":
+                raise ConfigError("hardware compatibility levels are not supported with DLA (Jetson); use --hardware-compatibility none")
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """What the builder is asked for: network flag and config flags by TensorRT name."""
+
+    strongly_typed: bool
+    builder_flags: tuple[str, ...]
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def plan_build(spec: EngineSpec, trt_version: str | TrtVersion, graph_float: str, has_qdq: bool) -> BuildPlan:
+    """Map a spec to TensorRT flags for ``trt_version``, given what the graph carries.
+
+    graph_float: ``fp32`` or ``fp16`` (the float type of the graph's weights/activations);
+    has_qdq: the graph has QuantizeLinear/DequantizeLinear nodes.
+    """
+    ver = trt_version if isinstance(trt_version, TrtVersion) else parse_trt_version(str(trt_version))
+    if spec.precision == "int8" and not has_qdq:
+        raise ConfigError(
+            "int8 engines need Q/DQ nodes in the ONNX graph (explicit quantization; calibrators are deprecated "
+            "in 10.x and gone in 11); quantize first with --precision int8"
+        )
+    if spec.precision == "fp32" and graph_float == "fp16":
+        raise ConfigError("--precision fp32 asked for a fp16 graph; export the fp32 graph instead")
+    flags: list[str] = []
+    notes: list[str] = []
+    strongly = spec.strongly_typed
+    if ver.major >= 11:
+        if strongly is False:
+            raise ConfigError("TensorRT 11 builds only strongly typed networks; drop --weakly-typed")
+        if spec.precision == "fp16" and graph_float != "fp16":
+            raise ConfigError(
+                "TensorRT 11 removed BuilderFlag.FP16: the fp16 precision must be in the graph; "
+                "export with --target tensorrt --precision fp16"
+            )
+        strongly = True
+    else:
+        if strongly is None:
+            strongly = graph_float == "fp16"  # the precision already lives in the graph
+        if strongly:
+            if spec.precision == "fp16" and graph_float != "fp16":
+                raise ConfigError(
+                    "a strongly typed build runs the graph's own types, and this graph is fp32; "
+                    "export a fp16 graph or build weakly typed with the FP16 flag"
+                )
+        elif spec.precision == "fp16":
+            flags.append("FP16")
+        elif spec.precision == "int8":
+            # weakly typed explicit quantization: INT8 for the Q/DQ regions, FP16 for the rest
+            flags += ["INT8", "FP16"]
+            notes.append("Q/DQ regions run int8, the rest fp16 (weakly typed)")
+    if spec.dla_core is not None:
+        flags.append("GPU_FALLBACK")
+    if spec.version_compatible:
+        flags.append("VERSION_COMPATIBLE")
+    if spec.hardware_compatibility == "same-compute-capability" and ver < TrtVersion(10, 9):
+        raise ConfigError(f"--hardware-compatibility same-compute-capability needs TensorRT >= 10.9, got {ver}")
+    log.debug("build plan for TensorRT %s: strongly_typed=%s flags=%s", ver, strongly, flags)
+    return BuildPlan(strongly_typed=bool(strongly), builder_flags=tuple(flags), notes=tuple(notes))

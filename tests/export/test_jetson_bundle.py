@@ -1,0 +1,124 @@
+"""Jetson bundle: files, build script, and validate_on_device.py run here with the ONNX Runtime
+stand-in: same reference .npz, same report figures, exit 0 in tolerance, 1 for a perturbed model.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from fixtures import eager, feed_for, small_layer
+from onnx import numpy_helper
+
+from attn_export.errors import CompatibilityError, DataError
+from attn_export.export import export_onnx
+from attn_export.export.jetson_bundle import BUNDLE_FILES, write_jetson_bundle
+from attn_export.export.targets import export_spec_for
+from attn_export.runtime.trt_spec import EngineSpec, ShapeProfile
+from attn_export.validate import accuracy, tolerance_for
+
+SPEC = EngineSpec(precision="fp16", profiles=ShapeProfile((1, 8), (2, 16), (4, 32)), workspace_bytes=1 << 30)
+HAS_TRT = importlib.util.find_spec("tensorrt") is not None
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    layer = small_layer("transformer", "padding", d_model=32, heads=2)
+    path = tmp_path_factory.mktemp("jetson") / "model.onnx"
+    export_onnx(layer, path, export_spec_for("jetson", "fp16"))
+    feed = feed_for(layer, 2, 16, seed=3, d_model=32)
+    return path, feed, {"y": eager(layer, feed)}
+
+
+@pytest.fixture(scope="module")
+def bundle(model, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    path, feed, ref = model
+    return write_jetson_bundle(path, tmp_path_factory.mktemp("out") / "bundle", SPEC, feed, ref, tolerance_for("fp32"))
+
+
+def _validate(bundle_dir, *args: str) -> subprocess.CompletedProcess:  # type: ignore[no-untyped-def]
+    cmd = [sys.executable, str(bundle_dir / "validate_on_device.py"), "--backend", "onnxruntime", "--warmup", "1", "--repeats", "5", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd="/", env={**os.environ, "PYTHONPATH": ""})
+
+
+def test_bundle_files(bundle) -> None:  # type: ignore[no-untyped-def]
+    assert sorted(p.name for p in bundle.iterdir()) == sorted(BUNDLE_FILES)
+    script = (bundle / "build_engine.sh").read_text()
+    assert os.access(bundle / "build_engine.sh", os.X_OK) and os.access(bundle / "validate_on_device.py", os.X_OK)
+    for flag in ("--onnx=model.onnx", "--saveEngine=model.engine", "--fp16", "--memPoolSize=workspace:1024M",
+                 "--timingCacheFile=timing.cache", "--minShapes=x:1x8x32,key_padding_mask:1x8", "--maxShapes=x:4x32x32,key_padding_mask:4x32"):
+        assert flag in script
+    assert subprocess.run(["bash", "-n", str(bundle / "build_engine.sh")]).returncode == 0
+    meta = json.loads((bundle / "bundle.json").read_text())
+    assert meta["trt_version"] == "10.3" and meta["check"]["passed"] and meta["attention_blocks"] == 1
+    ref = np.load(bundle / "reference.npz", allow_pickle=False)
+    assert sorted(ref.files) == ["input/key_padding_mask", "input/x", "output/y"]
+
+
+def test_validate_on_device_stand_in_passes(bundle, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    stage_path = tmp_path / "stage.json"
+    run = _validate(bundle, "--json", str(stage_path))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "stand-in" in run.stdout and "y: PASS max_abs=" in run.stdout and "sqnr=" in run.stdout
+    assert "latency_ms (onnxruntime (stand-in)): p50=" in run.stdout and " p99=" in run.stdout
+    stage = json.loads(stage_path.read_text())
+    assert set(stage["accuracy"]) == {"max_abs", "mean_abs", "rel_l2", "cosine", "sqnr_db"} and stage["passed"] is True
+    assert set(stage["latency_ms"]["artifact"]) >= {"p50", "p90", "p99"}
+
+
+def test_validate_on_device_auto_without_tensorrt(bundle) -> None:  # type: ignore[no-untyped-def]
+    if HAS_TRT:
+        pytest.skip("TensorRT is installed: auto picks the engine")
+    run = subprocess.run([sys.executable, str(bundle / "validate_on_device.py"), "--repeats", "2", "--warmup", "0"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and "tensorrt is not installed: running ONNX Runtime" in run.stdout
+
+
+def test_perturbed_model_fails(bundle, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import shutil
+
+    copy = tmp_path / "perturbed"
+    shutil.copytree(bundle, copy)
+    proto = onnx.load(copy / "model.onnx")
+    biggest = max(proto.graph.initializer, key=lambda t: int(np.prod(t.dims)))
+    biggest.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(biggest) * 1.05, biggest.name))
+    onnx.save(proto, copy / "model.onnx")
+    run = _validate(copy)
+    assert run.returncode == 1 and "y: FAIL (" in run.stdout and run.stdout.strip().endswith("FAIL")
+
+
+def test_device_metrics_match_the_report() -> None:
+    from attn_export.export import jetson_bundle
+
+    spec = importlib.util.spec_from_file_location("validate_on_device", jetson_bundle._SCRIPT)
+    vod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vod)  # type: ignore[union-attr]
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal((2, 8, 16)).astype(np.float32)
+    for out in (ref + 1e-3 * rng.standard_normal(ref.shape).astype(np.float32), ref, np.zeros_like(ref)):
+        ours, theirs = vod.accuracy(ref, out), accuracy(ref, out)
+        assert ours == {k: getattr(theirs, k) for k in ours}
+
+
+def test_static_check_runs_first(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    layer = small_layer("transformer", "none", d_model=32, heads=2)
+    path = tmp_path / "trt.onnx"
+    export_onnx(layer, path, export_spec_for("tensorrt", "fp16"))
+    feed = feed_for(layer, 2, 16, d_model=32)
+    with pytest.raises(CompatibilityError, match="TensorRT 10.3"):
+        write_jetson_bundle(path, tmp_path / "b", SPEC, feed, {"y": eager(layer, feed)}, tolerance_for("fp16"))
+    assert not (tmp_path / "b").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".b.")]
+
+
+def test_bad_reference_and_rewrite(model, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path, feed, ref = model
+    with pytest.raises(DataError, match="must cover the model's inputs"):
+        write_jetson_bundle(path, tmp_path / "b", SPEC, {"x": feed["x"]}, ref, tolerance_for("fp32"))
+    first = write_jetson_bundle(path, tmp_path / "b", SPEC, feed, ref, {"max_abs": 1e-4})
+    again = write_jetson_bundle(path, tmp_path / "b", SPEC, feed, ref, {"max_abs": 1e-3})
+    assert first == again and json.loads((again / "bundle.json").read_text())["tolerance"] == {"max_abs": 1e-3}

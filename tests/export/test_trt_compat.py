@@ -1,0 +1,214 @@
+"""Static TensorRT check: ops/opsets per version, Attention's mask, Q/DQ, int64, profiles, MHA rules.
+
+Small graphs are built with onnx.helper where a single rule is under test; the toolkit's
+own exports for each TensorRT target (fp32, fp16 and int8 Q/DQ) must pass for that target.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from fixtures import small_layer
+from onnx import TensorProto, helper, numpy_helper
+
+from attn_export.errors import CompatibilityError, ConfigError
+from attn_export.export import export_onnx
+from attn_export.export.targets import export_spec_for
+from attn_export.export.trt_compat import check_trt_compat
+from attn_export.runtime.trt_spec import ShapeProfile
+
+PROFILE = ShapeProfile((1, 8), (2, 16), (4, 32))
+
+
+def _attention_model(mask_shape: list | None, head: int = 16, dtype: int = TensorProto.FLOAT16, seq: str | int = "L") -> onnx.ModelProto:
+    qkv = [helper.make_tensor_value_info(n, dtype, ["B", 2, seq, head]) for n in "qkv"]
+    inputs, names = list(qkv), ["q", "k", "v"]
+    if mask_shape is not None:
+        inputs.append(helper.make_tensor_value_info("mask", dtype, mask_shape))
+        names.append("mask")
+    node = helper.make_node("Attention", names, ["y"], name="attn", softmax_precision=1)
+    graph = helper.make_graph([node], "g", inputs, [helper.make_tensor_value_info("y", dtype, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)], ir_version=10)
+
+
+def _qdq_model(zero_point: int | None, zp_type: int = TensorProto.INT8, scale: list[float] | None = None) -> onnx.ModelProto:
+    scale = scale or [0.05]
+    inits = [numpy_helper.from_array(np.array(scale if len(scale) > 1 else scale[0], np.float32), "s"),
+             numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32), "w")]
+    q_inputs = ["x", "s"]
+    if zero_point is not None:
+        zp_np = np.int8 if zp_type == TensorProto.INT8 else np.uint8
+        zp = np.full(len(scale), zero_point, zp_np) if len(scale) > 1 else np.array(zero_point, zp_np)
+        inits.append(numpy_helper.from_array(zp, "zp"))
+        q_inputs.append("zp")
+    axis = {"axis": 2} if len(scale) > 1 else {}
+    nodes = [helper.make_node("QuantizeLinear", q_inputs, ["xq"], name="q", **axis),
+             helper.make_node("DequantizeLinear", ["xq", *q_inputs[1:]], ["xd"], name="dq", **axis),
+             helper.make_node("MatMul", ["xd", "w"], ["y"], name="mm")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=10)
+
+
+def _errors(report) -> list[str]:  # type: ignore[no-untyped-def]
+    return [f.message for f in report.errors]
+
+
+def test_attention_needs_10_14() -> None:
+    model = _attention_model(["B", 1, "L", "L"])
+    old, new = check_trt_compat(model, "10.3"), check_trt_compat(model, "10.14")
+    assert not old and any("Attention needs TensorRT >= 10.14" in m for m in _errors(old))
+    assert any("opset 23 is outside" in m for m in _errors(old))
+    assert new, str(new)
+    assert check_trt_compat(model, "11"), "TensorRT 11 parses Attention too"
+
+
+def test_broadcast_query_mask_flagged() -> None:
+    report = check_trt_compat(_attention_model(["B", 1, 1, "L"]), "10.14")
+    assert not report
+    (err,) = report.errors
+    assert err.node == "attn" and err.op == "Attention" and "[B, 1, Lq, Lk]" in err.message
+    assert "attn (Attention)" in str(report)
+
+
+def test_mask_dtype_and_rank() -> None:
+    bad_rank = check_trt_compat(_attention_model(["B", "L"]), "10.14")
+    assert any("attn_mask is 2D" in m for m in _errors(bad_rank))
+    model = _attention_model(["B", 1, "L", "L"])
+    model.graph.input[3].type.tensor_type.elem_type = TensorProto.FLOAT
+    assert any("attn_mask is FLOAT but Q is FLOAT16" in m for m in _errors(check_trt_compat(model, "10.14")))
+
+
+def test_head_size_warning_for_fused_mha() -> None:
+    good = check_trt_compat(_attention_model(None, head=64), "10.14")
+    assert good and not [w for w in good.warnings if w.op == "Attention"]
+    assert not [w for w in good.warnings if "IR version" in w.message]
+    odd = check_trt_compat(_attention_model(None, head=12), "10.14")
+    assert odd and any("head size 12" in w.message for w in odd.warnings)
+
+
+@pytest.mark.parametrize(
+    ("zp", "zp_type", "scale", "expect"),
+    [
+        (3, TensorProto.INT8, None, "asymmetric quantization (zero point 3 != 0)"),
+        (128, TensorProto.UINT8, None, "uint8 (asymmetric) quantization"),
+        (None, TensorProto.INT8, None, "QuantizeLinear without a zero point outputs uint8"),
+        (0, TensorProto.INT8, [0.1] * 8, "per-channel Q/DQ on an activation"),
+    ],
+)
+def test_qdq_rules(zp: int | None, zp_type: int, scale: list[float] | None, expect: str) -> None:
+    report = check_trt_compat(_qdq_model(zp, zp_type, scale), "10.3")
+    assert not report and any(expect in m for m in _errors(report)), str(report)
+
+
+def test_symmetric_qdq_passes() -> None:
+    report = check_trt_compat(_qdq_model(0), "10.3")
+    assert report, str(report)
+    assert report.precision == "int8"
+
+
+def test_unsupported_ops() -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
+    outs = [helper.make_tensor_value_info(n, t, None) for n, t in (("q", TensorProto.UINT8), ("s", TensorProto.FLOAT), ("z", TensorProto.UINT8))]
+    dq = helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"], name="dyn")
+    contrib = helper.make_node("Gelu", ["x"], ["g"], name="ms_gelu", domain="com.microsoft")
+    graph = helper.make_graph([dq, contrib], "g", [x], [*outs, helper.make_tensor_value_info("g", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("com.microsoft", 1)])
+    errs = _errors(check_trt_compat(model, "10.14"))
+    assert any("DynamicQuantizeLinear is not supported" in m and "static symmetric Q/DQ" in m for m in errs)
+    assert any("com.microsoft.Gelu has no TensorRT importer" in m for m in errs)
+
+
+def test_int64_into_float_op() -> None:
+    a = helper.make_tensor_value_info("a", TensorProto.INT64, [2, 3])
+    b = helper.make_tensor_value_info("b", TensorProto.INT64, [3, 2])
+    graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["c"], name="mm64")], "g", [a, b],
+                              [helper.make_tensor_value_info("c", TensorProto.INT64, None)])
+    report = check_trt_compat(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), "10.3")
+    assert any("int64 tensor 'a'" in m and "MatMul" in m and "int32" in m for m in _errors(report))
+
+
+def test_profile_against_static_dims() -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "seq", "width"])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    errs = _errors(check_trt_compat(model, "10.3", PROFILE))
+    assert any("static batch of 1" in m for m in errs) or any("dynamic dim 2" in m for m in errs)
+
+
+def test_bad_inputs() -> None:
+    with pytest.raises(ConfigError, match="expected TensorRT 10.x or 11.x"):
+        check_trt_compat(_qdq_model(0), "8.6")
+    with pytest.raises(ConfigError, match="does not exist"):
+        check_trt_compat("/nonexistent/model.onnx", "10.3")
+
+
+@pytest.fixture(scope="module")
+def own_exports(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], str]:
+    out = {}
+    layer = small_layer("transformer", "padding", d_model=32, heads=2)
+    for target in ("tensorrt", "jetson"):
+        for precision in ("fp32", "fp16"):
+            path = tmp_path_factory.mktemp(f"{target}-{precision}") / "model.onnx"
+            export_onnx(layer, path, export_spec_for(target, precision))
+            out[(target, precision)] = str(path)
+    return out
+
+
+@pytest.mark.parametrize(("target", "versions"), [("tensorrt", ("10.14", "10.15", "11")), ("jetson", ("10.3", "10.14", "11"))])
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_own_exports_pass_their_target(own_exports: dict, target: str, versions: tuple[str, ...], precision: str) -> None:
+    for version in versions:
+        report = check_trt_compat(own_exports[(target, precision)], version, PROFILE, precision)
+        assert report, str(report)
+
+
+def test_tensorrt_export_fails_on_jetson(own_exports: dict) -> None:
+    report = check_trt_compat(own_exports[("tensorrt", "fp16")], "10.3", PROFILE)
+    assert not report
+    with pytest.raises(CompatibilityError, match="cannot be built with TensorRT 10.3.*check-trt"):
+        report.raise_if_failed()
+
+
+def test_own_int8_qdq_export_passes(own_exports: dict, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    quant_static = pytest.importorskip("attn_export.compress.quant_static", reason="helper-2's static Q/DQ quantizer is not available")
+    from attn_export.compress.calib_data import ActivationSet
+
+    rng = np.random.default_rng(0)
+    calib = ActivationSet(rng.standard_normal((8, 16, 32)).astype(np.float32), np.ones((8, 16), np.int32))
+    out = tmp_path / "int8.onnx"
+    quant_static.quantize_static_onnx(own_exports[("jetson", "fp32")], out, calib)
+    report = check_trt_compat(out, "10.3", PROFILE, "int8")
+    assert report, str(report)
+    assert report.precision == "int8" and any(n.op_type == "QuantizeLinear" for n in onnx.load(out).graph.node)
+
+
+def test_check_trt_cli(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import typer
+    from typer.testing import CliRunner
+
+    from attn_export.cli_trt import register
+
+    app = typer.Typer()
+    register(app)
+    app.command("noop")(lambda: None)  # a second command keeps check-trt a named subcommand
+    model = tmp_path / "attn.onnx"
+    onnx.save(_attention_model(["B", 1, 1, "L"]), model)
+    runner = CliRunner()
+    bad = runner.invoke(app, ["check-trt", str(model), "--trt", "10.3"])
+    lines = bad.output.strip().splitlines()
+    assert bad.exit_code == 1 and lines[0].startswith(f"{model}: TensorRT 10.3")
+    assert any(line.startswith("ERROR") and "attn (Attention)" in line and "needs TensorRT >= 10.14" in line for line in lines)
+    good = runner.invoke(app, ["check-trt", str(_write(tmp_path, _qdq_model(0))), "--trt", "10.3", "--json", str(tmp_path / "r.json")])
+    assert good.exit_code == 0 and (tmp_path / "r.json").is_file()
+    missing = runner.invoke(app, ["check-trt", str(tmp_path / "nope.onnx")])
+    assert missing.exit_code == 2 and "does not exist" in missing.output and len(missing.output.strip().splitlines()) == 1
+    shape = runner.invoke(app, ["check-trt", str(model), "--min-shape", "1xx"])
+    assert shape.exit_code == 2 and "--min-shape as BATCHxSEQ" in shape.output
+
+
+def _write(tmp_path, model: onnx.ModelProto):  # type: ignore[no-untyped-def]
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    return path

@@ -1,0 +1,98 @@
+"""trtexec command lines: the exact flags per TensorRT version, precision and option."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from attn_export.errors import ConfigError
+from attn_export.runtime.trt_spec import EngineSpec, ShapeProfile
+from attn_export.runtime.trtexec import onnx_io_dims, shell_line, trtexec_command
+
+PROFILE = ShapeProfile((1, 16), (8, 128), (32, 512))
+INPUTS = {"x": ["batch", "seq", 512], "key_padding_mask": ["batch", "seq"]}
+SHAPES = [
+    "--minShapes=x:1x16x512,key_padding_mask:1x16",
+    "--optShapes=x:8x128x512,key_padding_mask:8x128",
+    "--maxShapes=x:32x512x512,key_padding_mask:32x512",
+]
+
+
+def _cmd(spec: EngineSpec, version: str, graph_float: str = "fp32", has_qdq: bool = False) -> list[str]:
+    return trtexec_command("model.onnx", "model.engine", spec, version, inputs=INPUTS, graph_float=graph_float, has_qdq=has_qdq)
+
+
+def test_jetson_fp16_full_line() -> None:
+    spec = EngineSpec(precision="fp16", profiles=PROFILE, workspace_bytes=2 << 30, timing_cache="timing.cache")
+    assert _cmd(spec, "10.3") == [
+        "trtexec", "--onnx=model.onnx", "--saveEngine=model.engine", "--fp16", *SHAPES,
+        "--memPoolSize=workspace:2048M", "--timingCacheFile=timing.cache", "--builderOptimizationLevel=3",
+        "--profilingVerbosity=detailed", "--exportLayerInfo=model.engine.layers.json", "--skipInference",
+    ]
+
+
+def test_int8_weakly_typed_on_10x() -> None:
+    cmd = _cmd(EngineSpec(precision="int8", profiles=PROFILE), "10.3", has_qdq=True)
+    assert cmd[3:5] == ["--int8", "--fp16"] and "--stronglyTyped" not in cmd
+
+
+def test_fp16_graph_is_strongly_typed() -> None:
+    for version in ("10.14", "11"):
+        cmd = _cmd(EngineSpec(precision="fp16", profiles=PROFILE), version, graph_float="fp16")
+        assert "--stronglyTyped" in cmd and "--fp16" not in cmd and "--int8" not in cmd
+
+
+def test_tensorrt_11_has_no_precision_flags() -> None:
+    cmd = _cmd(EngineSpec(precision="int8", profiles=PROFILE), "11.0", has_qdq=True)
+    assert "--stronglyTyped" in cmd and not {"--int8", "--fp16"} & set(cmd)
+    with pytest.raises(ConfigError, match="TensorRT 11 removed BuilderFlag.FP16"):
+        _cmd(EngineSpec(precision="fp16", profiles=PROFILE), "11")
+
+
+def test_int8_needs_qdq() -> None:
+    with pytest.raises(ConfigError, match="int8 engines need Q/DQ"):
+        _cmd(EngineSpec(precision="int8", profiles=PROFILE), "10.3")
+
+
+def test_dla_and_compatibility_flags() -> None:
+    static = ShapeProfile((1, 128), (1, 128), (1, 128))
+    dla = _cmd(EngineSpec(precision="fp16", profiles=static, dla_core=0, optimization_level=5), "10.3")
+    assert "--useDLACore=0" in dla and "--allowGPUFallback" in dla and "--builderOptimizationLevel=5" in dla
+    assert "--minShapes=x:1x128x512,key_padding_mask:1x128" in dla
+    compat = _cmd(EngineSpec(precision="fp16", profiles=PROFILE, hardware_compatibility="ampere+", version_compatible=True), "10.14")
+    assert "--hardwareCompatibilityLevel=ampere+" in compat and "--versionCompatible" in compat
+    same = _cmd(EngineSpec(precision="fp16", profiles=PROFILE, hardware_compatibility="same-compute-capability"), "10.14")
+    assert "--hardwareCompatibilityLevel=sameComputeCapability" in same
+    with pytest.raises(ConfigError, match="needs TensorRT >= 10.9"):
+        _cmd(EngineSpec(precision="fp16", profiles=PROFILE, hardware_compatibility="same-compute-capability"), "10.3")
+
+
+def test_spec_validation() -> None:
+    with pytest.raises(ConfigError, match="DLA needs static shapes"):
+        EngineSpec(precision="fp16", profiles=PROFILE, dla_core=0)
+    with pytest.raises(ConfigError, match="DLA cannot run attention"):
+        EngineSpec(precision="fp16", dla_core=0, gpu_fallback=False)
+    with pytest.raises(ConfigError, match="min-shape <= --opt-shape"):
+        ShapeProfile.parse("8x16", "1x16", "32x16")
+    with pytest.raises(ConfigError, match="--max-shape as BATCHxSEQ"):
+        ShapeProfile.parse("1x16", "8x128", "32by512")
+
+
+def test_dynamic_without_profile_is_an_error() -> None:
+    with pytest.raises(ConfigError, match="dynamic dims; pass --min-shape"):
+        _cmd(EngineSpec(precision="fp16"), "10.3")
+
+
+def test_reads_inputs_from_onnx(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    w = numpy_helper.from_array(np.zeros((8, 8), np.float16), "w")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT16, ["batch", "seq", 8])
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g", [x],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT16, None)], initializer=[w])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+    assert onnx_io_dims(path) == ({"x": ["batch", "seq", 8]}, "fp16", False)
+    cmd = trtexec_command(path, tmp_path / "m.engine", EngineSpec(precision="fp16", profiles=PROFILE), "10.14")
+    assert "--stronglyTyped" in cmd and "--minShapes=x:1x16x8" in cmd
+    assert shell_line(["trtexec", "--onnx=a b.onnx"]) == "trtexec '--onnx=a b.onnx'"
