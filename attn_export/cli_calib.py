@@ -1,0 +1,71 @@
+"""``attn-export calib``: generate and check calibration sets.
+
+The shipped sets in ``calibration_data/`` were made with ``calib generate``; the same
+command makes sets for other layer widths, and ``calib check`` runs the loader's checks
+on any file before a long compression run trips over it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from attn_export.compress.calib_data import DEFAULT_MAX_BYTES, generate_calibration, load_calibration
+from attn_export.errors import AttnExportError
+
+__all__ = ["calib_app", "register"]
+
+calib_app = typer.Typer(help="Generate and check calibration/validation activation sets.", no_args_is_help=True)
+_console = Console()
+_errors = Console(stderr=True)
+
+
+@calib_app.command("generate")
+def generate(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output file (.npz or .safetensors).")],
+    d_model: Annotated[int, typer.Option(help="Feature size D of the layer input.")] = 512,
+    n_calib: Annotated[int, typer.Option(help="Sequences in the calibration split.")] = 32,
+    n_val: Annotated[int, typer.Option(help="Sequences in the validation split.")] = 8,
+    seq_len: Annotated[int, typer.Option(help="Sequence length L (shorter sequences are padded).")] = 64,
+    seed: Annotated[int, typer.Option(help="Random seed; the same seed gives the same file.")] = 0,
+    decay: Annotated[float, typer.Option(help="Covariance spectrum exponent: eigenvalue k ~ k^-decay.")] = 1.0,
+    outliers: Annotated[int, typer.Option(help="Outlier channels with large gain and offset.")] = 4,
+    dtype: Annotated[str, typer.Option(help="Storage dtype: float16 (half the size) or float32.")] = "float16",
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing file.")] = False,
+) -> None:
+    """Write a synthetic set of LayerNorm-ed hidden states with padding masks (recipe: calibration_data/README.md)."""
+    try:
+        if out.exists() and not overwrite:
+            raise typer.BadParameter(f"{out} exists; pass --overwrite to replace it", param_hint="--out")
+        path = generate_calibration(
+            out, d_model, n_calib, n_val, seq_len, seed, decay=decay, n_outliers=outliers, dtype=dtype
+        )
+        data = load_calibration(path, d_model)
+    except AttnExportError as err:
+        _errors.print(f"error: {err}", markup=False)
+        raise typer.Exit(code=2) from err
+    _console.print(f"wrote {path} ({path.stat().st_size} bytes)", markup=False)
+    _console.print(data.describe(), markup=False)
+
+
+@calib_app.command("check")
+def check(
+    path: Annotated[Path, typer.Argument(help="Calibration file or directory to check.")],
+    d_model: Annotated[int | None, typer.Option(help="Expected feature size (the layer's d_model).")] = None,
+    max_bytes: Annotated[int, typer.Option(help="Refuse files larger than this.")] = DEFAULT_MAX_BYTES,
+) -> None:
+    """Load a calibration set with all checks (shape, dtype, NaN/Inf, masks, disjoint splits)."""
+    try:
+        data = load_calibration(path, d_model, max_bytes=max_bytes)
+    except AttnExportError as err:
+        _errors.print(f"error: {err}", markup=False)
+        raise typer.Exit(code=2) from err
+    _console.print(f"ok: {data.describe()}", markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``calib`` command group to the main CLI."""
+    app.add_typer(calib_app, name="calib")

@@ -1,0 +1,248 @@
+"""Static int8 PTQ to a Q/DQ ONNX graph that TensorRT's explicit quantization accepts.
+
+``quantize_static_onnx(fp32, out, calib, StaticQuantSpec(...))`` runs ONNX Runtime's
+``quantize_static`` with symmetric int8 activations and per-channel symmetric int8 weights,
+so every zero point is 0, then fixes the placement (docs/quantization.md):
+
+* the projection MatMuls (QKV, O, FFN; both factors of a low-rank Linear) always get Q/DQ
+  on their activation input and a per-output-channel DQ on their weight;
+* nothing else reads a dequantized tensor: ORT rewires *every* consumer of a quantized
+  tensor to its DQ, which would quantize the residual stream and put DQ in front of the
+  LayerNorm and the mask Add. ``FloatConsumersPass`` points those consumers back at the
+  float tensor, so Softmax, LayerNorm and the mask Add see float inputs;
+* the two attention BMMs stay float unless ``quantize_attention_bmm``: then Q/DQ go in front
+  of both operands of Q@K^T and P@V (P being the Softmax output) and after P@V, the
+  pattern TensorRT fuses into its int8 MHA kernel (sequence length <= 512 only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx_ir as ir
+import onnx_ir.passes.common as ir_common
+
+from attn_export.compress.qdq import attention_bmms, inspect_qdq, is_constant
+from attn_export.compress.quant_onnx import (
+    STATIC_ON_CPU,
+    ActivationLike,
+    QuantResult,
+    calibration_feeds,
+    calibration_reader,
+    preprocess_for_quantization,
+    save_model_atomic,
+)
+from attn_export.compress.smoothquant import smooth_onnx
+from attn_export.errors import ConfigError, ExportError
+
+__all__ = ["CALIB_METHODS", "TRT_INT8_MHA_MAX_SEQ", "FloatConsumersPass", "StaticQuantSpec", "calibrate_ranges", "quantize_static_onnx"]
+
+log = logging.getLogger(__name__)
+
+CALIB_METHODS: tuple[str, ...] = ("minmax", "percentile", "entropy")
+TRT_INT8_MHA_MAX_SEQ = 512  # TensorRT fuses int8 MHA only up to this sequence length
+
+
+@dataclass(frozen=True)
+class StaticQuantSpec:
+    """How to calibrate and where to put Q/DQ.
+
+    method: activation range from the calibration data's ``minmax``, a ``percentile`` of
+    |x|, or the ``entropy`` (KL) optimal threshold. per_channel: one weight scale per output
+    channel (TensorRT's recommendation). smoothquant_alpha: migrate activation outliers into
+    the weights first (None = off; 0.5 is the paper's default). max_calib_samples: sequences
+    of the calibration split used. entropy_bins: histogram bins of the entropy search, which
+    runs in Python in time ~bins^2 (TensorRT's 2048 takes ~10 s for the default layer).
+    """
+
+    method: str = "minmax"
+    per_channel: bool = True
+    quantize_attention_bmm: bool = False
+    smoothquant_alpha: float | None = None
+    percentile: float = 99.999
+    max_calib_samples: int = 64
+    entropy_bins: int = 512
+
+    def __post_init__(self) -> None:
+        if self.method not in CALIB_METHODS:
+            raise ConfigError(f"expected --calib-method in {', '.join(CALIB_METHODS)}, got {self.method!r}")
+        if not 50.0 < self.percentile <= 100.0:
+            raise ConfigError(f"expected a percentile in (50, 100], got {self.percentile}; use e.g. 99.999")
+        if self.smoothquant_alpha is not None and not 0.0 <= self.smoothquant_alpha <= 1.0:
+            raise ConfigError(f"expected a SmoothQuant alpha in [0, 1], got {self.smoothquant_alpha}; use 0.5")
+        if self.max_calib_samples < 1:
+            raise ConfigError(f"expected max_calib_samples >= 1, got {self.max_calib_samples}")
+        if self.entropy_bins < 256:
+            raise ConfigError(f"expected entropy_bins >= 256 (the histogram must be finer than 255 int8 levels), got {self.entropy_bins}")
+
+
+class FloatConsumersPass(ir.passes.InPlacePass):
+    """Only ``quantized`` nodes may read a dequantized activation; others get the float tensor back."""
+
+    def __init__(self, quantized: set[str]) -> None:
+        super().__init__()
+        self.quantized = quantized
+        self.rewired = 0
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        self.rewired = 0
+        for dq in list(model.graph):
+            if dq.op_type != "DequantizeLinear" or is_constant(dq.inputs[0]):
+                continue
+            q = dq.inputs[0].producer()
+            if q is None or q.op_type != "QuantizeLinear":
+                continue
+            float_value = q.inputs[0]
+            for user, index in list(dq.outputs[0].uses()):
+                if user.name not in self.quantized and user.op_type != "QuantizeLinear":
+                    user.replace_input_with(index, float_value)
+                    self.rewired += 1
+        if self.rewired:
+            ir_common.RemoveUnusedNodesPass()(model)  # Q/DQ pairs nobody reads any more
+        return ir.passes.PassResult(model, bool(self.rewired))
+
+
+def _reaches_softmax_input(value: ir.Value | None) -> bool:
+    """True when ``value`` comes from a Softmax through DQ/Q/Cast (P of P @ V)."""
+    hops = 0
+    node = value.producer() if value is not None else None
+    while node is not None and hops < 4:
+        if node.op_type == "Softmax":
+            return True
+        if node.op_type not in ("DequantizeLinear", "QuantizeLinear", "Cast"):
+            return False
+        node = node.inputs[0].producer() if node.inputs[0] is not None else None
+        hops += 1
+    return False
+
+
+def calibrate_ranges(model_path: Path, feeds: list[dict[str, np.ndarray]], spec: StaticQuantSpec, tmp: Path) -> dict[str, tuple[float, float]]:
+    """(low, high) of every MatMul/Gemm input and output on ``feeds``, by ``spec.method``.
+
+    ORT's calibrators are run directly because ``quantize_static`` cannot pass them a
+    histogram size, and its entropy default (128 bins for 128 levels) can never clip.
+    """
+    from onnxruntime.quantization import CalibrationMethod, create_calibrator
+
+    method = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile, "entropy": CalibrationMethod.Entropy}[spec.method]
+    options: dict[str, object] = {"symmetric": True}
+    if spec.method == "percentile":
+        options.update(percentile=spec.percentile, num_bins=2048)
+    elif spec.method == "entropy":
+        options.update(num_bins=spec.entropy_bins, num_quantized_bins=255)  # 255 = int8 levels of [-127, 127]
+    chatter = io.StringIO()  # the histogram calibrators print() their progress
+    with contextlib.redirect_stdout(chatter):
+        calibrator = create_calibrator(
+            model_path, ["MatMul", "Gemm"], augmented_model_path=str(tmp / "augmented.onnx"),
+            calibrate_method=method, extra_options=options,
+        )  # fmt: skip
+        calibrator.collect_data(calibration_reader(feeds))
+        data = calibrator.compute_data()
+    log.debug("%s", chatter.getvalue().strip())
+    return {name: (float(np.ravel(td.range_value[0])[0]), float(np.ravel(td.range_value[1])[0])) for name, td in data.items()}
+
+
+def _insert_output_qdq(graph: ir.Graph, node: ir.Node, absmax: float) -> None:
+    """Q/DQ (int8, zero point 0) on ``node``'s first output, read by all its consumers."""
+    out = node.outputs[0]
+    uses = list(out.uses())
+    scale = ir.Value(name=f"{out.name}_scale", const_value=ir.tensor(np.float32(max(absmax, 1e-12) / 127.0)))
+    zero = ir.Value(name=f"{out.name}_zero_point", const_value=ir.tensor(np.int8(0)))
+    graph.register_initializer(scale)
+    graph.register_initializer(zero)
+    q = ir.node("QuantizeLinear", [out, scale, zero], name=f"{out.name}_QuantizeLinear")
+    dq = ir.node("DequantizeLinear", [q.outputs[0], scale, zero], name=f"{out.name}_DequantizeLinear")
+    q.outputs[0].name, dq.outputs[0].name = f"{out.name}_QuantizeLinear_Output", f"{out.name}_DequantizeLinear_Output"
+    graph.insert_after(node, [q, dq])
+    for user, index in uses:
+        user.replace_input_with(index, dq.outputs[0])
+
+
+def quantize_static_onnx(
+    fp32_onnx: str | os.PathLike[str],
+    out_path: str | os.PathLike[str],
+    calib: ActivationLike,
+    spec: StaticQuantSpec | None = None,
+) -> QuantResult:
+    """Calibrate on ``calib`` (the calibration split, never the validation one) and write a Q/DQ model."""
+    from onnxruntime.quantization import (
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    spec = spec or StaticQuantSpec()
+    seq = int(np.asarray(calib.x).shape[1]) if np.asarray(calib.x).ndim == 3 else 0
+    if spec.quantize_attention_bmm and seq > TRT_INT8_MHA_MAX_SEQ:
+        raise ConfigError(
+            f"quantize_attention_bmm follows TensorRT's int8 MHA, which fuses only up to sequence length "
+            f"{TRT_INT8_MHA_MAX_SEQ}, got calibration sequences of {seq}; leave the BMMs float"
+        )
+    notes: list[str] = [STATIC_ON_CPU]
+    with tempfile.TemporaryDirectory(prefix="attn_export_q8_") as tmp_name:
+        tmp = Path(tmp_name)
+        src = preprocess_for_quantization(fp32_onnx, tmp / "pre.onnx")
+        feeds = calibration_feeds(src, calib, spec.max_calib_samples)
+        n_samples = sum(len(next(iter(f.values()))) for f in feeds)
+        if spec.smoothquant_alpha is not None:
+            smoothed, groups = smooth_onnx(src, feeds, spec.smoothquant_alpha)
+            src = tmp / "smoothed.onnx"
+            ir.save(smoothed, src)
+            notes.append(f"SmoothQuant alpha {spec.smoothquant_alpha}: {len(groups)} activations smoothed by a float Mul")
+        bmms = attention_bmms(ir.load(src).graph)
+        bmm_names = [n.name for n in bmms]
+        if spec.quantize_attention_bmm:
+            notes.append(f"attention BMMs quantized for TensorRT's int8 MHA (sequence length <= {TRT_INT8_MHA_MAX_SEQ})")
+            if not bmms:
+                notes.append("no attention BMMs found (fused attention op?): only the projections are quantized")
+        ranges = calibrate_ranges(src, feeds, spec, tmp)
+        overrides = {name: [{"rmin": np.float32(lo), "rmax": np.float32(hi)}] for name, (lo, hi) in ranges.items()}
+        quantize_static(
+            str(src), str(tmp / "raw.onnx"), calibration_reader(feeds[:1]),  # ranges come from the overrides
+            quant_format=QuantFormat.QDQ, op_types_to_quantize=["MatMul", "Gemm"], per_channel=spec.per_channel,
+            activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+            nodes_to_exclude=[] if spec.quantize_attention_bmm else bmm_names,
+            calibrate_method=CalibrationMethod.MinMax,
+            extra_options={
+                "ActivationSymmetric": True, "WeightSymmetric": True, "TensorQuantOverrides": overrides,
+                "OpTypesToExcludeOutputQuantization": ["MatMul", "Gemm"],
+            },
+        )  # fmt: skip
+        model = ir.load(tmp / "raw.onnx")
+        quantized = {n.name for n in model.graph if n.op_type in ("MatMul", "Gemm")}
+        if not spec.quantize_attention_bmm:
+            quantized -= set(bmm_names)
+        FloatConsumersPass(quantized)(model)
+        if spec.quantize_attention_bmm:
+            nodes = {n.name: n for n in model.graph}
+            pv = [nodes[n] for n in bmm_names if n in nodes and _reaches_softmax_input(nodes[n].inputs[0])]
+            for node in pv:
+                lo, hi = ranges[node.outputs[0].name]
+                _insert_output_qdq(model.graph, node, max(abs(lo), abs(hi)))
+        summary = inspect_qdq(model)
+        if not summary.zero_points_all_zero:
+            raise ExportError(f"static quantization left nonzero zero points in {summary.nonzero_zero_points[:3]}; TensorRT rejects them")
+        save_model_atomic(model, out_path)
+    result = QuantResult(
+        path=str(out_path),
+        size_bytes=Path(out_path).stat().st_size,
+        route="static",
+        n_quantize_linear=summary.n_quantize_linear,
+        n_dequantize_linear=summary.n_dequantize_linear,
+        per_channel=spec.per_channel,
+        notes=notes,
+        fp32_size_bytes=Path(fp32_onnx).stat().st_size,
+        calib_method=spec.method,
+        calib_samples=n_samples,
+        qdq=summary,
+    )
+    log.info("%s", result.describe())
+    return result
