@@ -18,6 +18,29 @@ from rich.table import Table
 
 from attn_export.cli_options import (
     AttentionOpt,
+    BuildEngineOpt,
+    BundleOpt,
+    CalibMethodOpt,
+    CalibOpt,
+    DistillOpt,
+    DlaCoreOpt,
+    HwCompatOpt,
+    Int8ModeOpt,
+    LowRankMethodOpt,
+    LowRankOpt,
+    LowRankTargetsOpt,
+    MaxShapeOpt,
+    MinShapeOpt,
+    OptLevelOpt,
+    OptShapeOpt,
+    QuantizeOpt,
+    SmoothQuantOpt,
+    TargetOpt,
+    TimingCacheOpt,
+    TritonOpt,
+    TrtVersionOpt,
+    VersionCompatOpt,
+    WorkspaceOpt,
     BatchOpt,
     DModelOpt,
     HeadsOpt,
@@ -46,7 +69,8 @@ app = typer.Typer(
     no_args_is_help=False,
 )
 err_console = Console(stderr=True)
-out_console = Console()
+# A pipe or CI log has no terminal width; rich would wrap the table at 80 columns.
+out_console = Console(width=None if sys.stdout.isatty() else 160)
 
 
 @app.callback(invoke_without_command=True)
@@ -60,7 +84,7 @@ def run(
     mask: MaskOpt = "padding",
     seed: SeedOpt = 0,
     opset: OpsetOpt = None,
-    attention: AttentionOpt = "decomposed",
+    attention: AttentionOpt = None,
     precision: PrecisionOpt = "fp32",
     out: OutOpt = Path("attn-export-out"),
     threads: ThreadsOpt = None,
@@ -68,16 +92,48 @@ def run(
     repeats: RepeatsOpt = 20,
     quiet: QuietOpt = False,
     as_json: JsonOpt = False,
+    low_rank: LowRankOpt = None,
+    low_rank_method: LowRankMethodOpt = "activation",
+    low_rank_targets: LowRankTargetsOpt = "q,k,v,o",
+    distill: DistillOpt = None,
+    quantize: QuantizeOpt = None,
+    int8_mode: Int8ModeOpt = "auto",
+    calib: CalibOpt = None,
+    calib_method: CalibMethodOpt = "minmax",
+    smoothquant: SmoothQuantOpt = None,
+    target: TargetOpt = "ort-cpu",
+    trt_version: TrtVersionOpt = None,
+    min_shape: MinShapeOpt = None,
+    opt_shape: OptShapeOpt = None,
+    max_shape: MaxShapeOpt = None,
+    workspace: WorkspaceOpt = None,
+    timing_cache: TimingCacheOpt = None,
+    hardware_compatibility: HwCompatOpt = "none",
+    version_compatible: VersionCompatOpt = False,
+    builder_optimization_level: OptLevelOpt = 3,
+    dla_core: DlaCoreOpt = None,
+    build_engine: BuildEngineOpt = False,
+    bundle: BundleOpt = None,
+    triton: TritonOpt = None,
 ) -> None:
     """Export a layer to ONNX, validate it against eager PyTorch and write a report."""
     if ctx.invoked_subcommand is not None:
         return
+    from attn_export.cli_trt import engine_spec_from_options
     from attn_export.pipeline import PipelineConfig, run_pipeline
 
+    engine = engine_spec_from_options(
+        precision="int8" if quantize else precision, min_shape=min_shape, opt_shape=opt_shape, max_shape=max_shape,
+        workspace=workspace, timing_cache=timing_cache, hardware_compatibility=hardware_compatibility,
+        version_compatible=version_compatible, optimization_level=builder_optimization_level, dla_core=dla_core,
+    )  # fmt: skip
     cfg = PipelineConfig(
         layer=layer, d_model=d_model, heads=heads, mask=mask, seq_len=seq_len, batch=batch, opset=opset,
         attention=attention, precision=precision, out=out, seed=seed, threads=threads, warmup=warmup,
-        repeats=repeats,
+        repeats=repeats, low_rank=low_rank, low_rank_method=low_rank_method, low_rank_targets=low_rank_targets,
+        distill=distill, quantize=quantize, int8_mode=int8_mode, calib=calib, calib_method=calib_method,
+        smoothquant=smoothquant, target=target, trt_version=trt_version, engine=engine, build_engine=build_engine,
+        bundle=bundle, triton=triton,
     )  # fmt: skip
     progress = None if quiet or as_json else (lambda msg: err_console.print(f"[dim]•[/dim] {msg}"))
     with err_console.status("working…", spinner="dots") if progress else _nullcontext():
@@ -141,7 +197,7 @@ def _register_subcommands() -> None:
     """Subcommands live in their own modules; each exposes ``register(app)``."""
     import importlib
 
-    for module in ():
+    for module in ("attn_export.cli_trt", "attn_export.cli_calib"):
         importlib.import_module(module).register(app)
 
 
@@ -150,7 +206,7 @@ _register_subcommands()
 
 # Options whose value may be omitted (``--low-rank`` alone = ``--low-rank 0.5``). typer's
 # bundled click has no optional-value options, so the default is filled in before parsing.
-OPTIONAL_VALUE_DEFAULTS: dict[str, str] = {}
+OPTIONAL_VALUE_DEFAULTS: dict[str, str] = {"--low-rank": "0.5", "--distill": "200"}
 
 
 def fill_optional_values(argv: list[str], defaults: dict[str, str] | None = None) -> list[str]:
@@ -177,6 +233,7 @@ def _is_number(text: str) -> bool:
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: one-line errors on stderr, exit 2 for usage/config errors."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)  # torchao's enum registration notice
     argv = fill_optional_values(list(sys.argv[1:] if argv is None else argv))
     try:
         rv = app(args=argv, standalone_mode=False, prog_name="attn-export")

@@ -137,6 +137,8 @@ def export_spec_for(target: Target | str, precision: str = "fp32", **overrides: 
     """
     tgt = get_target(target) if isinstance(target, str) else target
     graph_precision = tgt.graph_precision(precision)
-    spec = ExportSpec(attention=tgt.attention, opset=tgt.opset, precision=graph_precision, **overrides)  # type: ignore[arg-type]
+    fields: dict[str, object] = {"attention": tgt.attention, "opset": tgt.opset, "precision": graph_precision}
+    fields.update(overrides)  # an explicit --attention/--opset wins over the target's choice
+    spec = ExportSpec(**fields)  # type: ignore[arg-type]
     log.debug("target %s, %s -> %s", tgt.name, precision, spec)
     return spec

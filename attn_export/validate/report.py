@@ -73,6 +73,7 @@ class Report:
     environment: dict[str, Any] = field(default_factory=dict)
     stages: list[Stage] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    selection: dict[str, Any] = field(default_factory=dict)  # e.g. {"int8": {"route": ..., "tried": [...]}}
     schema_version: int = SCHEMA_VERSION
 
     def add(self, stage: Stage) -> Stage:
@@ -93,6 +94,7 @@ class Report:
             "environment": self.environment,
             "stages": [s.to_dict() for s in self.stages],
             "notes": self.notes,
+            "selection": self.selection,
         }
 
     def write(self, path: str | os.PathLike[str]) -> Path:
