@@ -7,6 +7,12 @@ registered from their own modules. Every user error is one line on stderr and ex
 
 from __future__ import annotations
 
+import os
+
+# torch's OpenMP threads spin-wait by default; on a shared CI box that makes eager latency
+# swing 10x and skews every ratio to eager. Set before torch is imported; users may override.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import json
 import logging
 import sys
@@ -18,44 +24,44 @@ from rich.table import Table
 
 from attn_export.cli_options import (
     AttentionOpt,
+    BatchOpt,
     BuildEngineOpt,
     BundleOpt,
     CalibMethodOpt,
     CalibOpt,
     DistillOpt,
     DlaCoreOpt,
+    DModelOpt,
+    HeadsOpt,
     HwCompatOpt,
     Int8ModeOpt,
+    JsonOpt,
+    LayerOpt,
     LowRankMethodOpt,
     LowRankOpt,
     LowRankTargetsOpt,
+    MaskOpt,
     MaxShapeOpt,
     MinShapeOpt,
+    OpsetOpt,
     OptLevelOpt,
     OptShapeOpt,
-    QuantizeOpt,
-    SmoothQuantOpt,
-    TargetOpt,
-    TimingCacheOpt,
-    TritonOpt,
-    TrtVersionOpt,
-    VersionCompatOpt,
-    WorkspaceOpt,
-    BatchOpt,
-    DModelOpt,
-    HeadsOpt,
-    JsonOpt,
-    LayerOpt,
-    MaskOpt,
-    OpsetOpt,
     OutOpt,
     PrecisionOpt,
+    QuantizeOpt,
     QuietOpt,
     RepeatsOpt,
     SeedOpt,
     SeqLenOpt,
+    SmoothQuantOpt,
+    TargetOpt,
     ThreadsOpt,
+    TimingCacheOpt,
+    TritonOpt,
+    TrtVersionOpt,
+    VersionCompatOpt,
     WarmupOpt,
+    WorkspaceOpt,
 )
 from attn_export.errors import AttnExportError
 
@@ -197,7 +203,7 @@ def _register_subcommands() -> None:
     """Subcommands live in their own modules; each exposes ``register(app)``."""
     import importlib
 
-    for module in ("attn_export.cli_trt", "attn_export.cli_calib"):
+    for module in ("attn_export.cli_trt", "attn_export.cli_calib", "attn_export.cli_report"):
         importlib.import_module(module).register(app)
 
 

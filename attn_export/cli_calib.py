@@ -13,7 +13,11 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from attn_export.compress.calib_data import DEFAULT_MAX_BYTES, generate_calibration, load_calibration
+from attn_export.compress.calib_data import (
+    DEFAULT_MAX_BYTES,
+    generate_calibration,
+    load_calibration,
+)
 from attn_export.errors import AttnExportError
 
 __all__ = ["calib_app", "register"]

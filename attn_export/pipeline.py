@@ -76,6 +76,7 @@ class PipelineConfig:
     build_engine: bool = False
     bundle: Path | None = None
     triton: Path | None = None
+    render: bool = True  # report.md + self-contained report.html with plots
 
     def __post_init__(self) -> None:
         self.out = Path(self.out)
@@ -253,7 +254,10 @@ def run_pipeline(cfg: PipelineConfig, progress: Progress | None = None) -> Repor
         deploy_onnx, deploy_precision = _compress(cfg, ctx, layer, data, spec, base, deploy_onnx, deploy_precision)
 
     if target.is_tensorrt:
-        from attn_export.stages.deploy import build_and_validate_engine, check_for_target
+        from attn_export.stages.deploy import (
+            build_and_validate_engine,
+            check_for_target,
+        )
 
         engine_spec = cfg.engine_spec()
         trt_version = cfg.trt_version or target.trt_version or "10.14"
@@ -271,6 +275,11 @@ def run_pipeline(cfg: PipelineConfig, progress: Progress | None = None) -> Repor
         engine_path = str(Path(deploy_onnx).with_suffix(".engine")) if cfg.build_engine else None
         write_triton(ctx, deploy_onnx, cfg.triton, cfg.engine_spec(), engine_path)
     report.write(cfg.out / "report.json")
+    if cfg.render:
+        from attn_export.validate.render import write_reports
+
+        say("rendering report.md and report.html")
+        write_reports(cfg.out / "report.json", cfg.out)
     return report
 
 

@@ -50,8 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     base = lat["eager-fp32"].p50
     print(f"transformer d_model={args.d_model} heads={args.heads} B={args.batch} L={args.seq_len} threads={args.threads} repeats={args.repeats}")
     print(f"{'variant':<28}{'p50 ms':>10}{'p90 ms':>10}{'ratio vs eager':>16}{'max abs err':>14}")
-    for name, l in lat.items():
-        print(f"{name:<28}{l.p50:>10.2f}{l.p90:>10.2f}{base / l.p50:>15.2f}x{errs[name]:>14.2e}")
+    for name, t in lat.items():
+        print(f"{name:<28}{t.p50:>10.2f}{t.p90:>10.2f}{base / t.p50:>15.2f}x{errs[name]:>14.2e}")
     return 0 if all(np.isfinite(list(errs.values()))) else 1
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import tempfile
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from attn_export._atomic import atomic_path
 from attn_export.errors import ConfigError, DataError
 from attn_export.layers.registry import LAYERS, MaskedLayer
 
@@ -336,22 +336,13 @@ def generate_calibration(
         "calib_x": x[:n_calib], "calib_key_padding_mask": kpm[:n_calib],
         "val_x": x[n_calib:], "val_key_padding_mask": kpm[n_calib:],
     }  # fmt: skip
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         if path.suffix == ".npz":
             with open(tmp, "wb") as f:
                 np.savez_compressed(f, **arrays)
         else:
             from safetensors.numpy import save_file
 
-            save_file({k: np.ascontiguousarray(v) for k, v in arrays.items()}, tmp, metadata={"seed": str(seed)})
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; a shared data file should be readable
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+            save_file({k: np.ascontiguousarray(v) for k, v in arrays.items()}, str(tmp), metadata={"seed": str(seed)})
     log.info("wrote %s (%d bytes)", path, path.stat().st_size)
     return path

@@ -22,6 +22,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from attn_export._atomic import atomic_path
 from attn_export.compress.qdq import QdqSummary, inspect_qdq
 from attn_export.errors import ConfigError, DataError, ExportError
 
@@ -215,14 +216,8 @@ def save_model_atomic(model: ir.Model | onnx.ModelProto, path: str | os.PathLike
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as err:
         raise ExportError(f"quantized graph fails onnx.checker: {str(err).splitlines()[0]}") from err
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".onnx.tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        onnx.save(proto, tmp)
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    with atomic_path(path) as tmp:
+        onnx.save(proto, str(tmp))
     return path
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import logging
 import os
-import tempfile
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ import onnx
 import torch
 from torch import nn
 
+from attn_export._atomic import atomic_path
 from attn_export.errors import ExportError
 from attn_export.export.inspect import GraphSummary, summarize_graph
 from attn_export.export.spec import ExportSpec
@@ -122,43 +122,37 @@ def export_module(
 
     dynamic_shapes = tuple({ax: dim(n) for ax, n in dynamic_axes.get(name, {}).items() if dim(n) is not None} or None for name in input_names)
     opset = spec.resolved_opset
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".onnx.tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
     try:
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            program = torch.onnx.export(
-                work,
-                example_inputs,
-                dynamo=True,
-                opset_version=opset,
-                input_names=input_names,
-                output_names=output_names,
-                dynamic_shapes=dynamic_shapes,
-                optimize=True,
-                verbose=False,
-            )
-        if program is None:
-            raise ExportError("torch.onnx.export returned no program")
-        program.save(str(tmp), external_data=False)
-        proto = onnx.load(str(tmp))
-        proto.producer_name = "attn-export"
-        _set_metadata(proto, {"attn_export.attention": spec.attention, "attn_export.precision": spec.precision})
-        try:
-            onnx.checker.check_model(proto, full_check=True)
-        except onnx.checker.ValidationError as err:
-            raise ExportError(f"exported graph fails onnx.checker: {str(err).splitlines()[0]}") from err
-        onnx.save(proto, str(tmp))
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                program = torch.onnx.export(
+                    work,
+                    example_inputs,
+                    dynamo=True,
+                    opset_version=opset,
+                    input_names=input_names,
+                    output_names=output_names,
+                    dynamic_shapes=dynamic_shapes,
+                    optimize=True,
+                    verbose=False,
+                )
+            if program is None:
+                raise ExportError("torch.onnx.export returned no program")
+            program.save(str(tmp), external_data=False)
+            proto = onnx.load(str(tmp))
+            proto.producer_name = "attn-export"
+            _set_metadata(proto, {"attn_export.attention": spec.attention, "attn_export.precision": spec.precision})
+            try:
+                onnx.checker.check_model(proto, full_check=True)
+            except onnx.checker.ValidationError as err:
+                raise ExportError(f"exported graph fails onnx.checker: {str(err).splitlines()[0]}") from err
+            onnx.save(proto, str(tmp))
     except ExportError:
         raise
     except Exception as err:  # torch.export / onnx errors are long; keep the first line
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ExportError(f"ONNX export failed ({type(err).__name__}: {first}); try --attention decomposed") from err
-    finally:
-        tmp.unlink(missing_ok=True)
     summary = summarize_graph(proto)
     result = ExportResult(
         path=str(path),

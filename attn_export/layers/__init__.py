@@ -5,8 +5,19 @@ from attn_export.layers.block_sparse import BlockSparseAttention
 from attn_export.layers.linear_attention import LinearAttention
 from attn_export.layers.masks import causal_mask, window_mask
 from attn_export.layers.mha import MultiHeadAttention
-from attn_export.layers.projections import AttentionProjections, fuse_qkv_, set_attention_form_
-from attn_export.layers.registry import LAYER_NAMES, LAYERS, MASK_KINDS, MaskedLayer, build_layer, supported_masks
+from attn_export.layers.projections import (
+    AttentionProjections,
+    fuse_qkv_,
+    set_attention_form_,
+)
+from attn_export.layers.registry import (
+    LAYER_NAMES,
+    LAYERS,
+    MASK_KINDS,
+    MaskedLayer,
+    build_layer,
+    supported_masks,
+)
 from attn_export.layers.self_attention import SelfAttention
 from attn_export.layers.transformer import Fp32LayerNorm, TransformerLayer
 

@@ -7,7 +7,12 @@ from torch import nn
 
 from attn_export.errors import ConfigError
 from attn_export.layers.attention import attend
-from attn_export.layers.masks import causal_mask, combine_keep, padding_to_keep, window_mask
+from attn_export.layers.masks import (
+    causal_mask,
+    combine_keep,
+    padding_to_keep,
+    window_mask,
+)
 from attn_export.layers.projections import AttentionProjections
 
 __all__ = ["SelfAttention"]

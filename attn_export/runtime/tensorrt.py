@@ -13,7 +13,12 @@ absence is a ``MissingDependencyError`` naming the pip package.
 """
 
 from attn_export.runtime.trt_build import EngineBuildResult, build_engine, preflight
-from attn_export.runtime.trt_runner import EngineFromPath, TrtRunner, check_shape_in_profile, load_engine
+from attn_export.runtime.trt_runner import (
+    EngineFromPath,
+    TrtRunner,
+    check_shape_in_profile,
+    load_engine,
+)
 from attn_export.runtime.trt_sidecar import (
     AttentionFusion,
     EngineSidecar,
@@ -22,7 +27,15 @@ from attn_export.runtime.trt_sidecar import (
     read_sidecar,
     verify_engine_file,
 )
-from attn_export.runtime.trt_spec import BuildPlan, EngineSpec, ShapeProfile, TrtVersion, parse_shape, parse_trt_version, plan_build
+from attn_export.runtime.trt_spec import (
+    BuildPlan,
+    EngineSpec,
+    ShapeProfile,
+    TrtVersion,
+    parse_shape,
+    parse_trt_version,
+    plan_build,
+)
 
 __all__ = [
     "AttentionFusion",

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 
 import onnx
 
+from attn_export._atomic import atomic_write_bytes
 from attn_export._lazy import require
 from attn_export.errors import ConfigError, EngineError
 from attn_export.export.trt_attention import find_attention_blocks
@@ -37,7 +37,12 @@ from attn_export.runtime.trt_sidecar import (
     sidecar_path_for,
     write_sidecar,
 )
-from attn_export.runtime.trt_spec import HARDWARE_COMPATIBILITY, BuildPlan, EngineSpec, plan_build
+from attn_export.runtime.trt_spec import (
+    HARDWARE_COMPATIBILITY,
+    BuildPlan,
+    EngineSpec,
+    plan_build,
+)
 
 __all__ = ["EngineBuildResult", "Preflight", "build_engine", "preflight", "unfused_warning"]
 
@@ -106,14 +111,7 @@ def unfused_warning(fused: int, blocks: int, softmax_layers: list[str], report: 
 
 
 def _atomic_write_bytes(path: Path, data: bytes | memoryview) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(path, data)
 
 
 def _parser_errors(parser: Any) -> list[str]:

@@ -21,7 +21,12 @@ import numpy as np
 from attn_export._lazy import require
 from attn_export.errors import EngineError, MissingDependencyError
 from attn_export.runtime.base import Feed, Runner
-from attn_export.runtime.trt_sidecar import EngineSidecar, check_compatible, read_sidecar, verify_engine_file
+from attn_export.runtime.trt_sidecar import (
+    EngineSidecar,
+    check_compatible,
+    read_sidecar,
+    verify_engine_file,
+)
 
 __all__ = ["EngineFromPath", "TrtRunner", "load_engine", "ensure_runnable", "check_shape_in_profile", "gpu_identity", "cudart"]
 

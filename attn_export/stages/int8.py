@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 from torch import nn
 
+from attn_export._atomic import atomic_path
 from attn_export.compress import (
     DYNAMIC_NOT_FOR_TENSORRT,
     CalibrationData,
@@ -120,13 +120,8 @@ def select_int8(ctx: StageContext, stages: list[Stage], key: str = "int8") -> St
         return None
     best = min(candidates, key=lambda s: s.latency_ms["artifact"].p50)
     final = ctx.out / f"model.{key}.onnx"
-    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=ctx.out)
-    os.close(fd)
-    try:
+    with atomic_path(final) as tmp:
         shutil.copyfile(best.artifact, tmp)  # type: ignore[arg-type]
-        os.replace(tmp, final)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
     ctx.report.selection[key] = {"route": best.details.get("route"), "stage": best.name, "artifact": str(final), "tried": tried}
     ctx.report.notes.append(
         f"selected {best.name} as {final.name}: fastest route meeting the int8 tolerance "

@@ -13,12 +13,13 @@ import numpy as np
 
 from attn_export.runtime.base import Feed, Runner
 from attn_export.validate.compare import compare_outputs
+from attn_export.validate.error_histogram import error_histogram
 from attn_export.validate.latency import time_runners
 from attn_export.validate.metrics import accuracy
 from attn_export.validate.report import Latency, Stage
 from attn_export.validate.tolerances import Tolerance
 
-__all__ = ["evaluate_stage", "error_histogram", "reference_outputs"]
+__all__ = ["evaluate_stage", "reference_outputs"]
 
 log = logging.getLogger(__name__)
 
@@ -26,14 +27,6 @@ log = logging.getLogger(__name__)
 def reference_outputs(reference: Runner, feeds: Sequence[Feed]) -> list[dict[str, np.ndarray]]:
     """Eager outputs for each validation feed (computed once, shared by every stage)."""
     return [reference.infer(f) for f in feeds]
-
-
-def error_histogram(ref: np.ndarray, out: np.ndarray, bins: int = 40) -> dict[str, list[float]]:
-    """Histogram of |ref - out| on a log10 scale; stored in the stage for the report plots."""
-    err = np.abs(np.asarray(ref, np.float64) - np.asarray(out, np.float64)).ravel()
-    err = np.log10(np.maximum(err, 1e-12))
-    counts, edges = np.histogram(err, bins=bins)
-    return {"log10_abs_error_bin_edges": edges.tolist(), "counts": counts.tolist()}
 
 
 def evaluate_stage(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,16 +110,11 @@ def _json_default(obj: Any) -> Any:
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     """Write via a temporary file in the same folder, then rename: no half-written files."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    from attn_export._atomic import atomic_path
+
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return Path(path)
 
 
 def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from fixtures import LAYER_MASKS, eager, feed_for, run_onnx, small_layer
 
 from attn_export.export import ExportSpec, export_onnx, summarize_graph
-from fixtures import LAYER_MASKS, eager, feed_for, run_onnx, small_layer
 
 EXAMPLE = dict(example_batch=2, example_seq=16)
 

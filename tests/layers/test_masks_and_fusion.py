@@ -7,9 +7,9 @@ import copy
 import numpy as np
 import pytest
 import torch
+from fixtures import LAYER_MASKS, eager, feed_for, small_layer
 
 from attn_export.layers import MultiHeadAttention, fuse_qkv_
-from fixtures import LAYER_MASKS, eager, feed_for, small_layer
 
 
 @pytest.mark.parametrize("name", ["transformer", "mha", "self-attention", "block-sparse", "linear"])

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fixtures import feed_for, small_layer
 
 from attn_export.errors import ConfigError, MissingDependencyError
 from attn_export.export import ExportSpec, export_onnx
 from attn_export.runtime import EagerRunner, OrtRunner, Runner, SessionFromOnnx, available_providers
 from attn_export.validate import compare_outputs, tolerance_for
-from fixtures import feed_for, small_layer
 
 
 @pytest.fixture(scope="module")

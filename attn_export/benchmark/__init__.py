@@ -1,0 +1,24 @@
+"""``attn-export bench``: every variant of a layer side by side, against the machine's ceilings."""
+
+from attn_export.benchmark.ceilings import Ceilings, measure_ceilings
+from attn_export.benchmark.flops import FlopCount, count_flops, count_module_flops
+from attn_export.benchmark.harness import BENCH_FORMAT, BenchConfig, run_bench
+from attn_export.benchmark.memory import peak_memory_delta
+from attn_export.benchmark.table import markdown_tables, results_table, variants_table
+from attn_export.benchmark.variants import VARIANTS
+
+__all__ = [
+    "BENCH_FORMAT",
+    "VARIANTS",
+    "BenchConfig",
+    "Ceilings",
+    "FlopCount",
+    "count_flops",
+    "count_module_flops",
+    "markdown_tables",
+    "measure_ceilings",
+    "peak_memory_delta",
+    "results_table",
+    "run_bench",
+    "variants_table",
+]

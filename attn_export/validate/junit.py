@@ -1,0 +1,49 @@
+"""JUnit XML for the gate, so CI systems show each stage/metric as a test case.
+
+GitHub Actions, GitLab and Jenkins all render JUnit XML natively; one testcase per
+(stage, metric) makes a regression show up as a named failing test instead of a log line.
+"""
+
+from __future__ import annotations
+
+import os
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from attn_export.validate.gate import GateResult
+from attn_export.validate.report import atomic_write_text
+
+__all__ = ["junit_xml", "write_junit"]
+
+
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:.6g}"
+
+
+def junit_xml(result: GateResult, suite: str = "attn-export-gate") -> str:
+    """The gate result as a JUnit ``<testsuites>`` document (one testsuite)."""
+    failures = len(result.regressions)
+    root = ET.Element("testsuites", name=suite, tests=str(len(result.checks)), failures=str(failures), errors="0")
+    ts = ET.SubElement(
+        root, "testsuite", name=suite, tests=str(len(result.checks)), failures=str(failures), errors="0", skipped="0"
+    )
+    if result.new_stages:  # <properties> must precede the test cases in the JUnit schema
+        props = ET.SubElement(ts, "properties")
+        ET.SubElement(props, "property", name="new_stages", value=",".join(result.new_stages))
+    for c in result.checks:
+        case = ET.SubElement(ts, "testcase", classname=f"{suite}.{c.stage}", name=c.metric, time="0")
+        detail = f"stage {c.stage}, {c.metric}: value {_num(c.value)}, baseline {_num(c.baseline)}, limit {_num(c.limit)}"
+        if c.ok:
+            ET.SubElement(case, "system-out").text = detail
+        else:
+            fail = ET.SubElement(case, "failure", message=f"{c.stage}/{c.metric}: {c.message or 'regression'}", type="regression")
+            fail.text = detail
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def write_junit(result: GateResult, path: str | os.PathLike[str], suite: str = "attn-export-gate") -> Path:
+    """Write ``junit_xml(result)`` atomically to ``path`` (parent folders are created)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    return atomic_write_text(p, junit_xml(result, suite))

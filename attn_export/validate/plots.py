@@ -1,0 +1,193 @@
+"""Report plots (matplotlib, headless Agg backend), each written to a PNG and returned as a Path.
+
+Every function takes plain report/bench dicts (the JSON files' content), so plots can be
+redrawn from committed JSON without re-running anything. Functions return None instead of an
+empty picture when the input has nothing to draw.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: no display on CI or servers
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from attn_export.validate.error_histogram import error_histogram, histogram_from_details
+from attn_export.validate.pareto import ParetoPoint, pareto_front, points_from_report
+
+__all__ = ["plot_attention_maps", "plot_error_histograms", "plot_latency", "plot_pareto", "plot_seq_scaling"]
+
+log = logging.getLogger(__name__)
+
+_DPI = 100
+SQNR_PLOT_CAP_DB = 160.0  # identical outputs report 300 dB; keep the axis readable
+
+
+def _save(fig: Any, path: str | os.PathLike[str]) -> Path:
+    """Atomic PNG write: render to a temp file in the same folder, then rename."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.tmp")
+    try:
+        fig.savefig(tmp, dpi=_DPI, bbox_inches="tight", format="png")
+        os.replace(tmp, p)
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)
+    return p
+
+
+def plot_latency(report: Mapping[str, Any], path: str | os.PathLike[str]) -> Path | None:
+    """Bars of p50 latency per stage (p90 as whiskers) next to eager, and speedup vs eager."""
+    rows = [s for s in report.get("stages", []) if ((s.get("latency_ms") or {}).get("artifact") or {}).get("p50") is not None]
+    if not rows:
+        return None
+    names = [s["name"] for s in rows]
+    art = np.array([s["latency_ms"]["artifact"]["p50"] for s in rows])
+    art90 = np.array([s["latency_ms"]["artifact"].get("p90", p) for s, p in zip(rows, art)])
+    eag = np.array([((s["latency_ms"].get("eager") or {}).get("p50") or np.nan) for s in rows])
+    speed = np.array([s.get("speedup_vs_eager") or (e / a if a else np.nan) for s, e, a in zip(rows, eag, art)])
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(max(8, 1.6 * len(rows) + 4), 4))
+    x = np.arange(len(rows))
+    ax1.bar(x - 0.2, eag, 0.4, label="eager (same run)", color="#bbbbbb")
+    ax1.bar(x + 0.2, art, 0.4, yerr=[np.zeros_like(art), np.maximum(art90 - art, 0)], label="artifact p50 (p90 whisker)", color="#3a7bd5")
+    ax1.set_xticks(x, names, rotation=30, ha="right")
+    ax1.set_ylabel("latency (ms)")
+    ax1.set_title("Latency per stage")
+    ax1.legend(fontsize=8)
+    ax2.bar(x, speed, color=["#2e9e5b" if v >= 1 else "#d9534f" for v in np.nan_to_num(speed, nan=1.0)])
+    ax2.axhline(1.0, color="k", lw=0.8, ls="--")
+    ax2.set_xticks(x, names, rotation=30, ha="right")
+    ax2.set_ylabel("speedup vs eager (x)")
+    ax2.set_title("Speedup vs eager")
+    for xi, v in zip(x, speed):
+        if not math.isnan(v):
+            ax2.annotate(f"{v:.2f}x", (xi, v), ha="center", va="bottom", fontsize=8)
+    return _save(fig, path)
+
+
+def plot_pareto(
+    points: Sequence[ParetoPoint] | Mapping[str, Any],
+    path: str | os.PathLike[str],
+    metric: str = "sqnr_db",
+    title: str = "Accuracy vs latency",
+    xlabel: str = "latency p50 (ms)",
+) -> Path | None:
+    """Scatter of accuracy vs latency; the non-dominated points are highlighted and joined."""
+    if isinstance(points, Mapping):
+        pts = points_from_report(points, metric, relative=True)
+        xlabel = "latency relative to eager fp32 (p50 ratio, same run)"
+    else:
+        pts = list(points)
+    if not pts:
+        return None
+    cap = SQNR_PLOT_CAP_DB if metric == "sqnr_db" else math.inf
+    lat = np.array([p.latency for p in pts])
+    acc = np.array([min(p.accuracy, cap) for p in pts])
+    front = pareto_front(pts)
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    ax.scatter(lat, acc, c="#9aa5b1", s=30, label="dominated", zorder=2)
+    ax.plot(lat[front], acc[front], "-o", c="#e8590c", ms=8, lw=1.5, label="Pareto front (non-dominated)", zorder=3)
+    for rank, i in enumerate(np.lexsort((lat, acc))):  # stagger labels of points at similar accuracy
+        ax.annotate(pts[i].label, (lat[i], acc[i]), xytext=(4, 4 + 9 * (rank % 3)), textcoords="offset points", fontsize=7,
+                    weight="bold" if i in front else "normal")  # fmt: skip
+    ax.set_xlabel(f"{xlabel} - lower is better")
+    ylabel = {"sqnr_db": f"SQNR vs eager fp32 (dB, capped at {cap:.0f})", "cosine": "cosine vs eager fp32"}.get(metric, metric)
+    ax.set_ylabel(ylabel + " - higher is better")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    return _save(fig, path)
+
+
+def plot_error_histograms(
+    report: Mapping[str, Any], path: str | os.PathLike[str], samples: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None
+) -> Path | None:
+    """|artifact - eager| histograms per stage, on shared log bins.
+
+    ``samples`` maps stage name -> (reference, candidate) arrays; otherwise each stage's
+    stored ``details["error_histogram"]`` is used. Stages with neither are left out.
+    """
+    hists: dict[str, dict[str, Any]] = {}
+    for s in report.get("stages", []):
+        name = s["name"]
+        if samples and name in samples:
+            hists[name] = error_histogram(*samples[name])
+        elif (h := histogram_from_details(s.get("details"))) is not None:
+            hists[name] = h
+    if not hists:
+        return None
+    n = len(hists)
+    fig, axes = plt.subplots(n, 1, figsize=(7.5, 1.9 * n + 0.6), sharex=True, squeeze=False)
+    for ax, (name, h) in zip(axes[:, 0], hists.items()):
+        edges = np.asarray(h["bin_edges"], dtype=np.float64)
+        counts = np.asarray(h["counts"], dtype=np.float64)
+        total = max(1, int(h.get("total") or counts.sum() + h.get("zeros", 0)))
+        ax.stairs(counts / total, edges, fill=True, color="#3a7bd5", alpha=0.8)
+        ax.set_xscale("log")
+        zeros = int(h.get("zeros", 0))
+        ax.set_title(f"{name}: |error| vs eager" + (f"  ({zeros / total:.1%} exactly 0)" if zeros else ""), fontsize=9)
+        ax.set_ylabel("fraction")
+    axes[-1, 0].set_xlabel("absolute error")
+    return _save(fig, path)
+
+
+def plot_seq_scaling(bench: Mapping[str, Any], path: str | os.PathLike[str], batch: int | None = None) -> Path | None:
+    """Latency p50 and peak memory vs sequence length, one line per variant (one batch size)."""
+    rows = [r for r in bench.get("results", []) if r.get("latency_ms")]
+    if not rows:
+        return None
+    batch = batch if batch is not None else min(int(r["batch"]) for r in rows)
+    rows = [r for r in rows if int(r["batch"]) == batch]
+    variants = list(dict.fromkeys(r["variant"] for r in rows))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for i, v in enumerate(variants):
+        style = {"color": plt.cm.tab20(i % 20), "ls": ("-", "--", ":")[i // 20 % 3], "marker": "o", "ms": 3, "label": v}
+        pts = sorted(((int(r["seq"]), r) for r in rows if r["variant"] == v), key=lambda t: t[0])
+        seqs = [s for s, _ in pts]
+        ax1.plot(seqs, [r["latency_ms"]["p50"] for _, r in pts], **style)
+        mem = [(s, r.get("peak_mem_bytes")) for s, r in pts if r.get("peak_mem_bytes")]
+        if mem:
+            ax2.plot([s for s, _ in mem], [m / 2**20 for _, m in mem], **style)
+    for ax, ylabel in ((ax1, "latency p50 (ms)"), (ax2, "peak memory during inference (MiB, RSS delta)")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("sequence length")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3, which="both")
+    ax1.set_title(f"Latency vs sequence length (batch {batch})")
+    ax2.set_title(f"Peak memory vs sequence length (batch {batch})")
+    ax2.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    return _save(fig, path)
+
+
+def plot_attention_maps(
+    eager_maps: np.ndarray, onnx_maps: np.ndarray, path: str | os.PathLike[str], batch_index: int = 0, max_tokens: int = 64, label: str = "ONNX"
+) -> Path:
+    """Per head: eager map, exported map and |difference|, side by side (rows = heads)."""
+    e = np.asarray(eager_maps)[batch_index, :, :max_tokens, :max_tokens]  # (H, Lq, Lk)
+    o = np.asarray(onnx_maps)[batch_index, :, :max_tokens, :max_tokens]
+    heads = e.shape[0]
+    fig, axes = plt.subplots(heads, 3, figsize=(7.5, 2.3 * heads), squeeze=False, layout="constrained")
+    vmax = float(max(e.max(initial=0.0), o.max(initial=0.0))) or 1.0
+    for h in range(heads):
+        diff = np.abs(e[h].astype(np.float64) - o[h])
+        for col, (img, title, kw) in enumerate(
+            ((e[h], "eager", {"vmin": 0, "vmax": vmax}), (o[h], label, {"vmin": 0, "vmax": vmax}), (diff, f"|diff| max {diff.max(initial=0):.1e}", {"cmap": "magma"}))
+        ):
+            ax = axes[h, col]
+            ax.imshow(img, aspect="auto", interpolation="nearest", **kw)
+            ax.set_title(f"head {h}: {title}", fontsize=8)
+            ax.set_xticks([])
+            ax.set_yticks([])
+    fig.suptitle("Attention probabilities per head (query rows x key columns)", fontsize=10)
+    return _save(fig, path)

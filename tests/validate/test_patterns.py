@@ -1,0 +1,76 @@
+"""check_attention_patterns: eager vs exported softmax maps per head, and the report's auto maps."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx_ir as ir
+import pytest
+from fixtures import D_MODEL, feed_for, small_layer
+
+from attn_export.export import ExportSpec, export_onnx
+from attn_export.validate.patterns import (
+    attention_maps,
+    check_attention_patterns,
+    expose_softmax_outputs,
+)
+from attn_export.validate.render import write_reports
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    d = tmp_path_factory.mktemp("maps")
+    layer = small_layer("transformer", "padding")
+    export_onnx(layer, d / "model.onnx", ExportSpec())
+    export_onnx(layer, d / "contrib.onnx", ExportSpec(attention="ort-contrib"))
+    model = ir.load(d / "model.onnx")
+    qkv = next(v for v in model.graph.initializers.values() if v.const_value.shape == (D_MODEL, 3 * D_MODEL))
+    arr = qkv.const_value.numpy().copy()
+    arr[5, :D_MODEL] += 0.5  # corrupt the query projection of one input feature
+    qkv.const_value = ir.tensor(arr, name=qkv.name)
+    ir.save(model, d / "bad_q.onnx")
+    return layer, d
+
+
+def test_exact_export_maps_match_per_head(exported):
+    layer, d = exported
+    feed = feed_for(layer, 2, 8, fully_masked_row=1)
+    res = check_attention_patterns(layer, feed["x"], d / "model.onnx", feed["key_padding_mask"])
+    assert res, str(res)
+    assert res.source == "artifact" and len(res.max_abs_per_head) == 4
+    assert res.eager_maps.shape == (2, 4, 8, 8)
+    assert np.allclose(res.eager_maps[0].sum(-1), 1.0, atol=1e-5)  # unpadded sequence: rows sum to 1
+    assert min(res.cosine_per_head) > 0.999999
+
+
+def test_fused_artifact_falls_back_to_a_decomposed_export(exported):
+    layer, d = exported
+    feed = feed_for(layer, 1, 8)
+    eager, onnx = attention_maps(layer, feed["x"], d / "contrib.onnx", feed["key_padding_mask"])
+    assert eager.shape == onnx.shape == (1, 4, 8, 8)
+    res = check_attention_patterns(layer, feed["x"], d / "contrib.onnx", feed["key_padding_mask"])
+    assert res and res.source.startswith("decomposed re-export")
+    assert expose_softmax_outputs(d / "contrib.onnx", d / "copy.onnx") == []
+
+
+def test_corrupted_query_projection_is_caught(exported):
+    layer, d = exported
+    feed = feed_for(layer, 2, 8)
+    res = check_attention_patterns(layer, feed["x"], d / "bad_q.onnx", feed["key_padding_mask"])
+    assert not res
+    assert "FAIL" in str(res) and max(res.max_abs_per_head) > 1e-3
+
+
+def test_report_rebuilds_the_layer_for_attention_maps(exported, tmp_path):
+    _, d = exported
+    report = {
+        "model": {"layer": "transformer", "d_model": D_MODEL, "heads": 4, "mask": "padding"},
+        "inputs": {"batch": 2, "seq_len": 16, "seed": 0},
+        "stages": [{"name": "onnx-fp32", "precision": "fp32", "artifact": "elsewhere/model.onnx",
+                    "accuracy": {"cosine": 1.0, "sqnr_db": 140.0, "rel_l2": 1e-7, "max_abs": 1e-6},
+                    "latency_ms": {"artifact": {"p50": 1.0, "p90": 1.1}, "eager": {"p50": 2.0}}, "speedup_vs_eager": 2.0}],
+    }  # fmt: skip
+    (d / "report.json").write_text(json.dumps(report))
+    files = write_reports(d / "report.json", tmp_path)  # the artifact is found next to the report
+    assert "attention_maps.png" in files
