@@ -23,6 +23,11 @@ threads would slow down whichever variant runs next in the round.
 
 from __future__ import annotations
 
+import os
+
+# Spinning OpenMP threads make eager latency swing 10x on a shared machine; set before torch loads.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import argparse
 import copy
 import io

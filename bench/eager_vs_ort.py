@@ -8,8 +8,12 @@ each variant's median/p90 latency and its ratio to eager (ratio > 1 = faster tha
 
 from __future__ import annotations
 
-import argparse
 import os
+
+# Spinning OpenMP threads make eager latency swing 10x on a shared machine; set before torch loads.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import argparse
 import sys
 import tempfile
 from pathlib import Path
