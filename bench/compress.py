@@ -33,7 +33,6 @@ import copy
 import io
 import json
 import logging
-import os
 import platform
 import sys
 import tempfile
