@@ -309,7 +309,9 @@ def _compress(
             quantize_attention_bmm=cfg.target_info.quantize_attention_bmm,
         )  # fmt: skip
         tolerance = tolerance_for("int8") if subject is layer else LOSSY_TOLERANCE
-        stages = run_int8(ctx, subject, subject_onnx, data, cfg.int8_mode, static_spec, cfg.target_info, tolerance, prefix)
+        stages = run_int8(
+            ctx, subject, subject_onnx, data, cfg.int8_mode, static_spec, cfg.target_info, tolerance, fp32_spec, prefix
+        )
         best = select_int8(ctx, stages, key="int8")
         if best is not None:
             deploy_onnx, deploy_precision = ctx.report.selection["int8"]["artifact"], "int8"
