@@ -29,6 +29,7 @@ from attn_export.cli_options import (
     BundleOpt,
     CalibMethodOpt,
     CalibOpt,
+    CheckpointMainOpt,
     DistillOpt,
     DlaCoreOpt,
     DModelOpt,
@@ -37,6 +38,7 @@ from attn_export.cli_options import (
     Int8ModeOpt,
     JsonOpt,
     LayerOpt,
+    LayersMainOpt,
     LowRankMethodOpt,
     LowRankOpt,
     LowRankTargetsOpt,
@@ -100,7 +102,7 @@ def run(
     as_json: JsonOpt = False,
     low_rank: LowRankOpt = None,
     low_rank_method: LowRankMethodOpt = "activation",
-    low_rank_targets: LowRankTargetsOpt = "q,k,v,o",
+    low_rank_targets: LowRankTargetsOpt = None,
     distill: DistillOpt = None,
     quantize: QuantizeOpt = None,
     int8_mode: Int8ModeOpt = "auto",
@@ -121,9 +123,27 @@ def run(
     build_engine: BuildEngineOpt = False,
     bundle: BundleOpt = None,
     triton: TritonOpt = None,
+    checkpoint: CheckpointMainOpt = None,
+    layers: LayersMainOpt = "all",
 ) -> None:
     """Export a layer to ONNX, validate it against eager PyTorch and write a report."""
     if ctx.invoked_subcommand is not None:
+        return
+    progress = None if quiet or as_json else (lambda msg: err_console.print(f"[dim]•[/dim] {msg}"))
+    if checkpoint is not None:
+        from attn_export.checkpoint.cli import encoder_config_from_main
+
+        cfg_enc = encoder_config_from_main(
+            checkpoint=checkpoint, layers=layers, out=out, precision=precision, quantize=quantize, int8_mode=int8_mode,
+            low_rank=low_rank, low_rank_method=low_rank_method, low_rank_targets=low_rank_targets, distill=distill,
+            calib_method=calib_method, attention=attention, opset=opset, batch=batch, seq_len=seq_len, threads=threads,
+            warmup=warmup, repeats=repeats, target=target,
+        )  # fmt: skip
+        from attn_export.checkpoint.pipeline import run_encoder_pipeline
+
+        with err_console.status("working…", spinner="dots") if progress else _nullcontext():
+            report = run_encoder_pipeline(cfg_enc, progress)
+        _finish(report, cfg_enc.out, as_json)
         return
     from attn_export.cli_trt import engine_spec_from_options
     from attn_export.pipeline import PipelineConfig, run_pipeline
@@ -136,18 +156,22 @@ def run(
     cfg = PipelineConfig(
         layer=layer, d_model=d_model, heads=heads, mask=mask, seq_len=seq_len, batch=batch, opset=opset,
         attention=attention, precision=precision, out=out, seed=seed, threads=threads, warmup=warmup,
-        repeats=repeats, low_rank=low_rank, low_rank_method=low_rank_method, low_rank_targets=low_rank_targets,
+        repeats=repeats, low_rank=low_rank, low_rank_method=low_rank_method, low_rank_targets=low_rank_targets or "q,k,v,o",
         distill=distill, quantize=quantize, int8_mode=int8_mode, calib=calib, calib_method=calib_method,
         smoothquant=smoothquant, target=target, trt_version=trt_version, engine=engine, build_engine=build_engine,
         bundle=bundle, triton=triton,
     )  # fmt: skip
-    progress = None if quiet or as_json else (lambda msg: err_console.print(f"[dim]•[/dim] {msg}"))
     with err_console.status("working…", spinner="dots") if progress else _nullcontext():
         report = run_pipeline(cfg, progress=progress)
+    _finish(report, cfg.out, as_json)
+
+
+def _finish(report, out: Path, as_json: bool) -> None:  # type: ignore[no-untyped-def]
+    """Print the report (table or JSON); exit 1 when any stage missed its tolerance."""
     if as_json:
         print(json.dumps(report.to_dict(), indent=2, default=str))
     else:
-        print_summary(report, cfg.out)
+        print_summary(report, out)
     if any(s.passed is False for s in report.stages):
         raise typer.Exit(code=1)
 
@@ -203,7 +227,7 @@ def _register_subcommands() -> None:
     """Subcommands live in their own modules; each exposes ``register(app)``."""
     import importlib
 
-    for module in ("attn_export.cli_trt", "attn_export.cli_calib", "attn_export.cli_report"):
+    for module in ("attn_export.cli_trt", "attn_export.cli_calib", "attn_export.cli_report", "attn_export.checkpoint.cli"):
         importlib.import_module(module).register(app)
 
 

@@ -67,7 +67,7 @@ LowRankOpt = Annotated[
     typer.Option("--low-rank", metavar="[RATIO]", help="Low-rank factorize Q/K/V/O keeping RATIO of their parameters (alone: 0.5).", rich_help_panel=_COMPRESS),
 ]
 LowRankMethodOpt = Annotated[str, typer.Option("--low-rank-method", help="activation (whitened, SVD-LLM/ASVD) | svd (plain).", rich_help_panel=_COMPRESS)]
-LowRankTargetsOpt = Annotated[str, typer.Option("--low-rank-targets", help="Comma list of q,k,v,o,ffn.", rich_help_panel=_COMPRESS)]
+LowRankTargetsOpt = Annotated[Optional[str], typer.Option("--low-rank-targets", help="Comma list of q,k,v,o,ffn (default: q,k,v,o; q,k for --checkpoint).", rich_help_panel=_COMPRESS)]
 DistillOpt = Annotated[
     Optional[int],
     typer.Option("--distill", metavar="[STEPS]", help="Distil the low-rank student from the original layer (alone: 200 steps).", rich_help_panel=_COMPRESS),
@@ -92,3 +92,10 @@ DlaCoreOpt = Annotated[Optional[int], typer.Option("--dla-core", help="DLA core 
 BuildEngineOpt = Annotated[bool, typer.Option("--build-engine", help="Build and validate a TensorRT engine (needs TensorRT and a GPU).", rich_help_panel=_DEPLOY)]
 BundleOpt = Annotated[Optional[Path], typer.Option("--bundle", help="Write a Jetson bundle (model, build_engine.sh, validate_on_device.py) to DIR.", rich_help_panel=_DEPLOY)]
 TritonOpt = Annotated[Optional[Path], typer.Option("--triton", help="Write a Triton model repository to DIR.", rich_help_panel=_DEPLOY)]
+
+_CHECKPOINT = "Checkpoint options"
+CheckpointMainOpt = Annotated[
+    Optional[str],
+    typer.Option("--checkpoint", help="BERT-family checkpoint dir (config.json, model.safetensors, tokenizer.json) or 'minilm'.", rich_help_panel=_CHECKPOINT),
+]
+LayersMainOpt = Annotated[str, typer.Option("--layers", help="With --checkpoint: 'all' (the whole encoder) or a layer index N.", rich_help_panel=_CHECKPOINT)]

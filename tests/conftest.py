@@ -5,8 +5,11 @@ from __future__ import annotations
 import os
 import sys
 
-import pytest
-import torch
+# Before torch loads libgomp: spinning OpenMP threads make CPU-heavy tests 10-50x slower on a busy box.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 

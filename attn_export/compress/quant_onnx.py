@@ -132,6 +132,20 @@ def _onnx_input_types(model_path: str | os.PathLike[str]) -> list[tuple[str, np.
     return out
 
 
+def _cast_feeds(model_path: str | os.PathLike[str], feeds: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+    """Cast ready-made feeds to the graph's input dtypes; every input must be present."""
+    inputs = _onnx_input_types(model_path)
+    out = []
+    for feed in feeds:
+        missing = [name for name, _, _ in inputs if name not in feed]
+        if missing:
+            raise DataError(f"calibration feed lacks inputs {missing}; the model takes {[i[0] for i in inputs]}")
+        out.append({name: np.ascontiguousarray(np.asarray(feed[name]).astype(dt, copy=False)) for name, dt, _ in inputs})
+    if not out:
+        raise DataError("expected at least one calibration feed, got none")
+    return out
+
+
 def calibration_feeds(
     model_path: str | os.PathLike[str], acts: ActivationLike, max_samples: int = 64, batch_size: int = 8
 ) -> list[dict[str, np.ndarray]]:
@@ -140,6 +154,8 @@ def calibration_feeds(
     The mask defaults to all-ones when the model takes one and ``acts`` has none; the
     feeds are cast to the dtypes the graph declares.
     """
+    if isinstance(acts, list):  # ready-made feed dicts (e.g. token ids for a whole encoder)
+        return _cast_feeds(model_path, acts[:max_samples])
     inputs = _onnx_input_types(model_path)
     if not inputs or len(inputs) > 2:
         raise ConfigError(f"expected a model with inputs (x[, key_padding_mask]), got {[i[0] for i in inputs]}")
@@ -185,6 +201,19 @@ def calibration_reader(feeds: list[dict[str, np.ndarray]]) -> Any:
     return Reader(feeds)
 
 
+def _check_fp32_model(src: Path) -> None:
+    """Quantization starts from fp32: refuse float16 float inputs, or (for token-id models) fp16 weights."""
+    inputs = _onnx_input_types(src)
+    floats = [dt for _, dt, _ in inputs if np.issubdtype(dt, np.floating)]
+    if floats:
+        if floats[0] != np.float32:
+            raise ConfigError(f"int8 quantization starts from an fp32 export, but {src} takes {floats[0]}; export with --precision fp32")
+        return
+    proto = onnx.load(os.fspath(src), load_external_data=False)
+    if any(t.data_type == onnx.TensorProto.FLOAT16 for t in proto.graph.initializer):
+        raise ConfigError(f"int8 quantization starts from an fp32 export, but {src} has float16 weights; export with --precision fp32")
+
+
 def preprocess_for_quantization(fp32_onnx: str | os.PathLike[str], out_path: str | os.PathLike[str]) -> Path:
     """ORT's recommended pre-processing (graph optimization + ONNX shape inference) before quantizing.
 
@@ -197,10 +226,7 @@ def preprocess_for_quantization(fp32_onnx: str | os.PathLike[str], out_path: str
     src = Path(fp32_onnx)
     if not src.is_file():
         raise ConfigError(f"fp32 ONNX model {src} does not exist; export it first (attn-export export)")
-    inputs = _onnx_input_types(src)
-    if not inputs or inputs[0][1] != np.float32:
-        found = inputs[0][1] if inputs else "no inputs"
-        raise ConfigError(f"int8 quantization starts from an fp32 export, but {src} takes {found}; export with --precision fp32")
+    _check_fp32_model(src)
     try:
         quant_pre_process(str(src), str(out_path), skip_symbolic_shape=True)
     except Exception as err:  # ORT raises plain exceptions with long messages

@@ -168,7 +168,7 @@ def _insert_output_qdq(graph: ir.Graph, node: ir.Node, absmax: float) -> None:
 def quantize_static_onnx(
     fp32_onnx: str | os.PathLike[str],
     out_path: str | os.PathLike[str],
-    calib: ActivationLike,
+    calib: ActivationLike | list[dict[str, np.ndarray]],
     spec: StaticQuantSpec | None = None,
 ) -> QuantResult:
     """Calibrate on ``calib`` (the calibration split, never the validation one) and write a Q/DQ model."""
@@ -180,7 +180,10 @@ def quantize_static_onnx(
     )
 
     spec = spec or StaticQuantSpec()
-    seq = int(np.asarray(calib.x).shape[1]) if np.asarray(calib.x).ndim == 3 else 0
+    if isinstance(calib, list):  # feed dicts: the sequence length is the feeds' second axis
+        seq = max((int(np.asarray(v).shape[1]) for f in calib for v in f.values() if np.asarray(v).ndim >= 2), default=0)
+    else:
+        seq = int(np.asarray(calib.x).shape[1]) if np.asarray(calib.x).ndim == 3 else 0
     if spec.quantize_attention_bmm and seq > TRT_INT8_MHA_MAX_SEQ:
         raise ConfigError(
             f"quantize_attention_bmm follows TensorRT's int8 MHA, which fuses only up to sequence length "
