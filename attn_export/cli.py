@@ -67,7 +67,7 @@ from attn_export.cli_options import (
 )
 from attn_export.errors import AttnExportError
 
-__all__ = ["app", "main", "print_summary"]
+__all__ = ["app", "finish", "main", "print_summary"]
 
 app = typer.Typer(
     name="attn-export",
@@ -143,7 +143,7 @@ def run(
 
         with err_console.status("working…", spinner="dots") if progress else _nullcontext():
             report = run_encoder_pipeline(cfg_enc, progress)
-        _finish(report, cfg_enc.out, as_json)
+        finish(report, cfg_enc.out, as_json)
         return
     from attn_export.cli_trt import engine_spec_from_options
     from attn_export.pipeline import PipelineConfig, run_pipeline
@@ -163,10 +163,10 @@ def run(
     )  # fmt: skip
     with err_console.status("working…", spinner="dots") if progress else _nullcontext():
         report = run_pipeline(cfg, progress=progress)
-    _finish(report, cfg.out, as_json)
+    finish(report, cfg.out, as_json)
 
 
-def _finish(report, out: Path, as_json: bool) -> None:  # type: ignore[no-untyped-def]
+def finish(report, out: Path, as_json: bool) -> None:  # type: ignore[no-untyped-def]
     """Print the report (table or JSON); exit 1 when any stage missed its tolerance."""
     if as_json:
         print(json.dumps(report.to_dict(), indent=2, default=str))

@@ -6,7 +6,6 @@ command's (``attn_export.cli_options``) plus a "Checkpoint options" panel.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Annotated, Optional
@@ -74,7 +73,7 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
 
         from attn_export.checkpoint.pipeline import EncoderPipelineConfig, default_encoder_distill, run_encoder_pipeline
-        from attn_export.cli import print_summary
+        from attn_export.cli import finish
 
         err = Console(stderr=True)
         distill = replace(default_encoder_distill(), steps=distill_steps) if distill_steps > 0 else None
@@ -85,12 +84,7 @@ def register(app: typer.Typer) -> None:
         )  # fmt: skip
         progress = None if quiet or as_json else (lambda msg: err.print(f"[dim]•[/dim] {msg}"))
         report = run_encoder_pipeline(cfg, progress=progress or (lambda msg: None))
-        if as_json:
-            print(json.dumps(report.to_dict(), indent=2, default=str))
-        else:
-            print_summary(report, cfg.out)
-        if any(s.passed is False for s in report.stages):
-            raise typer.Exit(code=1)
+        finish(report, cfg.out, as_json)
 
 
 def encoder_config_from_main(
