@@ -178,9 +178,9 @@ class _Cache:
             return src
         dst = self.workdir / f"{p.key}.onnx"
         if p.int8 == "dynamic":
-            from attn_export.compress.quant_onnx import quantize_dynamic_onnx
+            from attn_export.compress.quant_layer import quantize_dynamic_layer
 
-            quantize_dynamic_onnx(src, dst)
+            quantize_dynamic_layer(self.student(p.rank_ratio, p.distill_steps)[0], dst)
         else:
             from attn_export.compress.quant_static import (
                 StaticQuantSpec,

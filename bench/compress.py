@@ -50,10 +50,10 @@ from attn_export.compress.calib_data import (
     synthesize_hidden_states,
 )
 from attn_export.compress.lowrank import LowRankConfig, low_rank_
-from attn_export.compress.quant_onnx import quantize_dynamic_onnx
+from attn_export.compress.quant_layer import quantize_dynamic_layer
 from attn_export.compress.quant_static import StaticQuantSpec, quantize_static_onnx
 from attn_export.errors import DataError
-from attn_export.export import ExportSpec, export_onnx
+from attn_export.export import export_onnx
 from attn_export.layers import MaskedLayer, build_layer
 from attn_export.runtime import EagerRunner, OrtRunner, Runner, SessionFromOnnx
 from attn_export.validate import (
@@ -136,9 +136,7 @@ def build_variants(args: argparse.Namespace, tmp: Path) -> tuple[dict[str, Runne
     static = quantize_static_onnx(fp32, tmp / "static.onnx", calib, StaticQuantSpec(method=args.calib_method))
     runners["int8 static (ORT)"], sizes["int8 static (ORT)"] = ort(static.path), static.size_bytes
     _progress("int8 dynamic")
-    # As the pipeline does: the dynamic route quantizes an unfused-QKV export (no Split copy on CPU).
-    unfused = export_onnx(layer, tmp / "fp32_unfused.onnx", ExportSpec(fuse_qkv=False)).path
-    dynamic = quantize_dynamic_onnx(unfused, tmp / "dynamic.onnx")
+    dynamic = quantize_dynamic_layer(layer, tmp / "dynamic.onnx")  # as the pipeline ships it
     runners["int8 dynamic (ORT)"], sizes["int8 dynamic (ORT)"] = ort(dynamic.path), dynamic.size_bytes
 
     if args.no_torchao and args.no_low_rank:
@@ -164,8 +162,7 @@ def build_variants(args: argparse.Namespace, tmp: Path) -> tuple[dict[str, Runne
     runners["low-rank eager"], sizes["low-rank eager"] = EagerRunner(low, names), _state_bytes(low)
     low_fp32 = export_onnx(low, tmp / "lowrank.onnx").path
     runners["low-rank ORT fp32"], sizes["low-rank ORT fp32"] = ort(low_fp32), os.path.getsize(low_fp32)
-    low_unfused = export_onnx(low, tmp / "lowrank_unfused.onnx", ExportSpec(fuse_qkv=False)).path
-    low_dyn = quantize_dynamic_onnx(low_unfused, tmp / "lowrank_dynamic.onnx")
+    low_dyn = quantize_dynamic_layer(low, tmp / "lowrank_dynamic.onnx")
     runners["low-rank + int8 dynamic"], sizes["low-rank + int8 dynamic"] = ort(low_dyn.path), low_dyn.size_bytes
     low_st = quantize_static_onnx(low_fp32, tmp / "lowrank_static.onnx", calib, StaticQuantSpec(method=args.calib_method))
     runners["low-rank + int8 static"], sizes["low-rank + int8 static"] = ort(low_st.path), low_st.size_bytes

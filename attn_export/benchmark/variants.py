@@ -184,9 +184,9 @@ def _ort_int8(route: str, low_rank: bool = False) -> Builder:
         src = ctx.low_rank_onnx() if low_rank else ctx.fp32_onnx()
         dst = ctx.workdir / f"{'lowrank_' if low_rank else ''}int8_{route}.onnx"
         if route == "dynamic":
-            from attn_export.compress.quant_onnx import quantize_dynamic_onnx
+            from attn_export.compress.quant_layer import quantize_dynamic_layer
 
-            res = quantize_dynamic_onnx(src, dst)
+            res = quantize_dynamic_layer(ctx.low_rank_layer() if low_rank else ctx.layer, dst)
         else:
             from attn_export.compress.quant_static import (
                 StaticQuantSpec,

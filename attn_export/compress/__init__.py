@@ -32,6 +32,7 @@ from attn_export.compress.lowrank import (
 # int8 routes (issue 3 §4): torchao eager reference, static Q/DQ and dynamic ONNX.
 from attn_export.compress.qdq import QdqSummary, inspect_qdq
 from attn_export.compress.quant_eager import EAGER_INT8_MODES, quantize_eager_
+from attn_export.compress.quant_layer import quantize_dynamic_layer
 from attn_export.compress.quant_onnx import (
     DYNAMIC_NOT_FOR_TENSORRT,
     INT8_ROUTES,
@@ -70,6 +71,7 @@ __all__ = [
     "load_calibration",
     "low_rank_",
     "output_error",
+    "quantize_dynamic_layer",
     "quantize_dynamic_onnx",
     "quantize_eager_",
     "quantize_static_onnx",
