@@ -36,7 +36,6 @@ import logging
 import platform
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -59,9 +58,9 @@ from attn_export.runtime import EagerRunner, OrtRunner, Runner, SessionFromOnnx
 from attn_export.validate import (
     accuracy,
     atomic_write_text,
-    latency_from_samples,
     set_threads,
 )
+from attn_export.validate.latency import time_runners_with_cpu
 
 
 def _progress(msg: str) -> None:
@@ -169,22 +168,6 @@ def build_variants(args: argparse.Namespace, tmp: Path) -> tuple[dict[str, Runne
     return runners, sizes, val, source
 
 
-def time_round_robin(runners: dict[str, Runner], feed: dict[str, np.ndarray], warmup: int, repeats: int, batch: int) -> dict[str, dict[str, Any]]:
-    """Like ``validate.time_runners`` (round-robin, same feed) but also records process CPU time."""
-    for r in runners.values():
-        for _ in range(warmup):
-            r.infer(feed)
-    wall: dict[str, list[float]] = {n: [] for n in runners}
-    cpu: dict[str, list[float]] = {n: [] for n in runners}
-    for _ in range(repeats):
-        for name, r in runners.items():
-            t0, c0 = time.perf_counter(), time.process_time()
-            r.infer(feed)
-            cpu[name].append(time.process_time() - c0)
-            wall[name].append(time.perf_counter() - t0)
-    return {n: {"latency": latency_from_samples(wall[n], batch), "cpu_ms_p50": 1e3 * float(np.median(cpu[n]))} for n in runners}
-
-
 def _denormals_flushed() -> bool:
     return float(torch.tensor([1e-40], dtype=torch.float32) * 1.0) == 0.0
 
@@ -206,7 +189,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         x, kpm = synthesize_hidden_states(args.batch, args.seq_len, args.d_model, np.random.default_rng(1))
         _progress(f"timing {len(runners)} variants round-robin at B={args.batch}, L={args.seq_len}, {args.threads} threads")
         load_before = os.getloadavg()[0]
-        timing = time_round_robin(runners, {"x": x, "key_padding_mask": kpm}, args.warmup, args.repeats, args.batch)
+        timing = time_runners_with_cpu(runners, {"x": x, "key_padding_mask": kpm}, args.warmup, args.repeats, args.batch)
         load_after = os.getloadavg()[0]
         flushed = _denormals_flushed()
     lat = {n: t["latency"] for n, t in timing.items()}

@@ -58,7 +58,8 @@ from attn_export.compress.quant_static import StaticQuantSpec
 from attn_export.errors import AttnExportError
 from attn_export.export import ExportSpec
 from attn_export.runtime import EagerRunner, OrtRunner, Runner
-from attn_export.validate import atomic_write_text, latency_from_samples, set_threads
+from attn_export.validate import atomic_write_text, set_threads
+from attn_export.validate.latency import time_runners_with_cpu
 
 
 def _progress(msg: str) -> None:
@@ -138,22 +139,6 @@ def build_variants(args: argparse.Namespace, tmp: Path) -> tuple[dict[str, Runne
     return runners, sizes, info
 
 
-def time_round_robin(runners: dict[str, Runner], feed: dict[str, np.ndarray], warmup: int, repeats: int, batch: int) -> dict[str, dict[str, Any]]:
-    """Every runner once per round on the same feed; wall-clock and process CPU time."""
-    for r in runners.values():
-        for _ in range(warmup):
-            r.infer(feed)
-    wall: dict[str, list[float]] = {n: [] for n in runners}
-    cpu: dict[str, list[float]] = {n: [] for n in runners}
-    for _ in range(repeats):
-        for name, r in runners.items():
-            t0, c0 = time.perf_counter(), time.process_time()
-            r.infer(feed)
-            cpu[name].append(time.process_time() - c0)
-            wall[name].append(time.perf_counter() - t0)
-    return {n: {"latency": latency_from_samples(wall[n], batch), "cpu_ms_p50": 1e3 * float(np.median(cpu[n]))} for n in runners}
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     set_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="attn_export_minilm_") as tmp_name:
@@ -168,7 +153,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         agreement = {name: embedding_agreement(ref, embed(r, val_feeds)) for name, r in runners.items()}
         _progress(f"timing {len(runners)} variants round-robin at B={args.batch}, L={args.seq_len}, {args.threads} threads")
         load_before = os.getloadavg()[0]
-        timing = time_round_robin(runners, latency_feed, args.warmup, args.repeats, args.batch)
+        timing = time_runners_with_cpu(runners, latency_feed, args.warmup, args.repeats, args.batch)
         load_after = os.getloadavg()[0]
     base, base_cpu = timing["eager fp32"]["latency"].p50, timing["eager fp32"]["cpu_ms_p50"]
     rows = [

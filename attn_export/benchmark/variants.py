@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from attn_export.layers.registry import MaskedLayer
-from attn_export.runtime import EagerRunner, OrtRunner
+from attn_export.runtime import EagerRunner, OrtRunner, SessionFromOnnx
 from attn_export.runtime.base import Runner
 
 __all__ = ["QUICK_VARIANTS", "VARIANTS", "BenchContext", "PreparedVariant", "prepare_variant"]
@@ -30,27 +30,6 @@ log = logging.getLogger(__name__)
 # Low-rank settings of the low-rank variants: half the parameters of every projection and the FFN.
 LOW_RANK_RATIO = 0.5
 LOW_RANK_TARGETS = ("q", "k", "v", "o", "ffn")
-
-
-def _bench_session(path: Path, threads: int) -> Any:
-    """An ONNX Runtime CPU session as ``SessionFromOnnx`` builds it, with spinning and the arena off.
-
-    With many sessions in one process, a session that just ran keeps its threads spinning and
-    steals the cores the next variant is being timed on; on a 2-core machine that doubled
-    latencies in round-robin timing. The CPU memory arena keeps every session's peak resident
-    after a run: a dozen sessions alive at L=2048 would hold tens of GiB, and the arena hides
-    each inference's own peak from the memory figure. Both cost a session little latency.
-    """
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    so.enable_cpu_mem_arena = False
-    return ort.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
 
 
 @dataclass
@@ -112,7 +91,10 @@ class BenchContext:
         return self._cache["onnx:lowrank"]
 
     def ort(self, path: Path, name: str) -> Callable[[], Runner]:
-        return lambda: OrtRunner(lambda: _bench_session(path, self.threads), name=name)
+        # The pipeline's CPU session settings (denormals flushed, no spinning, no slow SkipLayerNorm
+        # fusion), with the memory arena off so each inference's own peak memory shows and a dozen
+        # live sessions at L=2048 do not hold tens of GiB.
+        return lambda: OrtRunner(SessionFromOnnx(path, intra_op_threads=self.threads, cpu_mem_arena=False), name=name)
 
     def eager(self, module: nn.Module, name: str) -> Callable[[], Runner]:
         return lambda: EagerRunner(module, self.layer.input_names, ["y"], name=name)

@@ -89,6 +89,7 @@ class SessionFromOnnx:
         disabled_optimizers: tuple[str, ...] | None = None,
         flush_denormals: bool = True,
         allow_spinning: bool = False,
+        cpu_mem_arena: bool = True,
     ) -> None:
         self.path = str(path)
         self.providers = _resolve(providers)
@@ -106,6 +107,9 @@ class SessionFromOnnx:
         # Spinning pool threads steal the core from whatever runs next (e.g. eager, when timed
         # side by side); a deployment that owns the machine may turn it back on.
         self.allow_spinning = allow_spinning
+        # The arena keeps a session's peak memory resident after a run; benchmarks that hold
+        # many sessions and measure each inference's own peak turn it off.
+        self.cpu_mem_arena = cpu_mem_arena
 
     def __call__(self) -> Any:
         import onnxruntime as ort
@@ -123,6 +127,7 @@ class SessionFromOnnx:
             "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
             "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
         }[self.graph_optimization]
+        so.enable_cpu_mem_arena = self.cpu_mem_arena
         if self.flush_denormals:
             so.add_session_config_entry("session.set_denormal_as_zero", "1")
         so.add_session_config_entry("session.intra_op.allow_spinning", "1" if self.allow_spinning else "0")

@@ -14,7 +14,7 @@ import numpy as np
 from attn_export.runtime.base import Feed, Runner
 from attn_export.validate.report import Latency
 
-__all__ = ["latency_from_samples", "time_callable", "time_runners", "set_threads"]
+__all__ = ["latency_from_samples", "time_callable", "time_runners", "time_runners_with_cpu", "set_threads"]
 
 
 def set_threads(threads: int) -> None:
@@ -63,3 +63,25 @@ def time_runners(
             r.infer(feed)
             samples[name].append(time.perf_counter() - t0)
     return {n: latency_from_samples(s, batch) for n, s in samples.items()}
+
+
+def time_runners_with_cpu(
+    runners: Mapping[str, Runner], feed: Feed, warmup: int = 3, repeats: int = 20, batch: int = 1
+) -> dict[str, dict[str, object]]:
+    """``time_runners`` plus each runner's median process CPU time per call (``cpu_ms_p50``).
+
+    CPU time tells a slow variant from a starved one on a shared machine.
+    """
+    for r in runners.values():
+        r.activate()
+        for _ in range(warmup):
+            r.infer(feed)
+    wall: dict[str, list[float]] = {n: [] for n in runners}
+    cpu: dict[str, list[float]] = {n: [] for n in runners}
+    for _ in range(repeats):
+        for name, r in runners.items():
+            t0, c0 = time.perf_counter(), time.process_time()
+            r.infer(feed)
+            cpu[name].append(time.process_time() - c0)
+            wall[name].append(time.perf_counter() - t0)
+    return {n: {"latency": latency_from_samples(wall[n], batch), "cpu_ms_p50": 1e3 * float(np.median(cpu[n]))} for n in runners}
