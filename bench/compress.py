@@ -85,29 +85,6 @@ def _state_bytes(module: torch.nn.Module) -> int:
     return buf.getbuffer().nbytes
 
 
-class _CpuSession:
-    """Loader like ``SessionFromOnnx`` plus the CPU settings above (disabled fusions, denormals as zero)."""
-
-    def __init__(self, path: str, threads: int, graph_optimization: str, disabled: list[str], flush_denormals: bool, spinning: bool) -> None:
-        self.path, self.threads, self.level = path, threads, graph_optimization
-        self.disabled, self.flush_denormals, self.spinning = disabled, flush_denormals, spinning
-
-    def __call__(self) -> Any:
-        import onnxruntime as ort
-
-        so = ort.SessionOptions()
-        so.intra_op_num_threads, so.inter_op_num_threads, so.log_severity_level = self.threads, 1, 3
-        so.graph_optimization_level = {
-            "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL, "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-        }[self.level]  # fmt: skip
-        if self.flush_denormals:
-            so.add_session_config_entry("session.set_denormal_as_zero", "1")
-        if not self.spinning:
-            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        return ort.InferenceSession(self.path, so, providers=["CPUExecutionProvider"], disabled_optimizers=self.disabled)
-
-
 def _feed(acts: ActivationSet) -> dict[str, np.ndarray]:
     kpm = acts.key_padding_mask if acts.key_padding_mask is not None else np.ones(acts.x.shape[:2], np.int32)
     return {"x": acts.x, "key_padding_mask": kpm}
@@ -121,9 +98,11 @@ def build_variants(args: argparse.Namespace, tmp: Path) -> tuple[dict[str, Runne
     disabled = [o for o in args.ort_disable.split(",") if o]
 
     def ort(path: str) -> OrtRunner:
-        if not disabled and not args.flush_denormals and args.ort_spinning:
-            return OrtRunner(SessionFromOnnx(path, intra_op_threads=args.threads, graph_optimization=args.graph_optimization))
-        return OrtRunner(_CpuSession(path, args.threads, args.graph_optimization, disabled, args.flush_denormals, args.ort_spinning))
+        session = SessionFromOnnx(
+            path, intra_op_threads=args.threads, graph_optimization=args.graph_optimization,
+            disabled_optimizers=tuple(disabled), flush_denormals=args.flush_denormals, allow_spinning=args.ort_spinning,
+        )  # fmt: skip
+        return OrtRunner(session)
 
     runners: dict[str, Runner] = {"eager fp32": EagerRunner(layer, names)}
     sizes = {"eager fp32": _state_bytes(layer)}

@@ -57,32 +57,13 @@ from attn_export.compress.quant_onnx import quantize_dynamic_onnx
 from attn_export.compress.quant_static import StaticQuantSpec
 from attn_export.errors import AttnExportError
 from attn_export.export import ExportSpec
-from attn_export.runtime import EagerRunner, OrtRunner, Runner
+from attn_export.runtime import EagerRunner, OrtRunner, Runner, SessionFromOnnx
 from attn_export.validate import atomic_write_text, set_threads
 from attn_export.validate.latency import time_runners_with_cpu
 
 
 def _progress(msg: str) -> None:
     print(f"[minilm-bench] {msg}", file=sys.stderr, flush=True)
-
-
-class _CpuSession:
-    """An ``onnxruntime.InferenceSession`` loader with the CPU settings of the module docstring."""
-
-    def __init__(self, path: str, args: argparse.Namespace) -> None:
-        self.path, self.args = path, args
-
-    def __call__(self) -> Any:
-        import onnxruntime as ort
-
-        so = ort.SessionOptions()
-        so.intra_op_num_threads, so.inter_op_num_threads, so.log_severity_level = self.args.threads, 1, 3
-        if self.args.flush_denormals:
-            so.add_session_config_entry("session.set_denormal_as_zero", "1")
-        if not self.args.ort_spinning:
-            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        disabled = [o for o in self.args.ort_disable.split(",") if o]
-        return ort.InferenceSession(self.path, so, providers=["CPUExecutionProvider"], disabled_optimizers=disabled)
 
 
 def build_variants(args: argparse.Namespace, tmp: Path) -> tuple[dict[str, Runner], dict[str, int], dict[str, Any]]:
@@ -94,7 +75,12 @@ def build_variants(args: argparse.Namespace, tmp: Path) -> tuple[dict[str, Runne
     info: dict[str, Any] = {"checkpoint": str(path), "data": splits.source, "calib_texts": len(splits.calib), "val_texts": len(splits.val)}
 
     def ort(p: str | Path) -> OrtRunner:
-        return OrtRunner(_CpuSession(str(p), args))
+        disabled = tuple(o for o in args.ort_disable.split(",") if o)
+        session = SessionFromOnnx(
+            p, intra_op_threads=args.threads, disabled_optimizers=disabled, flush_denormals=args.flush_denormals,
+            allow_spinning=args.ort_spinning,
+        )  # fmt: skip
+        return OrtRunner(session)
 
     def state_bytes(module: torch.nn.Module) -> int:
         return sum(t.numel() * t.element_size() for t in module.state_dict().values() if hasattr(t, "element_size"))
