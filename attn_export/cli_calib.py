@@ -1,6 +1,6 @@
 """``attn-export calib``: generate and check calibration sets.
 
-The shipped sets in ``calibration_data/`` were made with ``calib generate``; the same
+The shipped sets in ``attn_export/data/calibration/`` were made with ``calib generate``; the same
 command makes sets for other layer widths, and ``calib check`` runs the loader's checks
 on any file before a long compression run trips over it.
 """
@@ -40,7 +40,7 @@ def generate(
     dtype: Annotated[str, typer.Option(help="Storage dtype: float16 (half the size) or float32.")] = "float16",
     overwrite: Annotated[bool, typer.Option(help="Replace an existing file.")] = False,
 ) -> None:
-    """Write a synthetic set of LayerNorm-ed hidden states with padding masks (recipe: calibration_data/README.md)."""
+    """Write a synthetic set of LayerNorm-ed hidden states with padding masks (recipe: attn_export/data/calibration/README.md)."""
     try:
         if out.exists() and not overwrite:
             raise typer.BadParameter(f"{out} exists; pass --overwrite to replace it", param_hint="--out")

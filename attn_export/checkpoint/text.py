@@ -3,11 +3,11 @@
 Random inputs hide what compression does to a pretrained encoder: its activations have
 the outliers and the structure of language, and int8 ranges and activation-aware low-rank
 factors must be fitted to those. The project ships a small multilingual corpus
-(``calibration_data/text/corpus_<lang>.txt``, sentences written for attn-export) split
+(``attn_export/data/text/corpus_<lang>.txt``, sentences written for attn-export) split
 deterministically into disjoint calibration and validation texts, a tokenizer front end
 built on ``tokenizers`` alone, and a hook that records the real inputs of any layer.
 
-Split rule (documented in ``calibration_data/text/README.md``): each file is a list of
+Split rule (documented in ``attn_export/data/text/README.md``): each file is a list of
 topic groups separated by blank lines; group ``g`` (0-based, per file) is validation when
 ``g % 4 == 3``, calibration otherwise. Whole topics go one way, so validation texts share
 no topic with calibration texts.
@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from attn_export.data import shipped_path
 from attn_export.compress.calib_data import ActivationSet, CalibrationData
 from attn_export.errors import ConfigError, DataError
 from attn_export.layers.encoder import SentenceEncoder
@@ -48,7 +49,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-CORPUS_DIR = Path(__file__).resolve().parents[2] / "calibration_data" / "text"
+CORPUS_DIR = shipped_path("text")  # package data, found through importlib.resources
 LANGUAGES: tuple[str, ...] = ("en", "zh", "de", "es")
 VAL_EVERY = 4  # group g is validation when g % VAL_EVERY == VAL_EVERY - 1
 

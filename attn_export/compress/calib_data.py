@@ -7,7 +7,7 @@ saw, so a ``CalibrationData`` always holds two disjoint splits, ``calib`` and ``
 
 Files are read without unpickling (``np.load(allow_pickle=False)``, safetensors) and
 checked for shape, dtype, finiteness and size before anything runs on them. The accepted
-layouts are documented in ``calibration_data/README.md``.
+layouts are documented in ``attn_export/data/calibration/README.md``.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from attn_export._atomic import atomic_path
+from attn_export.data import shipped_path
 from attn_export.errors import ConfigError, DataError
 from attn_export.layers.registry import LAYERS, MaskedLayer
 
@@ -45,10 +46,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BYTES = 512 * 2**20
-# The repository's calibration_data/ (source checkouts, editable installs), then package data
-# (attn_export/data/calibration/, which a wheel carries when the sets are copied there).
-_HERE = Path(__file__).resolve()
-SHIPPED_DIRS = (_HERE.parents[2] / "calibration_data", _HERE.parents[1] / "data" / "calibration")
+# Package data (attn_export/data/calibration/), read through importlib.resources so a wheel
+# finds it as well as a source checkout.
+SHIPPED_DIRS = (shipped_path("calibration"),)
 _SPLITS = ("calib", "val")
 _KEYS = ("calib_x", "calib_key_padding_mask", "val_x", "val_key_padding_mask", "x", "key_padding_mask")
 
@@ -284,7 +284,7 @@ def synthesize_hidden_states(
     n_outliers: int = 4,
     min_len_fraction: float = 0.25,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Hidden-state-like activations (n, L, D) and padding masks (n, L); recipe in calibration_data/README.md."""
+    """Hidden-state-like activations (n, L, D) and padding masks (n, L); recipe in attn_export/data/calibration/README.md."""
     basis, _ = np.linalg.qr(rng.standard_normal((d_model, d_model)))  # random orthonormal directions
     mix = basis * np.arange(1, d_model + 1) ** (-decay / 2)  # covariance spectrum k^-decay
     pos = np.arange(seq_len)[:, None] / 10000 ** (np.arange(d_model)[None, :] // 2 * 2 / d_model)
