@@ -1,11 +1,12 @@
 """``attn-export sweep``: a grid over the compression choices, and its accuracy/latency Pareto front.
 
 Axes: low-rank ratio (1.0 = none), distillation steps, int8 route (none | ONNX Runtime
-dynamic | static) with the static route's calibration method, and export precision. Every
-configuration is built from the same seeded layer and calibration data, exported, run on
-ONNX Runtime CPU and compared with eager fp32 on the calibration set's *validation* split;
-latency is timed against eager in the same run. Shared steps (factorization, distillation,
-export) are cached, so a grid costs little more than its distinct artifacts.
+dynamic | static) with the static route's calibration method, and export precision. The grid
+becomes one plan of the pipeline's own steps (``attn_export.plan.Step``: exports, and the
+registry's LowRank / Distill / Int8Static / Int8Dynamic), built by the runner; a step that
+several points share (a factorization, a distillation, an export) is built once. Every
+artifact is then timed in *one* round-robin pass with eager and judged on the report split
+(never used to fit or decide), like any pipeline run.
 
 Each point carries its recipe: the single-point ``attn-export sweep`` command that rebuilds
 exactly that configuration. Accuracy is deterministic (seeded low-rank, distillation and
@@ -15,32 +16,26 @@ latency within machine noise.
 
 from __future__ import annotations
 
-import copy
 import logging
 import os
 import shlex
 import tempfile
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from attn_export.errors import ConfigError
-from attn_export.layers import MaskedLayer, build_layer
-from attn_export.runtime import EagerRunner, OrtRunner, SessionFromOnnx
-from attn_export.validate.latency import set_threads, time_runners
-from attn_export.validate.metrics import accuracy
 from attn_export.validate.pareto import ParetoPoint, pareto_front
+from attn_export.vocabulary import CALIB_METHODS
 
-__all__ = ["INT8_MODES", "SWEEP_FORMAT", "SweepConfig", "SweepPoint", "pareto_rows", "run_sweep", "write_sweep"]
+__all__ = ["SWEEP_INT8", "SWEEP_FORMAT", "SweepConfig", "SweepPoint", "pareto_rows", "run_sweep", "write_sweep"]
 
 log = logging.getLogger(__name__)
 
 SWEEP_FORMAT = "attn-export-sweep/1"
-INT8_MODES: tuple[str, ...] = ("none", "dynamic", "static")
-_CALIB_METHODS: tuple[str, ...] = ("minmax", "percentile", "entropy")
+# The sweep's int8 axis: "none" (no int8) or one route; the routes are the vocabulary's ONNX ones.
+SWEEP_INT8: tuple[str, ...] = ("none", "dynamic", "static")
 Progress = Callable[[str, int, int], None]
 
 
@@ -67,8 +62,8 @@ class SweepConfig:
 
     rank_ratios: tuple[float, ...] = (1.0, 0.75, 0.5, 0.25)
     distill_steps: tuple[int, ...] = (0, 100, 300)
-    int8_modes: tuple[str, ...] = INT8_MODES
-    calib_methods: tuple[str, ...] = _CALIB_METHODS
+    int8_modes: tuple[str, ...] = SWEEP_INT8
+    calib_methods: tuple[str, ...] = CALIB_METHODS
     precisions: tuple[str, ...] = ("fp32", "fp16")
     low_rank_targets: tuple[str, ...] = ("q", "k", "v", "o", "ffn")
     d_model: int = 512
@@ -85,8 +80,8 @@ class SweepConfig:
         checks = [
             (all(0.0 < r <= 1.0 for r in self.rank_ratios), f"expected --rank-ratios in (0, 1] (1 = no low-rank), got {list(self.rank_ratios)}"),
             (all(s >= 0 for s in self.distill_steps), f"expected --distill-steps >= 0, got {list(self.distill_steps)}"),
-            (set(self.int8_modes) <= set(INT8_MODES), f"expected --int8-modes from {', '.join(INT8_MODES)}, got {list(self.int8_modes)}"),
-            (set(self.calib_methods) <= set(_CALIB_METHODS), f"expected --calib-methods from {', '.join(_CALIB_METHODS)}, got {list(self.calib_methods)}"),
+            (set(self.int8_modes) <= set(SWEEP_INT8), f"expected --int8-modes from {', '.join(SWEEP_INT8)}, got {list(self.int8_modes)}"),
+            (set(self.calib_methods) <= set(CALIB_METHODS), f"expected --calib-methods from {', '.join(CALIB_METHODS)}, got {list(self.calib_methods)}"),
             (set(self.precisions) <= {"fp32", "fp16"}, f"expected --precisions from fp32, fp16, got {list(self.precisions)}"),
             (min(self.batch, self.seq_len, self.repeats) >= 1, f"expected positive --batch/--seq-len/--repeats, got {self.batch}/{self.seq_len}/{self.repeats}"),
         ]  # fmt: skip
@@ -98,7 +93,7 @@ class SweepConfig:
 
     @classmethod
     def quick(cls, **overrides: Any) -> SweepConfig:
-        base = cls(rank_ratios=(1.0, 0.5), distill_steps=(0, 40), int8_modes=INT8_MODES, calib_methods=("minmax",), precisions=("fp32", "fp16"), repeats=5)
+        base = cls(rank_ratios=(1.0, 0.5), distill_steps=(0, 40), int8_modes=SWEEP_INT8, calib_methods=("minmax",), precisions=("fp32", "fp16"), repeats=5)
         return replace(base, **overrides)
 
     def points(self) -> list[SweepPoint]:
@@ -128,139 +123,107 @@ class SweepConfig:
         return shlex.join(args)
 
 
-@dataclass
-class _Cache:
-    """Artifacts shared between points: students per (rank, steps), exports per precision too."""
+def _steps(cfg: SweepConfig, points: list[SweepPoint], encoding: Any) -> tuple[list[Any], dict[str, str]]:
+    """The plan steps that build every point (shared steps once), and point key -> step name."""
+    from attn_export.compress.registry import Distill, Int8Dynamic, Int8Static, LowRank
+    from attn_export.export import ExportSpec
+    from attn_export.plan import ExportStep, Step
 
-    cfg: SweepConfig
-    teacher: MaskedLayer
-    calib: Any
-    workdir: Path
-    threads: int
-    students: dict[tuple[float, int], tuple[MaskedLayer, dict[str, Any]]] = field(default_factory=dict)
-    exports: dict[tuple[float, int, str], Path] = field(default_factory=dict)
+    steps: dict[str, Step] = {}
 
-    def student(self, r: float, steps: int) -> tuple[MaskedLayer, dict[str, Any]]:
-        if (r, steps) in self.students:
-            return self.students[(r, steps)]
-        info: dict[str, Any] = {}
-        if r >= 1.0:
-            model = self.teacher
-        elif steps == 0:
-            from attn_export.compress.lowrank import LowRankConfig, low_rank_
+    def add(step: Step) -> str:
+        steps.setdefault(step.name, step)
+        return step.name
 
-            model = copy.deepcopy(self.teacher)
-            x, kpm = self.calib.calib.to_torch()
-            info["low_rank"] = low_rank_(model, LowRankConfig(rank_ratio=r, targets=self.cfg.low_rank_targets, method="activation"), x, kpm).to_dict()
+    fp32 = add(Step("full-fp32", ExportStep("fp32", ExportSpec()), "subject", "full_fp32.onnx"))
+    of_point: dict[str, str] = {}
+    for p in points:
+        student = fp32
+        if p.rank_ratio < 1.0:
+            student = add(Step(f"r{p.rank_ratio:g}-fp32", LowRank(p.rank_ratio, "activation", cfg.low_rank_targets), fp32, f"r{p.rank_ratio:g}_fp32.onnx"))
+            if p.distill_steps:
+                student = add(Step(f"r{p.rank_ratio:g}-d{p.distill_steps}-fp32", Distill(p.distill_steps), student,
+                                   f"r{p.rank_ratio:g}_d{p.distill_steps}_fp32.onnx"))  # fmt: skip
+        if p.int8 == "none" and p.precision == "fp32":
+            of_point[p.key] = student
+        elif p.int8 == "none":
+            of_point[p.key] = add(Step(p.key, ExportStep(p.precision, ExportSpec(precision=p.precision)), student, f"{p.key}.onnx"))
+        elif p.int8 == "dynamic":
+            of_point[p.key] = add(Step(p.key, Int8Dynamic(per_channel=True, reduce_range=encoding.reduce_range, session_u8u8=encoding.session_u8u8), student, f"{p.key}.onnx"))
         else:
-            from attn_export.compress.distill import DistillConfig, distill_
-
-            base, base_info = self.student(r, 0)
-            model = copy.deepcopy(base)
-            summary = distill_(model, self.teacher, self.calib.calib, self.calib.val, DistillConfig(steps=steps, seed=self.cfg.seed, progress=False))
-            info = {**base_info, "distill": summary.to_dict()}
-        self.students[(r, steps)] = (model.eval(), info)
-        return self.students[(r, steps)]
-
-    def onnx(self, p: SweepPoint) -> Path:
-        key = (p.rank_ratio, p.distill_steps, p.precision)
-        if key not in self.exports:
-            from attn_export.export import ExportSpec, export_onnx
-
-            path = self.workdir / f"r{p.rank_ratio:g}_d{p.distill_steps}_{p.precision}.onnx"
-            export_onnx(self.student(p.rank_ratio, p.distill_steps)[0], path, ExportSpec(precision=p.precision))
-            self.exports[key] = path
-        return self.exports[key]
-
-    def artifact(self, p: SweepPoint) -> Path:
-        src = self.onnx(p)
-        if p.int8 == "none":
-            return src
-        dst = self.workdir / f"{p.key}.onnx"
-        if p.int8 == "dynamic":
-            from attn_export.compress.quant_layer import quantize_dynamic_layer
-
-            quantize_dynamic_layer(self.student(p.rank_ratio, p.distill_steps)[0], dst)
-        else:
-            from attn_export.compress.quant_static import (
-                StaticQuantSpec,
-                quantize_static_onnx,
-            )
-
-            quantize_static_onnx(src, dst, self.calib.calib, StaticQuantSpec(method=p.calib_method or "minmax"))
-        return dst
+            config = Int8Static(method=p.calib_method or "minmax", reduce_range=encoding.reduce_range, session_u8u8=encoding.session_u8u8)
+            of_point[p.key] = add(Step(p.key, config, student, f"{p.key}.onnx"))
+    return list(steps.values()), of_point
 
 
-def _load_calibration(cfg: SweepConfig, workdir: Path) -> Any:
-    from attn_export.compress.calib_data import (
-        default_calibration_path,
-        generate_calibration,
-        load_calibration,
-    )
+def _subject(cfg: SweepConfig, workdir: Path) -> Any:
+    from attn_export.compress.calib_data import default_calibration_path, generate_calibration
+    from attn_export.config import RunConfig
     from attn_export.errors import DataError
+    from attn_export.subjects.layer import LayerSubject
 
-    if cfg.calibration:
-        return load_calibration(cfg.calibration, d_model=cfg.d_model)
-    try:
-        path = default_calibration_path(cfg.d_model)
-    except DataError:  # no shipped set for this width: a seeded synthetic one, identical on every run
-        path = generate_calibration(workdir / f"calib_d{cfg.d_model}.npz", cfg.d_model, n_calib=16, n_val=4, seed=cfg.seed)
-    return load_calibration(path, d_model=cfg.d_model)
-
-
-def _val_feed(calib: Any) -> dict[str, np.ndarray]:
-    val = calib.val
-    kpm = val.key_padding_mask if val.key_padding_mask is not None else np.ones(val.x.shape[:2], np.int32)
-    return {"x": np.ascontiguousarray(val.x, np.float32), "key_padding_mask": np.ascontiguousarray(kpm, np.int32)}
-
-
-def _evaluate(cache: _Cache, p: SweepPoint, eager: EagerRunner, ref: np.ndarray, val: dict[str, np.ndarray], lat_feed: dict[str, np.ndarray]) -> dict[str, Any]:
-    from attn_export.benchmark.flops import count_module_flops
-
-    path = cache.artifact(p)
-    student, info = cache.student(p.rank_ratio, p.distill_steps)
-    runner = OrtRunner(SessionFromOnnx(path, providers=["cpu"], intra_op_threads=cache.threads), name=p.key)
-    with runner:
-        acc = accuracy(ref, runner.infer(val)["y"])
-        lat = time_runners({"artifact": runner, "eager": eager}, lat_feed, warmup=cache.cfg.warmup, repeats=cache.cfg.repeats, batch=cache.cfg.batch)
-    return {
-        "key": p.key, **asdict(p), "accuracy": asdict(acc),
-        "latency_ms": {k: asdict(v) for k, v in lat.items()}, "speedup_vs_eager": lat["eager"].p50 / lat["artifact"].p50,
-        "relative_latency": lat["artifact"].p50 / lat["eager"].p50,
-        "size_bytes": path.stat().st_size, "params": sum(t.numel() for t in student.parameters()),
-        "gflop": count_module_flops(student, cache.cfg.seq_len, cache.cfg.batch).total / 1e9,
-        "recipe": cache.cfg.recipe(p, cache.threads), "details": info,
-    }  # fmt: skip
+    calib = cfg.calibration
+    if calib is None:
+        try:
+            calib = str(default_calibration_path(cfg.d_model))
+        except DataError:  # no shipped set for this width: a seeded synthetic one, identical on every run
+            calib = str(generate_calibration(workdir / f"calib_d{cfg.d_model}.npz", cfg.d_model, n_calib=16, n_val=4, seed=cfg.seed))
+    run_cfg = RunConfig(d_model=cfg.d_model, heads=cfg.heads, mask="padding", seed=cfg.seed, quantize="int8", calib=Path(calib),
+                        batch=cfg.batch, seq_len=cfg.seq_len, threads=cfg.threads, out=workdir, render=False)  # fmt: skip
+    return LayerSubject(run_cfg)
 
 
 def run_sweep(cfg: SweepConfig, workdir: str | os.PathLike[str] | None = None, progress: Progress | None = None) -> dict[str, Any]:
     """Evaluate every grid point; returns the JSON-ready result with the Pareto front's keys."""
+    from attn_export.benchmark.flops import count_module_flops
+    from attn_export.compress.int8_encoding import choose_cpu_encoding
+    from attn_export.compress.registry import BuildContext
+    from attn_export.export import ExportSpec
+    from attn_export.export.targets import get_target
+    from attn_export.plan import Plan
+    from attn_export.process import ProcessSettings, process_settings
+    from attn_export.runner import build_artifacts, time_side_by_side
+
     say = progress or (lambda msg, done, total: log.info("[%d/%d] %s", done, total, msg))
     threads = cfg.threads or os.cpu_count() or 1
-    set_threads(threads)
     points = cfg.points()
-    teacher = MaskedLayer(build_layer("transformer", cfg.d_model, cfg.heads, mask="padding", seed=cfg.seed), "padding")
-    rng = np.random.default_rng(cfg.seed + 11)
-    lat_feed = {"x": rng.standard_normal((cfg.batch, cfg.seq_len, cfg.d_model)).astype(np.float32),
-                "key_padding_mask": np.ones((cfg.batch, cfg.seq_len), np.int32)}  # fmt: skip
     results = []
-    with tempfile.TemporaryDirectory(prefix="attn-sweep-") as tmp:
+    with process_settings(ProcessSettings(threads=threads)), tempfile.TemporaryDirectory(prefix="attn-sweep-") as tmp:
         work = Path(workdir or tmp)
         work.mkdir(parents=True, exist_ok=True)
-        cache = _Cache(cfg, teacher, _load_calibration(cfg, work), work, threads)
-        val = _val_feed(cache.calib)
-        eager = EagerRunner(teacher, teacher.input_names, ["y"], name="eager-fp32")
-        ref = eager.infer(val)["y"]
+        subject = _subject(cfg, work)
+        encoding = choose_cpu_encoding("auto")
+        steps, of_point = _steps(cfg, points, encoding)
+        say(f"building {len(steps)} artifacts for {len(points)} configurations", 0, len(points) + 2)
+        build = BuildContext(subject, work, get_target("ort-cpu"), ExportSpec(), threads)
+        artifacts = build_artifacts(Plan(steps), build)
+        wanted = {k: artifacts[v] for k, v in of_point.items()}
+        say("timing every configuration side by side with eager", len(points), len(points) + 2)
+        lat, runners = time_side_by_side(subject.eager_runner(), {a.name: a for a in wanted.values()}, subject.latency_feed(),
+                                         cfg.warmup, cfg.repeats, cfg.batch)  # fmt: skip
         for i, p in enumerate(points):
-            say(f"{p.key}", i, len(points))
-            results.append(_evaluate(cache, p, eager, ref, val, lat_feed))
-        say("done", len(points), len(points))
+            art = wanted[p.key]
+            say(p.key, i, len(points))
+            judgement = subject.judge(runners[art.name], "report", "fp32")
+            mine, eager = lat[art.name], lat["eager"]
+            info = {k: v for k, v in art.details.items() if k in ("low_rank", "distill")}
+            results.append({
+                "key": p.key, **asdict(p), "accuracy": asdict(judgement.accuracy),
+                "latency_ms": {"artifact": asdict(mine), "eager": asdict(eager)}, "speedup_vs_eager": eager.p50 / mine.p50,
+                "relative_latency": mine.p50 / eager.p50, "size_bytes": art.size_bytes, "params": art.params,
+                "gflop": count_module_flops(art.module, cfg.seq_len, cfg.batch).total / 1e9,
+                "recipe": cfg.recipe(p, threads), "details": info,
+            })  # fmt: skip
+        for r in runners.values():
+            r.deactivate()
+        say("done", len(points) + 2, len(points) + 2)
     pts = [ParetoPoint(r["key"], r["relative_latency"], r["accuracy"]["sqnr_db"]) for r in results]
     front = [results[i]["key"] for i in pareto_front(pts)]
     for r in results:
         r["pareto"] = r["key"] in front
     return {"format": SWEEP_FORMAT, "config": {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(cfg).items()},
-            "threads": threads, "accuracy_metric": "sqnr_db", "points": results, "pareto": front}  # fmt: skip
+            "threads": threads, "accuracy_metric": "sqnr_db", "cpu_int8_encoding": encoding.to_dict(),
+            "points": results, "pareto": front}  # fmt: skip
 
 
 PARETO_COLUMNS = ("config", "cosine", "SQNR dB", "p50 ms", "x eager", "params", "MiB", "recipe")

@@ -55,7 +55,8 @@ def test_ceilings_measure_every_precision_tiny():
     c = measure_ceilings(threads=1, size=64, budget_s=0.01)
     assert c.fp32_gflops > 0 and c.int8_gops > 0
     assert set(c.measurements) == {"fp32.torch", "fp32.onnxruntime", "fp16.torch", "fp16.onnxruntime", "int8.torch", "int8.onnxruntime"}
-    assert c.for_precision("int8") == max(v for k, v in c.measurements.items() if k.startswith("int8") and v)
+    # the int8 ceiling is what ONNX Runtime's int8 kernel does on this CPU, never torch._int_mm (kept for reference)
+    assert c.for_precision("int8") == c.measurements["int8.onnxruntime"]
 
 
 def test_peak_memory_delta_sees_a_numpy_allocation():
@@ -102,12 +103,17 @@ def test_unknown_variant_is_a_config_error():
 
 
 def test_bench_command_writes_json_markdown_and_plot(tmp_path):
-    from test_sweep import _app
+    import typer
+
+    from attn_export.cli.bench import register
     from typer.testing import CliRunner
 
     args = ["bench", "--quick", "--seqs", "8,16", "--batches", "1", "--variants", "eager-fp32,ort-fp32-decomposed", "--d-model", "32",
             "--heads", "4", "--threads", "1", "--ceiling-size", "128", "--out", str(tmp_path), "--json", str(tmp_path / "r.json")]  # fmt: skip
-    res = CliRunner().invoke(_app(), args)
+    app = typer.Typer()
+    app.callback()(lambda: None)
+    register(app)
+    res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     assert "x eager" in res.stdout and "eff" in res.stdout and "ceilings" in res.stdout
     bench = json.loads((tmp_path / "r.json").read_text())

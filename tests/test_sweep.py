@@ -9,7 +9,6 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from attn_export.cli_report import register
 from attn_export.errors import ConfigError
 from attn_export.sweep import (
     SweepConfig,
@@ -23,13 +22,17 @@ TINY = {"d_model": 32, "heads": 4, "batch": 2, "seq_len": 16, "threads": 1, "rep
 
 
 def _app() -> typer.Typer:
+    """A typer app with the result commands (sweep, bench, check, report), as the CLI registers them."""
+    from attn_export.cli import bench, check, report, sweep
+
     app = typer.Typer()
 
     @app.callback()
     def _root() -> None:
         """attn-export (test app)."""
 
-    register(app)
+    for module in (sweep, bench, check, report):
+        module.register(app)
     return app
 
 

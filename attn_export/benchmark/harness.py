@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import platform
 import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -22,20 +21,19 @@ from typing import Any
 
 import numpy as np
 
-from attn_export import __version__
 from attn_export.benchmark.ceilings import measure_ceilings
 from attn_export.benchmark.flops import count_module_flops
 from attn_export.benchmark.memory import memory_method, peak_memory_delta
 from attn_export.benchmark.variants import (
+    DEFAULT_VARIANTS,
     VARIANTS,
     BenchContext,
     PreparedVariant,
     accuracy_feed,
-    prepare_variant,
+    prepare_variants,
 )
-from attn_export.errors import ConfigError
-from attn_export.layers import MaskedLayer, build_layer
-from attn_export.validate.latency import set_threads, time_runners
+from attn_export.errors import ConfigError, DataError
+from attn_export.validate.latency import time_runners
 from attn_export.validate.metrics import accuracy
 
 __all__ = ["BENCH_FORMAT", "BenchConfig", "run_bench"]
@@ -52,7 +50,7 @@ class BenchConfig:
 
     seqs: tuple[int, ...] = (128, 512, 1024, 2048, 4096)
     batches: tuple[int, ...] = (1, 8)
-    variants: tuple[str, ...] = tuple(VARIANTS)
+    variants: tuple[str, ...] = DEFAULT_VARIANTS
     d_model: int = 512
     heads: int = 8
     mask: str = "padding"
@@ -83,20 +81,12 @@ class BenchConfig:
         return replace(base, **overrides)
 
 
-def _environment(threads: int) -> dict[str, Any]:
-    import onnxruntime
-    import torch
+def _environment(threads: int, process: dict[str, Any]) -> dict[str, Any]:
+    from attn_export.environment import capture_environment
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return {"attn_export": __version__, "torch": torch.__version__, "onnxruntime": onnxruntime.__version__,
-            "python": platform.python_version(), "cpu": cpu, "cpu_count": os.cpu_count(), "threads": threads,
-            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset (libgomp default: active)"),
-            "load_average": _loadavg()}  # fmt: skip
+    env = capture_environment(threads, process)
+    env["load_average"] = _loadavg()
+    return env
 
 
 def _loadavg() -> list[float] | None:
@@ -107,7 +97,7 @@ def _loadavg() -> list[float] | None:
         return None
 
 
-def _feed(layer: MaskedLayer, batch: int, seq: int, d_model: int, seed: int) -> dict[str, np.ndarray]:
+def _feed(layer: Any, batch: int, seq: int, d_model: int, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     feed = {"x": rng.standard_normal((batch, seq, d_model)).astype(np.float32)}
     if "key_padding_mask" in layer.input_names:
@@ -195,45 +185,67 @@ def _derive(results: list[dict[str, Any]], prepared: list[PreparedVariant], ceil
             v.notes.append(f"{'slow' if med > 1.05 else 'ok'}: median {med:.2f}x the latency of ort-fp32-decomposed on this CPU runtime")
 
 
+def _subject(cfg: BenchConfig, workdir: Path) -> Any:
+    """The bench's layer as a pipeline subject, with calibration data (shipped, or generated for this width)."""
+    from attn_export.compress.calib_data import default_calibration_path, generate_calibration
+    from attn_export.config import RunConfig
+    from attn_export.subjects.layer import LayerSubject
+
+    try:
+        calib = default_calibration_path(cfg.d_model)
+    except DataError:  # no shipped set for this width: a seeded synthetic one, identical on every run
+        calib = generate_calibration(workdir / f"calib_d{cfg.d_model}.npz", cfg.d_model, n_calib=16, n_val=4, seed=cfg.seed)
+    run_cfg = RunConfig(d_model=cfg.d_model, heads=cfg.heads, mask=cfg.mask, seed=cfg.seed, quantize="int8", calib=calib,
+                        out=workdir, render=False, threads=cfg.threads)  # fmt: skip
+    return LayerSubject(run_cfg)
+
+
 def run_bench(cfg: BenchConfig, progress: Progress | None = None) -> dict[str, Any]:
     """Run the benchmark; returns the JSON-ready result (format ``attn-export-bench/1``)."""
+    from attn_export.compress.int8_encoding import choose_cpu_encoding
+    from attn_export.environment import cpu_summary_line
+    from attn_export.process import ProcessSettings, process_settings
+
     say = progress or (lambda msg, done, total: log.info("[%d/%d] %s", done, total, msg))
     threads = cfg.threads or os.cpu_count() or 1
-    set_threads(threads)
     grid = [(b, s) for b in cfg.batches for s in cfg.seqs]
     total = 3 + len(cfg.variants) + len(grid)
     step = 0
-    say(f"measuring GEMM ceilings ({cfg.ceiling_size}^3, {threads} threads)", step, total)
-    ceilings = measure_ceilings(threads, cfg.ceiling_size, cfg.ceiling_budget_s)
-    step += 1
-    layer = MaskedLayer(build_layer("transformer", cfg.d_model, cfg.heads, mask=cfg.mask, seed=cfg.seed), cfg.mask)
-    with tempfile.TemporaryDirectory(prefix="attn-bench-") as tmp:
-        workdir = Path(cfg.workdir or tmp)
-        workdir.mkdir(parents=True, exist_ok=True)
-        ctx = BenchContext(layer, cfg.d_model, workdir, threads, cfg.seed)
-        prepared = []
-        for name in cfg.variants:
-            say(f"preparing {name}", step, total)
-            prepared.append(prepare_variant(name, ctx))
-            step += 1
-        say("accuracy of each variant vs eager fp32", step, total)
-        acc = _accuracy(prepared, ctx)
+    with process_settings(ProcessSettings(threads=threads)) as proc:
+        encoding = choose_cpu_encoding("auto")
+        say(f"{cpu_summary_line()}; int8 weights {encoding.encoding}", step, total)
+        say(f"measuring GEMM ceilings ({cfg.ceiling_size}^3, {threads} threads)", step, total)
+        ceilings = measure_ceilings(threads, cfg.ceiling_size, cfg.ceiling_budget_s)
         step += 1
-        results: list[dict[str, Any]] = []
-        skipped: list[dict[str, Any]] = []
-        for batch, seq in grid:
-            say(f"timing batch {batch}, seq {seq}", step, total)
-            flops = count_module_flops(layer, seq, batch).total
-            reason = _skip_reason(cfg, batch, seq, flops)
-            if reason:
-                skipped.append({"batch": batch, "seq": seq, "reason": reason})
-            else:
-                results.extend(_run_point(cfg, prepared, ctx, batch, seq))
+        with tempfile.TemporaryDirectory(prefix="attn-bench-") as tmp:
+            workdir = Path(cfg.workdir or tmp)
+            workdir.mkdir(parents=True, exist_ok=True)
+            subject = _subject(cfg, workdir)
+            layer = subject.module
+            ctx = BenchContext(subject, workdir, threads, cfg.d_model, cfg.seed)
+            say(f"preparing {len(cfg.variants)} variants", step, total)
+            prepared = prepare_variants(cfg.variants, ctx, encoding)
+            step += len(cfg.variants)
+            say("accuracy of each variant vs eager fp32", step, total)
+            acc = _accuracy(prepared, ctx)
             step += 1
-        say("measuring GEMM ceilings again (the best of both counts)", step, total)
-        ceilings = ceilings.merged(measure_ceilings(threads, cfg.ceiling_size, cfg.ceiling_budget_s))
-        step += 1
-        say("done", step, total)
+            results: list[dict[str, Any]] = []
+            skipped: list[dict[str, Any]] = []
+            for batch, seq in grid:
+                say(f"timing batch {batch}, seq {seq}", step, total)
+                flops = count_module_flops(layer, seq, batch).total
+                reason = _skip_reason(cfg, batch, seq, flops)
+                if reason:
+                    skipped.append({"batch": batch, "seq": seq, "reason": reason})
+                else:
+                    results.extend(_run_point(cfg, prepared, ctx, batch, seq))
+                step += 1
+            say("measuring GEMM ceilings again (the best of both counts)", step, total)
+            ceilings = ceilings.merged(measure_ceilings(threads, cfg.ceiling_size, cfg.ceiling_budget_s))
+            step += 1
+            say("done", step, total)
+        environment = _environment(threads, proc)
+        environment["int8_encoding"] = encoding.to_dict()
     _derive(results, prepared, ceilings)
     variants = [
         {"name": v.name, "runtime": v.runtime, "precision": v.precision, "description": v.description, "available": v.available,
@@ -242,7 +254,7 @@ def run_bench(cfg: BenchConfig, progress: Progress | None = None) -> dict[str, A
     ]  # fmt: skip
     return {
         "format": BENCH_FORMAT,
-        "environment": _environment(threads),
+        "environment": environment,
         "layer": {"layer": "transformer", "d_model": cfg.d_model, "heads": cfg.heads, "ffn_mult": 4, "mask": cfg.mask, "seed": cfg.seed},
         "config": {k: (list(v) if isinstance(v, tuple) else str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
         "ceilings": ceilings.to_dict(),

@@ -35,7 +35,7 @@ from attn_export.errors import ConfigError
 from attn_export.layers.encoder import SentenceEncoder
 from attn_export.layers.transformer import TransformerLayer
 
-__all__ = ["EncoderLowRankSummary", "low_rank_encoder_", "quantize_encoder_static", "train_low_rank_only"]
+__all__ = ["EncoderLowRankSummary", "distill_encoder_", "low_rank_encoder_", "quantize_encoder_static", "train_low_rank_only"]
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +142,46 @@ def low_rank_encoder_(
     summary.params_after = sum(p.numel() for p in student.parameters())
     log.info("%s", summary.describe())
     return summary
+
+
+def distill_encoder_(
+    student: SentenceEncoder,
+    teacher: SentenceEncoder,
+    train: TokenBatch,
+    select: TokenBatch,
+    targets: Sequence[str],
+    distill: DistillConfig,
+    layers: Sequence[int] | None = None,
+) -> dict[int, dict[str, Any]]:
+    """Distil each factorized ``student.layers[i]`` towards ``teacher.layers[i]`` on the teacher's real inputs.
+
+    Trains on the layer inputs of the ``train`` texts and early-stops on those of the
+    ``select`` texts (never the texts a report measures). Only ``LowRankLinear`` factors train.
+    Returns the per-layer summaries.
+    """
+    if student is teacher:
+        raise ConfigError("expected a student copy of the encoder; pass copy.deepcopy(encoder) as the student")
+    indices = [i for i in (range(len(teacher.layers)) if layers is None else sorted(set(layers)))
+               if any(isinstance(m, LowRankLinear) for m in student.layers[i].modules())]  # fmt: skip
+    if not indices:
+        return {}
+    train_acts = all_layer_inputs(teacher, train, layers=indices)
+    select_acts = all_layer_inputs(teacher, select, layers=indices)
+    pair_cfg = LowRankConfig(rank_ratio=0.5, targets=tuple(targets))
+    out: dict[int, dict[str, Any]] = {}
+    for i in indices:
+        s_mod, t_mod = _distill_pair(student.layers[i], teacher.layers[i], pair_cfg)
+        flags = train_low_rank_only(s_mod)
+        try:
+            summary = distill_(s_mod, t_mod, train_acts[i], select_acts[i], distill).to_dict()
+        finally:
+            for name, p in s_mod.named_parameters():
+                p.requires_grad_(flags.get(name, True))
+        summary["scope"] = "self_attn" if s_mod is not student.layers[i] else "layer"
+        out[i] = {k: v for k, v in summary.items() if k != "history"}
+        log.info("layer %d distilled: val rel L2 %.4g -> %.4g", i, summary["val_rel_l2_before"], summary["val_rel_l2_after"])
+    student.eval()
+    return out
 
 
 def quantize_encoder_static(

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from attn_export.data import shipped_path
 from attn_export.compress.calib_data import ActivationSet, CalibrationData
+from attn_export.data import shipped_path
 from attn_export.errors import ConfigError, DataError
 from attn_export.layers.encoder import SentenceEncoder
 

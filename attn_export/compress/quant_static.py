@@ -69,6 +69,7 @@ class StaticQuantSpec:
     percentile: float = 99.999
     max_calib_samples: int = 64
     entropy_bins: int = 512
+    reduce_range: bool = False  # 7-bit weights for ONNX Runtime on CPUs whose U8S8 GEMM saturates (compress/int8_encoding.py)
 
     def __post_init__(self) -> None:
         if self.method not in CALIB_METHODS:
@@ -211,6 +212,7 @@ def quantize_static_onnx(
         quantize_static(
             str(src), str(tmp / "raw.onnx"), calibration_reader(feeds[:1]),  # ranges come from the overrides
             quant_format=QuantFormat.QDQ, op_types_to_quantize=["MatMul", "Gemm"], per_channel=spec.per_channel,
+            reduce_range=spec.reduce_range,
             activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
             nodes_to_exclude=[] if spec.quantize_attention_bmm else bmm_names,
             calibrate_method=CalibrationMethod.MinMax,
@@ -241,6 +243,7 @@ def quantize_static_onnx(
         n_quantize_linear=summary.n_quantize_linear,
         n_dequantize_linear=summary.n_dequantize_linear,
         per_channel=spec.per_channel,
+        reduce_range=spec.reduce_range,
         notes=notes,
         fp32_size_bytes=Path(fp32_onnx).stat().st_size,
         calib_method=spec.method,

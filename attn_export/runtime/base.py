@@ -14,9 +14,20 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Runner", "Feed"]
+__all__ = ["Runner", "Feed", "check_feed"]
 
 Feed = Mapping[str, np.ndarray]
+
+
+def check_feed(feed: Feed, input_names: list[str], runner: str = "runner") -> None:
+    """Raise a one-line ConfigError when ``feed`` lacks an input or carries one the model does not take."""
+    from attn_export.errors import ConfigError
+
+    missing = [n for n in input_names if n not in feed]
+    extra = [n for n in feed if n not in input_names]
+    if missing or extra:
+        what = "; ".join(part for part in (f"missing inputs {missing}" if missing else "", f"unexpected inputs {extra}" if extra else "") if part)
+        raise ConfigError(f"{runner}: {what}; the model takes {list(input_names)}")
 
 
 class Runner(ABC):
@@ -48,9 +59,14 @@ class Runner(ABC):
 
     # -- inference ---------------------------------------------------------------------
     def infer(self, feed: Feed) -> dict[str, np.ndarray]:
-        """Run once on ``feed`` (input name -> array); returns output name -> array."""
+        """Run once on ``feed`` (input name -> array); returns output name -> array.
+
+        Every backend checks the feed the same way: a missing or an unexpected input is a
+        one-line ``ConfigError``, never a silently dropped mask.
+        """
         if not self.is_active:
             self.activate()
+        check_feed(feed, self.input_names, self.name)
         start = time.perf_counter()
         out = self._infer(feed)
         self.last_inference_time = time.perf_counter() - start

@@ -52,7 +52,7 @@ class EagerRunner(Runner):
         return t
 
     def _infer(self, feed: Feed) -> dict[str, np.ndarray]:
-        args = [self._to_tensor(feed[n]) for n in self._input_names if n in feed]
+        args = [self._to_tensor(feed[n]) for n in self._input_names]
         with torch.inference_mode():
             out = self.module(*args)
         outs = out if isinstance(out, (tuple, list)) else (out,)

@@ -90,6 +90,8 @@ class SessionFromOnnx:
         flush_denormals: bool = True,
         allow_spinning: bool = False,
         cpu_mem_arena: bool = True,
+        qdq_fusion: bool = True,
+        u8u8: bool = False,
     ) -> None:
         self.path = str(path)
         self.providers = _resolve(providers)
@@ -110,6 +112,13 @@ class SessionFromOnnx:
         # The arena keeps a session's peak memory resident after a run; benchmarks that hold
         # many sessions and measure each inference's own peak turn it off.
         self.cpu_mem_arena = cpu_mem_arena
+        # False runs Q/DQ nodes as written ("session.disable_quant_qdq", onnxruntime_session_options_config_keys.h):
+        # the reference arithmetic TensorRT implements, which no CPU int8 kernel (or its
+        # VPMADDUBSW saturation on CPUs without VNNI) can distort. Used to judge TensorRT's Q/DQ graphs.
+        self.qdq_fusion = qdq_fusion
+        # True runs int8 GEMMs on ORT's U8U8 kernel ("session.x64quantprecision"): exact on x86 CPUs
+        # without VNNI, where the default U8S8 kernel saturates (compress/int8_encoding.py).
+        self.u8u8 = u8u8
 
     def __call__(self) -> Any:
         import onnxruntime as ort
@@ -131,6 +140,10 @@ class SessionFromOnnx:
         if self.flush_denormals:
             so.add_session_config_entry("session.set_denormal_as_zero", "1")
         so.add_session_config_entry("session.intra_op.allow_spinning", "1" if self.allow_spinning else "0")
+        if not self.qdq_fusion:
+            so.add_session_config_entry("session.disable_quant_qdq", "1")
+        if self.u8u8:
+            so.add_session_config_entry("session.x64quantprecision", "1")
         providers = [(p, self.provider_spec.options_for(p)) for p in self.providers]
         kwargs = {"disabled_optimizers": list(self.disabled_optimizers)} if self.disabled_optimizers else {}
         return ort.InferenceSession(self.path, sess_options=so, providers=providers, **kwargs)
@@ -151,8 +164,10 @@ class OrtRunner(Runner):
     def _activate(self) -> None:
         self.session = self._loader() if callable(self._loader) else self._loader
         self._input_types = {i.name: i.type for i in self.session.get_inputs()}
-        if getattr(self._loader, "flush_denormals", False):
-            _flush_denormals_on_this_thread()
+        self._output_names = [o.name for o in self.session.get_outputs()]
+        from attn_export.process import reapply_denormal_flush
+
+        reapply_denormal_flush()  # a new session resets this thread's FTZ flag
 
     def _deactivate(self) -> None:
         self.session = None
@@ -160,32 +175,19 @@ class OrtRunner(Runner):
     @property
     def input_names(self) -> list[str]:
         self.activate()
-        return [i.name for i in self.session.get_inputs()]
+        return list(self._input_types)
 
     @property
     def output_names(self) -> list[str]:
         self.activate()
-        return [o.name for o in self.session.get_outputs()]
+        return list(self._output_names)
 
     def _infer(self, feed: Feed) -> dict[str, np.ndarray]:
-        missing = [n for n in self._input_types if n not in feed]
-        if missing:
-            raise ConfigError(f"missing inputs {missing}; the model takes {list(self._input_types)}")
+        # The calling thread's denormal flag is the process context's (attn_export.process), the same
+        # for eager and ONNX Runtime; the session flushes its own pool threads.
         cast = {n: np.ascontiguousarray(np.asarray(feed[n]).astype(_np_type(t), copy=False)) for n, t in self._input_types.items()}
         outs = self.session.run(None, cast)
-        return dict(zip(self.output_names, outs))
-
-
-def _flush_denormals_on_this_thread() -> None:
-    """ORT's denormal setting covers only its pool threads; the calling thread runs ops too.
-
-    Creating a session resets the caller's flag, so this runs after the session exists.
-    """
-    try:
-        import torch
-    except ImportError:  # deployments without torch keep ORT's own pool-thread setting
-        return
-    torch.set_flush_denormal(True)
+        return dict(zip(self._output_names, outs))
 
 
 _ORT_TYPES = {

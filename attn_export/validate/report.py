@@ -73,6 +73,7 @@ class Report:
     stages: list[Stage] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     selection: dict[str, Any] = field(default_factory=dict)  # e.g. {"int8": {"route": ..., "tried": [...]}}
+    verdict: dict[str, Any] = field(default_factory=dict)  # {"passed": bool, "failures": [why, ...]}
     schema_version: int = SCHEMA_VERSION
 
     def add(self, stage: Stage) -> Stage:
@@ -94,6 +95,7 @@ class Report:
             "stages": [s.to_dict() for s in self.stages],
             "notes": self.notes,
             "selection": self.selection,
+            "verdict": self.verdict,
         }
 
     def write(self, path: str | os.PathLike[str]) -> Path:

@@ -16,13 +16,14 @@ import torch
 from attn_export.checkpoint.compress import low_rank_encoder_, quantize_encoder_static
 from attn_export.checkpoint.evaluate import SplicedEncoder, embed
 from attn_export.checkpoint.metrics import embedding_agreement
-from attn_export.checkpoint.pipeline import EncoderPipelineConfig, default_encoder_distill, run_encoder_pipeline
 from attn_export.compress.distill import DistillConfig
 from attn_export.compress.lowrank import LowRankConfig, LowRankLinear
 from attn_export.compress.quant_eager import quantize_eager_
 from attn_export.compress.quant_onnx import quantize_dynamic_onnx
 from attn_export.compress.quant_static import StaticQuantSpec
+from attn_export.config import RunConfig
 from attn_export.errors import ConfigError
+from attn_export.runner import run
 from attn_export.runtime import OrtRunner, SessionFromOnnx
 
 QK_HALF = LowRankConfig(rank_ratio=0.5, targets=("q", "k"))
@@ -97,7 +98,7 @@ def test_low_rank_qk_half_with_distillation_keeps_embeddings(minilm, minilm_spli
     svd = copy.deepcopy(minilm)
     low_rank_encoder_(svd, minilm, minilm_splits.calib, LowRankConfig(rank_ratio=0.5, targets=("q", "k"), method="svd"))
     student = copy.deepcopy(minilm)
-    summary = low_rank_encoder_(student, minilm, minilm_splits.calib, QK_HALF, default_encoder_distill())
+    summary = low_rank_encoder_(student, minilm, minilm_splits.calib, QK_HALF, DistillConfig(steps=120, lr=1e-3, batch_size=16, eval_every=20, patience=3, progress=False))
     assert summary.replaced_ratio == pytest.approx(0.5) and len(summary.layers) == 6
     got = embedding_agreement(minilm_val_embeddings, _eager_embeddings(student, minilm_splits.val))
     plain = embedding_agreement(minilm_val_embeddings, _eager_embeddings(svd, minilm_splits.val))
@@ -107,33 +108,33 @@ def test_low_rank_qk_half_with_distillation_keeps_embeddings(minilm, minilm_spli
 
 
 def test_pipeline_on_one_layer_writes_the_encoder_metrics(tmp_path):
-    """``--layers 5``: the layer is exported and compressed alone, judged inside the encoder."""
-    cfg = EncoderPipelineConfig(
-        layers="5", out=tmp_path, stages=("onnx-fp32", "int8-dynamic", "lowrank"), seq_len=32, batch=2,
-        warmup=0, repeats=1, threads=2, distill=DistillConfig(steps=10, lr=1e-3, eval_every=5, progress=False),
+    """``--layers 5``: the layer is exported and compressed alone, judged inside the encoder (one pipeline)."""
+    cfg = RunConfig(
+        checkpoint="minilm", layers="5", quantize="int8", int8_mode="dynamic", low_rank=0.5, distill=10, out=tmp_path,
+        seq_len=32, batch=2, warmup=0, repeats=1, threads=2,
     )  # fmt: skip
-    report = run_encoder_pipeline(cfg)
+    report = run(cfg).report
     data = json.loads((tmp_path / "report.json").read_text())
-    assert [s["name"] for s in data["stages"]] == ["onnx-fp32", "int8-dynamic", "lowrank"]
-    assert data["model"]["layers"] == "5" and data["inputs"]["val_texts"] >= 50
+    assert [s["name"] for s in data["stages"]] == ["onnx-fp32", "lowrank", "lowrank+distill", "lowrank-int8-dynamic"]
+    assert data["model"]["layers"] == "5" and "held-out texts" in data["inputs"]["accuracy_data"]
     for stage in data["stages"]:
         emb = stage["details"]["embedding"]
         assert {"mean_cosine", "min_cosine", "top1_neighbor_agreement"} <= set(emb)
         assert stage["accuracy"]["cosine"] == pytest.approx(emb["mean_cosine"], abs=1e-6)  # unit vectors
         assert stage["details"]["layer_accuracy"]["cosine"] > 0.99
         assert stage["latency_ms"]["artifact"]["p50"] > 0 and stage["passed"], stage["details"]["violations"]
-    assert (tmp_path / "layer5.onnx").is_file() and (tmp_path / "layer5-lowrank.onnx").is_file()
+    assert (tmp_path / "model.onnx").is_file() and (tmp_path / "model.lowrank.onnx").is_file() and (tmp_path / "model.int8.onnx").is_file()
     assert report.stage("onnx-fp32").details["embedding"]["min_cosine"] > 0.99999
-    assert report.stage("lowrank").details["low_rank"]["replaced_ratio"] == pytest.approx(0.5)
+    assert report.stage("lowrank").details["low_rank"]["replaced_params_after"] < report.stage("lowrank").details["low_rank"]["replaced_params_before"]
+    assert report.selection["int8"]["route"] == "dynamic" and (tmp_path / "report.html").is_file()
 
 
 def test_pipeline_config_errors(tmp_path):
-    with pytest.raises(ConfigError, match="stages"):
-        EncoderPipelineConfig(stages=("int9",))
-    with pytest.raises(ConfigError, match="lowrank-int8"):
-        EncoderPipelineConfig(stages=("lowrank-int8",))
+    with pytest.raises(ConfigError, match="--layer picks a reference layer"):
+        RunConfig(checkpoint="minilm", layer="mha")
+    with pytest.raises(ConfigError, match="--layers applies to a --checkpoint"):
+        RunConfig(layers="3")
     with pytest.raises(ConfigError, match="--layers"):
-        EncoderPipelineConfig(layers="first")
-    assert EncoderPipelineConfig(stages=("int8-dynamic",)).stages == ("onnx-fp32", "int8-dynamic")
+        RunConfig(checkpoint="minilm", layers="first")
     with pytest.raises(ConfigError, match="layer index 0..5"):
-        run_encoder_pipeline(EncoderPipelineConfig(layers="6", out=tmp_path, stages=()))
+        run(RunConfig(checkpoint="minilm", layers="6", out=tmp_path))

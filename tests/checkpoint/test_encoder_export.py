@@ -96,24 +96,19 @@ def test_fp16_export_keeps_embeddings(minilm, minilm_splits, minilm_val_embeddin
     assert agreement["top1_neighbor_agreement"] >= 0.95, agreement
 
 
-def test_encoder_cli_command(tmp_path, minilm_dir):
-    """``attn-export encoder --checkpoint minilm --layers 5``, registered on a typer app."""
+def test_encoder_cli_command(tmp_path, minilm_dir, capsys):
+    """``attn-export encoder --layers 5``: the main command with the every-route preset, options overriding it."""
     import json
 
-    import typer
-    from typer.testing import CliRunner
+    from attn_export.cli import main
 
-    from attn_export.checkpoint.cli import register
-
-    app = typer.Typer()
-    app.callback()(lambda: None)
-    register(app)
-    args = ["encoder", "--checkpoint", "minilm", "--layers", "5", "--stages", "onnx-fp32", "--out", str(tmp_path),
-            "--seq-len", "16", "--batch", "2", "--warmup", "0", "--repeats", "1", "--threads", "2", "--json"]  # fmt: skip
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code == 0, result.output
-    report = json.loads(result.stdout)
-    assert [s["name"] for s in report["stages"]] == ["onnx-fp32"] and report["model"]["layers"] == "5"
+    args = ["encoder", "--layers", "5", "--precision", "fp32", "--low-rank-targets", "q", "--distill", "5", "--int8-mode", "dynamic",
+            "--out", str(tmp_path), "--seq-len", "16", "--batch", "2", "--warmup", "0", "--repeats", "1", "--threads", "2", "--json"]  # fmt: skip
+    assert main(args) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [s["name"] for s in report["stages"]] == ["onnx-fp32", "lowrank", "lowrank+distill", "lowrank-int8-dynamic"]
+    assert report["model"]["layers"] == "5" and report["model"]["name"] == "minilm"
     assert report["stages"][0]["details"]["embedding"]["min_cosine"] > 0.99999
-    bad = CliRunner().invoke(app, ["encoder", "--checkpoint", str(tmp_path / "missing"), "--out", str(tmp_path)])
-    assert bad.exit_code != 0 and "checkpoint directory" in str(bad.exception)
+    assert main(["encoder", "--checkpoint", str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "checkpoint directory" in err and len(err.splitlines()) == 1

@@ -188,7 +188,7 @@ def test_check_trt_cli(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import typer
     from typer.testing import CliRunner
 
-    from attn_export.cli_trt import register
+    from attn_export.cli.check_trt import register
 
     app = typer.Typer()
     register(app)
@@ -202,10 +202,10 @@ def test_check_trt_cli(tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert any(line.startswith("ERROR") and "attn (Attention)" in line and "needs TensorRT >= 10.14" in line for line in lines)
     good = runner.invoke(app, ["check-trt", str(_write(tmp_path, _qdq_model(0))), "--trt", "10.3", "--json", str(tmp_path / "r.json")])
     assert good.exit_code == 0 and (tmp_path / "r.json").is_file()
-    missing = runner.invoke(app, ["check-trt", str(tmp_path / "nope.onnx")])
-    assert missing.exit_code == 2 and "does not exist" in missing.output and len(missing.output.strip().splitlines()) == 1
-    shape = runner.invoke(app, ["check-trt", str(model), "--min-shape", "1xx"])
-    assert shape.exit_code == 2 and "--min-shape as BATCHxSEQ" in shape.output
+    from attn_export.cli import main
+
+    assert main(["check-trt", str(tmp_path / "nope.onnx")]) == 2  # one line on stderr, "attn-export: error: ..."
+    assert main(["check-trt", str(model), "--min-shape", "1xx"]) == 2
 
 
 def _write(tmp_path, model: onnx.ModelProto):  # type: ignore[no-untyped-def]

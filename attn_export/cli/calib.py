@@ -13,18 +13,14 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from attn_export.compress.calib_data import (
-    DEFAULT_MAX_BYTES,
-    generate_calibration,
-    load_calibration,
-)
-from attn_export.errors import AttnExportError
+from attn_export.errors import ConfigError
+
+DEFAULT_MAX_BYTES = 512 * 2**20  # attn_export.compress.calib_data.DEFAULT_MAX_BYTES (not imported: it loads torch)
 
 __all__ = ["calib_app", "register"]
 
 calib_app = typer.Typer(help="Generate and check calibration/validation activation sets.", no_args_is_help=True)
 _console = Console()
-_errors = Console(stderr=True)
 
 
 @calib_app.command("generate")
@@ -41,16 +37,14 @@ def generate(
     overwrite: Annotated[bool, typer.Option(help="Replace an existing file.")] = False,
 ) -> None:
     """Write a synthetic set of LayerNorm-ed hidden states with padding masks (recipe: attn_export/data/calibration/README.md)."""
-    try:
-        if out.exists() and not overwrite:
-            raise typer.BadParameter(f"{out} exists; pass --overwrite to replace it", param_hint="--out")
-        path = generate_calibration(
-            out, d_model, n_calib, n_val, seq_len, seed, decay=decay, n_outliers=outliers, dtype=dtype
-        )
-        data = load_calibration(path, d_model)
-    except AttnExportError as err:
-        _errors.print(f"error: {err}", markup=False)
-        raise typer.Exit(code=2) from err
+    from attn_export.compress.calib_data import generate_calibration, load_calibration
+    from attn_export.paths import check_output_file
+
+    if out.exists() and not overwrite:
+        raise ConfigError(f"--out {out} exists; pass --overwrite to replace it")
+    check_output_file(out, "--out")
+    path = generate_calibration(out, d_model, n_calib, n_val, seq_len, seed, decay=decay, n_outliers=outliers, dtype=dtype)
+    data = load_calibration(path, d_model)
     _console.print(f"wrote {path} ({path.stat().st_size} bytes)", markup=False)
     _console.print(data.describe(), markup=False)
 
@@ -62,11 +56,9 @@ def check(
     max_bytes: Annotated[int, typer.Option(help="Refuse files larger than this.")] = DEFAULT_MAX_BYTES,
 ) -> None:
     """Load a calibration set with all checks (shape, dtype, NaN/Inf, masks, disjoint splits)."""
-    try:
-        data = load_calibration(path, d_model, max_bytes=max_bytes)
-    except AttnExportError as err:
-        _errors.print(f"error: {err}", markup=False)
-        raise typer.Exit(code=2) from err
+    from attn_export.compress.calib_data import load_calibration
+
+    data = load_calibration(path, d_model, max_bytes=max_bytes)
     _console.print(f"ok: {data.describe()}", markup=False)
 
 

@@ -18,7 +18,7 @@ from typing import Optional
 
 import typer
 
-from attn_export.errors import AttnExportError, ConfigError
+from attn_export.errors import ConfigError
 from attn_export.runtime.trt_spec import EngineSpec, ShapeProfile
 
 __all__ = ["register", "check_trt", "engine_spec_from_options", "parse_size"]
@@ -78,12 +78,8 @@ def check_trt(
     """Check an ONNX model against what TensorRT's parser and builder accept (no GPU needed)."""
     from attn_export.export.trt_compat import check_trt_compat, report_dict
 
-    try:
-        profiles = ShapeProfile.parse(min_shape, opt_shape, max_shape)
-        report = check_trt_compat(model, trt, profiles, precision)
-    except AttnExportError as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
+    profiles = ShapeProfile.parse(min_shape, opt_shape, max_shape)
+    report = check_trt_compat(model, trt, profiles, precision)
     shown = report.errors if errors_only else report.findings
     lines = str(report).splitlines()
     typer.echo(lines[0])

@@ -1,6 +1,9 @@
-"""Reusable CLI option groups (typer ``Annotated`` types), shared by the main job, bench and sweep.
+"""Reusable CLI option groups (typer ``Annotated`` types), shared by every command.
 
-Each group shows under its own panel in ``--help`` with its default visible.
+Each group shows under its own panel in ``--help`` with its default visible. An option whose
+default depends on the subject (a reference layer or a checkpoint) has no Python default
+(None, so "not given" can be told apart) and shows its effective default in ``--help``.
+Option names mean the same thing in every command that takes them.
 """
 
 from __future__ import annotations
@@ -11,22 +14,52 @@ from typing import Annotated, Optional
 import typer
 
 __all__ = [
-    "LayerOpt",
-    "DModelOpt",
-    "HeadsOpt",
-    "SeqLenOpt",
-    "BatchOpt",
-    "MaskOpt",
-    "SeedOpt",
-    "OpsetOpt",
     "AttentionOpt",
-    "PrecisionOpt",
-    "OutOpt",
-    "ThreadsOpt",
-    "WarmupOpt",
-    "RepeatsOpt",
-    "QuietOpt",
+    "BatchOpt",
+    "BuildEngineOpt",
+    "BundleOpt",
+    "CalibMethodOpt",
+    "CalibOpt",
+    "CheckpointMainOpt",
+    "DModelOpt",
+    "DistillOpt",
+    "DlaCoreOpt",
+    "HeadsOpt",
+    "HwCompatOpt",
+    "Int8EncodingOpt",
+    "Int8ModeOpt",
     "JsonOpt",
+    "LanguagesOpt",
+    "LayerOpt",
+    "LayersMainOpt",
+    "LowRankMethodOpt",
+    "LowRankOpt",
+    "LowRankTargetsOpt",
+    "MaskOpt",
+    "MaxLenOpt",
+    "MaxShapeOpt",
+    "MinShapeOpt",
+    "OpsetOpt",
+    "OptLevelOpt",
+    "OptShapeOpt",
+    "OutOpt",
+    "PrecisionOpt",
+    "ProgressOpt",
+    "QuantizeOpt",
+    "QuietOpt",
+    "RepeatsOpt",
+    "SeedOpt",
+    "SeqLenOpt",
+    "SmoothQuantOpt",
+    "TargetOpt",
+    "ThreadsOpt",
+    "TimingCacheOpt",
+    "TritonOpt",
+    "TrtVersionOpt",
+    "VersionCompatOpt",
+    "WarmupOpt",
+    "WithTorchaoOpt",
+    "WorkspaceOpt",
 ]
 
 _MODEL = "Model options"
@@ -35,19 +68,21 @@ _COMPARE = "Comparison options"
 _OUTPUT = "Output options"
 
 LayerOpt = Annotated[
-    str, typer.Option("--layer", help="Reference layer: transformer|mha|self-attention|block-sparse|linear.", rich_help_panel=_MODEL)
+    Optional[str],
+    typer.Option("--layer", help="Reference layer: transformer|mha|self-attention|block-sparse|linear.", show_default="transformer", rich_help_panel=_MODEL),
 ]
-DModelOpt = Annotated[int, typer.Option("--d-model", help="Model width.", rich_help_panel=_MODEL)]
-HeadsOpt = Annotated[int, typer.Option("--heads", help="Attention heads (must divide --d-model).", rich_help_panel=_MODEL)]
-SeqLenOpt = Annotated[int, typer.Option("--seq-len", help="Sequence length of validation/latency inputs.", rich_help_panel=_MODEL)]
-BatchOpt = Annotated[int, typer.Option("--batch", help="Batch size of validation/latency inputs.", rich_help_panel=_MODEL)]
-MaskOpt = Annotated[str, typer.Option("--mask", help="Mask kind: none|padding|causal|window.", rich_help_panel=_MODEL)]
+DModelOpt = Annotated[Optional[int], typer.Option("--d-model", help="Model width of the reference layer.", show_default="512", rich_help_panel=_MODEL)]
+HeadsOpt = Annotated[Optional[int], typer.Option("--heads", help="Attention heads (must divide --d-model).", show_default="8", rich_help_panel=_MODEL)]
+SeqLenOpt = Annotated[int, typer.Option("--seq-len", help="Sequence length of the latency input (and of random validation inputs).", rich_help_panel=_MODEL)]
+BatchOpt = Annotated[int, typer.Option("--batch", help="Batch size of the latency input (and of validation batches).", rich_help_panel=_MODEL)]
+MaskOpt = Annotated[Optional[str], typer.Option("--mask", help="Mask kind: none|padding|causal|window.", show_default="padding", rich_help_panel=_MODEL)]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for weights and inputs (same seed, same weights).", rich_help_panel=_MODEL)]
 OpsetOpt = Annotated[
     Optional[int], typer.Option("--opset", help="ONNX opset (default: 18, or 23 for onnx-attention).", rich_help_panel=_EXPORT)
 ]
 AttentionOpt = Annotated[
-    str, typer.Option("--attention", help="Attention form: decomposed|onnx-attention|ort-contrib.", rich_help_panel=_EXPORT)
+    Optional[str],
+    typer.Option("--attention", help="Attention form: decomposed|onnx-attention|ort-contrib.", show_default="the target's (decomposed for ort-cpu)", rich_help_panel=_EXPORT),
 ]
 PrecisionOpt = Annotated[str, typer.Option("--precision", help="Export precision: fp32|fp16.", rich_help_panel=_EXPORT)]
 OutOpt = Annotated[Path, typer.Option("--out", help="Output directory.", rich_help_panel=_OUTPUT)]
@@ -58,6 +93,7 @@ WarmupOpt = Annotated[int, typer.Option("--warmup", help="Untimed warm-up runs p
 RepeatsOpt = Annotated[int, typer.Option("--repeats", help="Timed runs per variant.", rich_help_panel=_COMPARE)]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.", rich_help_panel=_OUTPUT)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout instead of a table.", rich_help_panel=_OUTPUT)]
+ProgressOpt = Annotated[bool, typer.Option("--progress", help="Progress lines on stderr even when it is not a terminal (CI logs).", rich_help_panel=_OUTPUT)]
 
 _COMPRESS = "Compression options"
 _DEPLOY = "Deployment options"
@@ -67,19 +103,24 @@ LowRankOpt = Annotated[
     typer.Option("--low-rank", metavar="[RATIO]", help="Low-rank factorize Q/K/V/O keeping RATIO of their parameters (alone: 0.5).", rich_help_panel=_COMPRESS),
 ]
 LowRankMethodOpt = Annotated[str, typer.Option("--low-rank-method", help="activation (whitened, SVD-LLM/ASVD) | svd (plain).", rich_help_panel=_COMPRESS)]
-LowRankTargetsOpt = Annotated[Optional[str], typer.Option("--low-rank-targets", help="Comma list of q,k,v,o,ffn (default: q,k,v,o; q,k for --checkpoint).", rich_help_panel=_COMPRESS)]
+LowRankTargetsOpt = Annotated[Optional[str], typer.Option("--low-rank-targets", help="Comma list of q,k,v,o,ffn.", show_default="q,k,v,o for a layer; q,k for --checkpoint", rich_help_panel=_COMPRESS)]
 DistillOpt = Annotated[
     Optional[int],
     typer.Option("--distill", metavar="[STEPS]", help="Distil the low-rank student from the original layer (alone: 200 steps).", rich_help_panel=_COMPRESS),
 ]
 QuantizeOpt = Annotated[Optional[str], typer.Option("--quantize", help="int8: quantize and pick the fastest route meeting the int8 tolerance.", rich_help_panel=_COMPRESS)]
-Int8ModeOpt = Annotated[str, typer.Option("--int8-mode", help="auto | static (Q/DQ) | dynamic (ORT CPU) | torchao (eager).", rich_help_panel=_COMPRESS)]
-CalibOpt = Annotated[Optional[Path], typer.Option("--calib", help="Calibration data (.npz/.npy/.safetensors) (default: the shipped set).", rich_help_panel=_COMPRESS)]
-CalibMethodOpt = Annotated[str, typer.Option("--calib-method", help="Static int8 calibration: minmax | percentile | entropy.", rich_help_panel=_COMPRESS)]
+Int8ModeOpt = Annotated[str, typer.Option("--int8-mode", help="auto (every route the target can deploy) | static (Q/DQ) | dynamic (ORT CPU) | torchao (eager).", rich_help_panel=_COMPRESS)]
+Int8EncodingOpt = Annotated[
+    str,
+    typer.Option("--int8-encoding", help="ONNX Runtime CPU int8 weights: auto (reduce-range where this CPU's U8S8 GEMM saturates, i.e. x86 without VNNI) | full-range | reduce-range (7-bit, safe on every CPU).", rich_help_panel=_COMPRESS),
+]
+WithTorchaoOpt = Annotated[bool, typer.Option("--with-torchao", help="Also time torchao's eager int8 (skipped by default where it is slower than fp32 on this CPU).", rich_help_panel=_COMPRESS)]
+CalibOpt = Annotated[Optional[Path], typer.Option("--calib", help="Calibration data: activations (.npz/.npy/.safetensors) for a layer, a .txt file (one text per line) for a checkpoint.", show_default="the shipped set", rich_help_panel=_COMPRESS)]
+CalibMethodOpt = Annotated[Optional[str], typer.Option("--calib-method", help="Static int8 calibration: minmax | percentile | entropy.", show_default="minmax for a layer; percentile for --checkpoint", rich_help_panel=_COMPRESS)]
 SmoothQuantOpt = Annotated[Optional[float], typer.Option("--smoothquant", metavar="ALPHA", help="SmoothQuant alpha for activation outliers (static int8).", rich_help_panel=_COMPRESS)]
 
 TargetOpt = Annotated[str, typer.Option("--target", help="ort-cpu | ort-cuda | tensorrt | jetson (fixes opset, attention form, precision).", rich_help_panel=_DEPLOY)]
-TrtVersionOpt = Annotated[Optional[str], typer.Option("--trt-version", help="TensorRT version to check against (default: the target's).", rich_help_panel=_DEPLOY)]
+TrtVersionOpt = Annotated[Optional[str], typer.Option("--trt-version", help="TensorRT version to check against.", show_default="the target's", rich_help_panel=_DEPLOY)]
 MinShapeOpt = Annotated[Optional[str], typer.Option("--min-shape", help="Engine profile min BATCHxSEQ (default 1x1).", rich_help_panel=_DEPLOY)]
 OptShapeOpt = Annotated[Optional[str], typer.Option("--opt-shape", help="Engine profile opt BATCHxSEQ (default --batch x --seq-len).", rich_help_panel=_DEPLOY)]
 MaxShapeOpt = Annotated[Optional[str], typer.Option("--max-shape", help="Engine profile max BATCHxSEQ (default 4x the opt shape).", rich_help_panel=_DEPLOY)]
@@ -98,4 +139,6 @@ CheckpointMainOpt = Annotated[
     Optional[str],
     typer.Option("--checkpoint", help="BERT-family checkpoint dir (config.json, model.safetensors, tokenizer.json) or 'minilm'.", rich_help_panel=_CHECKPOINT),
 ]
-LayersMainOpt = Annotated[str, typer.Option("--layers", help="With --checkpoint: 'all' (the whole encoder) or a layer index N.", rich_help_panel=_CHECKPOINT)]
+LayersMainOpt = Annotated[Optional[str], typer.Option("--layers", help="With --checkpoint: 'all' (the whole encoder) or a layer index N.", show_default="all", rich_help_panel=_CHECKPOINT)]
+MaxLenOpt = Annotated[Optional[int], typer.Option("--max-len", help="With --checkpoint: token limit of the corpus texts.", show_default="64", rich_help_panel=_CHECKPOINT)]
+LanguagesOpt = Annotated[Optional[str], typer.Option("--languages", help="With --checkpoint: corpus languages, e.g. en,de.", show_default="all shipped", rich_help_panel=_CHECKPOINT)]

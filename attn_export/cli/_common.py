@@ -1,0 +1,76 @@
+"""Helpers every subcommand shares: consoles, progress output and comma-list parsing.
+
+Progress goes to stderr, and only where a person watches: on a terminal, or with
+``--progress``. A CI log gets one plain line per step (never ``\r`` redraws), and results go
+to stdout.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from attn_export.errors import ConfigError
+
+__all__ = ["JsonFlag", "QuietFlag", "ThreadsFlag", "err_console", "floats", "ints", "out_console", "progress_bar", "progress_lines", "strs"]
+
+# Logs and CI capture are not terminals: rich would wrap wide tables at 80 columns there.
+out_console = Console(width=None if sys.stdout.isatty() else 200)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+
+QuietFlag = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output; print only the result.")]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+ThreadsFlag = Annotated[int | None, typer.Option("--threads", help="Threads for eager and ONNX Runtime.", show_default="all cores")]
+
+
+def progress_lines(enabled: bool) -> Callable[[str], None] | None:
+    """A ``say(msg)`` that prints "• msg" on stderr, or None when progress is off."""
+    if not enabled:
+        return None
+    return lambda msg: err_console.print(f"[dim]•[/dim] {msg}", highlight=False, soft_wrap=not err_console.is_terminal)
+
+
+@contextmanager
+def progress_bar(enabled: bool, label: str) -> Iterator[Callable[[str, int, int], None]]:
+    """A rich progress bar on a terminal, plain lines elsewhere, fed by ``callback(message, done, total)``."""
+    if not enabled:
+        yield lambda msg, done, total: None
+        return
+    if not err_console.is_terminal:  # CI logs: one plain line per step instead of a redrawn bar
+        yield lambda msg, done, total: err_console.print(f"{label} [{done}/{total or '?'}] {msg}", highlight=False)
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    cols = (TextColumn(f"[bold]{label}[/bold]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}"))
+    with Progress(*cols, console=err_console, transient=True) as bar:
+        task = bar.add_task("", total=None)
+        yield lambda msg, done, total: bar.update(task, description=msg, completed=done, total=total if total > 0 else None)
+
+
+def ints(text: str | None, flag: str) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        return tuple(int(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise ConfigError(f"expected {flag} as comma-separated integers like 128,512, got {text!r}") from None
+
+
+
+def floats(text: str | None, flag: str) -> tuple[float, ...] | None:
+    if text is None:
+        return None
+    try:
+        return tuple(float(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise ConfigError(f"expected {flag} as comma-separated numbers like 1,0.5, got {text!r}") from None
+
+
+
+def strs(text: str | None) -> tuple[str, ...] | None:
+    return None if text is None else tuple(t.strip() for t in text.split(",") if t.strip())

@@ -1,0 +1,69 @@
+"""``attn-export bench``: every variant side by side over a grid of shapes (latency, memory, efficiency)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from attn_export.cli._common import (
+    QuietFlag,
+    ThreadsFlag,
+    ints,
+    out_console,
+    progress_bar,
+    strs,
+)
+
+__all__ = ["register"]
+
+
+def bench(
+    quick: Annotated[bool, typer.Option("--quick", help="Small grid (L 128,512 x B 1,8), fewer repeats: under 3 minutes on 2 cores.")] = False,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Where to write the results JSON (default: OUT/bench.json).")] = None,
+    out: Annotated[Path, typer.Option("--out", help="Output folder for bench.json, bench.md and seq_scaling.png.")] = Path("attn-export-bench"),
+    seqs: Annotated[str | None, typer.Option("--seqs", help="Sequence lengths, e.g. 128,512,1024,2048,4096.")] = None,
+    batches: Annotated[str | None, typer.Option("--batches", help="Batch sizes, e.g. 1,8.")] = None,
+    variants: Annotated[str | None, typer.Option("--variants", help="Comma-separated subset of the variants (default: all).")] = None,
+    d_model: Annotated[int, typer.Option("--d-model", help="Model width of the default TransformerLayer.")] = 512,
+    heads: Annotated[int, typer.Option("--heads", help="Attention heads.")] = 8,
+    ceiling_size: Annotated[int | None, typer.Option("--ceiling-size", help="N of the NxN GEMMs that measure the ceilings (default 2048, quick 1024).")] = None,
+    threads: ThreadsFlag = None,
+    quiet: QuietFlag = False,
+) -> None:
+    """Every variant side by side: latency, ratio to eager, memory, efficiency vs measured GEMM ceilings."""
+    from attn_export.benchmark import (
+        BenchConfig,
+        markdown_tables,
+        results_table,
+        run_bench,
+        variants_table,
+    )
+    from attn_export.validate.plots import plot_seq_scaling
+    from attn_export.validate.report import atomic_write_text
+
+    overrides: dict[str, Any] = {"d_model": d_model, "heads": heads, "threads": threads}
+    for key, val in (("seqs", ints(seqs, "--seqs")), ("batches", ints(batches, "--batches")), ("variants", strs(variants)), ("ceiling_size", ceiling_size)):
+        if val is not None:
+            overrides[key] = val
+    cfg = BenchConfig.quick(**overrides) if quick else BenchConfig(**overrides)
+    out.mkdir(parents=True, exist_ok=True)
+    with progress_bar(not quiet, "bench") as cb:
+        result = run_bench(cfg, progress=cb)
+    target = json_path or out / "bench.json"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(target, json.dumps(result, indent=2) + "\n")
+    atomic_write_text(out / "bench.md", "# attn-export bench\n\n" + markdown_tables(result))
+    plot_seq_scaling(result, out / "seq_scaling.png")
+    if not quiet:
+        out_console.print(results_table(result))
+        out_console.print(variants_table(result))
+        for s in result["skipped"]:
+            out_console.print(f"skipped batch {s['batch']}, seq {s['seq']}: {s['reason']}", highlight=False)
+    out_console.print(f"wrote {target}, {out / 'bench.md'}, {out / 'seq_scaling.png'}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("bench")(bench)

@@ -1,0 +1,167 @@
+"""The main command: ``attn-export [OPTIONS]`` runs the one pipeline on a layer or a checkpoint.
+
+With no options it exports the default TransformerLayer, validates it against eager PyTorch
+on ONNX Runtime CPU and writes ``model.onnx``, ``report.json``, ``report.md`` and
+``report.html``. ``--checkpoint DIR|minilm`` makes a pretrained encoder the subject; every
+other option means the same for both subjects or is refused before any work (see
+``attn_export.config``).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from attn_export.cli.options import (
+    AttentionOpt,
+    BatchOpt,
+    BuildEngineOpt,
+    BundleOpt,
+    CalibMethodOpt,
+    CalibOpt,
+    CheckpointMainOpt,
+    DistillOpt,
+    DlaCoreOpt,
+    DModelOpt,
+    HeadsOpt,
+    HwCompatOpt,
+    Int8EncodingOpt,
+    Int8ModeOpt,
+    JsonOpt,
+    LanguagesOpt,
+    LayerOpt,
+    LayersMainOpt,
+    LowRankMethodOpt,
+    LowRankOpt,
+    LowRankTargetsOpt,
+    MaskOpt,
+    MaxLenOpt,
+    MaxShapeOpt,
+    MinShapeOpt,
+    OpsetOpt,
+    OptLevelOpt,
+    OptShapeOpt,
+    OutOpt,
+    PrecisionOpt,
+    ProgressOpt,
+    QuantizeOpt,
+    QuietOpt,
+    RepeatsOpt,
+    SeedOpt,
+    SeqLenOpt,
+    SmoothQuantOpt,
+    TargetOpt,
+    ThreadsOpt,
+    TimingCacheOpt,
+    TritonOpt,
+    TrtVersionOpt,
+    VersionCompatOpt,
+    WarmupOpt,
+    WithTorchaoOpt,
+    WorkspaceOpt,
+)
+
+__all__ = ["config_from_options", "register", "run_main"]
+
+# Options that only shape the terminal output; everything else becomes a RunConfig field.
+OUTPUT_ONLY = ("quiet", "as_json", "progress")
+# Engine options map into EngineSpec (RunConfig.engine); the rest map 1:1 onto RunConfig.
+ENGINE_OPTIONS = ("min_shape", "opt_shape", "max_shape", "workspace", "timing_cache", "hardware_compatibility",
+                  "version_compatible", "builder_optimization_level", "dla_core")  # fmt: skip
+
+
+def config_from_options(options: dict[str, Any]) -> Any:
+    """The ``RunConfig`` for the main command's parsed options (validated on construction)."""
+    from attn_export.cli.check_trt import engine_spec_from_options
+    from attn_export.config import RunConfig
+
+    opts = {k: v for k, v in options.items() if k not in OUTPUT_ONLY}
+    engine_args = {k: opts.pop(k) for k in ENGINE_OPTIONS}
+    engine = engine_spec_from_options(
+        precision="int8" if opts.get("quantize") else opts.get("precision", "fp32"),
+        min_shape=engine_args["min_shape"], opt_shape=engine_args["opt_shape"], max_shape=engine_args["max_shape"],
+        workspace=engine_args["workspace"], timing_cache=engine_args["timing_cache"],
+        hardware_compatibility=engine_args["hardware_compatibility"], version_compatible=engine_args["version_compatible"],
+        optimization_level=engine_args["builder_optimization_level"], dla_core=engine_args["dla_core"],
+    )  # fmt: skip
+    return RunConfig(**opts, engine=engine)
+
+
+def run_main(options: dict[str, Any]) -> int:
+    """Validate, run, print the summary; returns the exit code (1 when a required stage failed)."""
+    from attn_export.cli._common import err_console, progress_lines
+
+    cfg = config_from_options(options)
+    quiet, as_json = options["quiet"], options["as_json"]
+    say = progress_lines(not (quiet or as_json) and (options["progress"] or sys.stderr.isatty()))
+    from attn_export.runner import run
+
+    result = run(cfg, say)
+    from attn_export.cli.summary import finish
+
+    return finish(result, cfg, as_json, quiet, err_console if say else None)
+
+
+def register(app: typer.Typer) -> None:
+    """The main command is the app's callback (it runs when no subcommand is given)."""
+
+    @app.callback(invoke_without_command=True)
+    def attn_export(
+        ctx: typer.Context,
+        checkpoint: CheckpointMainOpt = None,
+        layers: LayersMainOpt = None,
+        max_len: MaxLenOpt = None,
+        languages: LanguagesOpt = None,
+        layer: LayerOpt = None,
+        d_model: DModelOpt = None,
+        heads: HeadsOpt = None,
+        mask: MaskOpt = None,
+        seq_len: SeqLenOpt = 128,
+        batch: BatchOpt = 8,
+        seed: SeedOpt = 0,
+        opset: OpsetOpt = None,
+        attention: AttentionOpt = None,
+        precision: PrecisionOpt = "fp32",
+        out: OutOpt = Path("attn-export-out"),
+        threads: ThreadsOpt = None,
+        warmup: WarmupOpt = 3,
+        repeats: RepeatsOpt = 20,
+        quiet: QuietOpt = False,
+        as_json: JsonOpt = False,
+        progress: ProgressOpt = False,
+        low_rank: LowRankOpt = None,
+        low_rank_method: LowRankMethodOpt = "activation",
+        low_rank_targets: LowRankTargetsOpt = None,
+        distill: DistillOpt = None,
+        quantize: QuantizeOpt = None,
+        int8_mode: Int8ModeOpt = "auto",
+        int8_encoding: Int8EncodingOpt = "auto",
+        with_torchao: WithTorchaoOpt = False,
+        calib: CalibOpt = None,
+        calib_method: CalibMethodOpt = None,
+        smoothquant: SmoothQuantOpt = None,
+        target: TargetOpt = "ort-cpu",
+        trt_version: TrtVersionOpt = None,
+        min_shape: MinShapeOpt = None,
+        opt_shape: OptShapeOpt = None,
+        max_shape: MaxShapeOpt = None,
+        workspace: WorkspaceOpt = None,
+        timing_cache: TimingCacheOpt = None,
+        hardware_compatibility: HwCompatOpt = "none",
+        version_compatible: VersionCompatOpt = False,
+        builder_optimization_level: OptLevelOpt = 3,
+        dla_core: DlaCoreOpt = None,
+        build_engine: BuildEngineOpt = False,
+        bundle: BundleOpt = None,
+        triton: TritonOpt = None,
+    ) -> None:
+        """Export a layer or a checkpoint to ONNX, compress it, validate every artifact against eager PyTorch, and report."""
+        if ctx.invoked_subcommand is not None:
+            return
+        options = {k: v for k, v in locals().items() if k not in ("ctx",)}
+        code = run_main(options)
+        if code:
+            raise typer.Exit(code=code)

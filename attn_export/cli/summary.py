@@ -1,0 +1,104 @@
+"""What the terminal shows at the end of a run: the stage table, then where everything went.
+
+The last lines name every artifact written (models, reports, plots, bundle, Triton
+repository), the TensorRT check's verdict, the int8 selection and why, and the notes (e.g.
+profitability), so a user never has to open report.json to find the result.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = ["artifact_paths", "finish", "print_summary"]
+
+
+def _human_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    value = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return str(n)
+
+
+def artifact_paths(report: Any, out: Path) -> list[str]:
+    """Every file and folder the run wrote, in a stable order."""
+    paths: list[str] = []
+    for s in report.stages:
+        if s.artifact:
+            paths.append(str(s.artifact))
+    for sel in report.selection.values():
+        if isinstance(sel, dict) and sel.get("artifact"):
+            paths.append(str(sel["artifact"]))
+    for name in ("report.json", "report.md", "report.html"):
+        if (out / name).is_file():
+            paths.append(str(out / name))
+    paths.extend(str(p) for p in sorted(out.glob("*.png")))
+    deploy = report.selection.get("deploy") or {}
+    for key in ("jetson_bundle", "triton_repo"):
+        if deploy.get(key):
+            paths.append(str(deploy[key]))
+    return list(dict.fromkeys(paths))
+
+
+def print_summary(report: Any, out: Path, console: Any) -> None:
+    """A readable table of every stage: accuracy, latency, speedup, size; then artifacts and verdicts."""
+    from rich.table import Table
+
+    m = report.model
+    table = Table(title=f"attn-export: {m.get('layer')} d_model={m.get('d_model')} heads={m.get('heads')}")
+    for col in ("stage", "precision", "max_abs", "rel_l2", "cosine", "sqnr dB", "p50 ms", "eager p50 ms", "speedup", "size", "ok"):
+        table.add_column(col, justify="left" if col in ("stage", "precision") else "right")
+    for s in report.stages:
+        a = s.accuracy
+        lat, eag = s.latency_ms.get("artifact"), s.latency_ms.get("eager")
+        emb = s.details.get("embedding")
+        table.add_row(
+            s.details.get("label") or s.name, s.precision,
+            f"{a.max_abs:.2e}" if a else "-", f"{a.rel_l2:.2e}" if a else "-",
+            (f"{emb['mean_cosine']:.6f}" if emb else f"{a.cosine:.6f}") if a else "-", f"{a.sqnr_db:.1f}" if a else "-",
+            f"{lat.p50:.2f}" if lat else "-", f"{eag.p50:.2f}" if eag else "-",
+            f"{s.speedup_vs_eager:.2f}x" if s.speedup_vs_eager else "-", _human_bytes(s.size_bytes),
+            {True: "[green]PASS[/green]", False: "[red]FAIL[/red]", None: "-"}[s.passed],
+        )  # fmt: skip
+    console.print(table)
+    for note in report.notes:
+        console.print(f"note: {note}", highlight=False, markup=False)
+    deploy = report.selection.get("deploy") or {}
+    check = deploy.get("trt_check")
+    if check:
+        n_err = sum(1 for f in check.get("findings", []) if f.get("severity") == "error")
+        n_warn = sum(1 for f in check.get("findings", []) if f.get("severity") == "warning")
+        verdict = "PASS" if check.get("passed") else "FAIL"
+        console.print(f"TensorRT {check.get('trt_version')} check: {verdict} ({n_err} errors, {n_warn} warnings)", highlight=False)
+    sel = report.selection.get("int8")
+    if sel:
+        if sel.get("route"):
+            console.print(f"int8 selection: {sel['stage']} -> {Path(sel['artifact']).name} ({sel.get('reason', '')})", highlight=False, markup=False)
+        else:
+            console.print(f"int8 selection: none ({sel.get('reason', '')})", highlight=False, markup=False)
+    verdict = report.verdict
+    if verdict.get("failures"):
+        for failure in verdict["failures"]:
+            console.print(f"FAILED: {failure}", highlight=False, markup=False)
+    console.print("wrote:", highlight=False)
+    for path in artifact_paths(report, out):
+        console.print(f"  {path}", highlight=False, markup=False)
+
+
+def finish(result: Any, cfg: Any, as_json: bool, quiet: bool, progress_console: Any = None) -> int:
+    """Print the report (table or JSON); returns 1 when the run missed a required tolerance."""
+    from attn_export.cli._common import out_console
+
+    report = result.report
+    if as_json:
+        print(json.dumps(report.to_dict(), indent=2, default=str))
+    elif quiet:
+        print(f"{'PASS' if result.passed else 'FAIL'}: {cfg.out / 'report.json'}")
+    else:
+        print_summary(report, cfg.out, out_console)
+    return result.exit_code

@@ -1,0 +1,269 @@
+"""Compression methods as configs, dispatched through one registry (torchao's ``quantize_`` pattern).
+
+A method is a frozen config dataclass plus one function registered for its type:
+
+    @register_method(MyMethod)
+    def _my_method(config: MyMethod, ctx: BuildContext, source: Artifact) -> Artifact: ...
+
+``compress(config, ctx, source)`` looks the function up by the config's type and returns the
+new artifact; the plan only builds configs, and every subject (reference layer, checkpoint,
+layer N of a checkpoint) goes through the same functions. Adding a method is: a config class
+here, a function here (or in its own module that registers itself), and the plan line that
+asks for it.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from attn_export.artifacts import Artifact, OnnxRuntimeChoice, onnx_runtime_for, ort_runner_factory
+from attn_export.errors import ConfigError
+from attn_export.vocabulary import CALIB_METHODS, LOW_RANK_METHODS, LOW_RANK_TARGET_NAMES
+
+__all__ = [
+    "BuildContext",
+    "Distill",
+    "Int8Dynamic",
+    "Int8Static",
+    "LowRank",
+    "METHODS",
+    "TorchaoInt8",
+    "compress",
+    "register_method",
+]
+
+log = logging.getLogger(__name__)
+
+
+# -- configs -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LowRank:
+    """Factorize Linears keeping ``rank_ratio`` of their parameters (activation-aware SVD by default)."""
+
+    rank_ratio: float = 0.5
+    method: str = "activation"
+    targets: tuple[str, ...] = ("q", "k", "v", "o")
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.rank_ratio < 1.0:
+            raise ConfigError(f"expected a rank ratio in (0, 1), got {self.rank_ratio}; use e.g. 0.5")
+        if self.method not in LOW_RANK_METHODS:
+            raise ConfigError(f"expected a low-rank method in {LOW_RANK_METHODS}, got {self.method!r}")
+        if not self.targets or any(t not in LOW_RANK_TARGET_NAMES for t in self.targets):
+            raise ConfigError(f"expected low-rank targets from {','.join(LOW_RANK_TARGET_NAMES)}, got {self.targets}")
+
+
+@dataclass(frozen=True)
+class Distill:
+    """Train the compressed student towards the original (the teacher) for up to ``steps`` steps."""
+
+    steps: int = 200
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise ConfigError(f"expected --distill STEPS >= 1, got {self.steps}")
+
+
+@dataclass(frozen=True)
+class Int8Static:
+    """Static Q/DQ, calibrated on the train split: TensorRT's int8 (symmetric, zero point 0).
+
+    ``for_tensorrt`` keeps full-range weights and judges the graph by its reference Q/DQ
+    arithmetic; otherwise the weights use the CPU encoding (``reduce_range``) and the graph is
+    judged on ONNX Runtime's int8 kernels, as a CPU deployment runs it.
+    """
+
+    method: str = "minmax"
+    smoothquant_alpha: float | None = None
+    per_channel: bool = True
+    quantize_attention_bmm: bool = False
+    reduce_range: bool = False
+    for_tensorrt: bool = False
+    session_u8u8: bool = False  # validate (and deploy) with session.x64quantprecision=1
+
+    def __post_init__(self) -> None:
+        if self.method not in CALIB_METHODS:
+            raise ConfigError(f"expected --calib-method in {'|'.join(CALIB_METHODS)}, got {self.method!r}")
+        if self.for_tensorrt and self.reduce_range:
+            raise ConfigError("TensorRT's Q/DQ keeps full-range int8 weights; reduce-range is for ONNX Runtime CPU")
+
+
+@dataclass(frozen=True)
+class Int8Dynamic:
+    """ONNX Runtime CPU's dynamic int8: int8 weights offline, uint8 activations per batch at run time."""
+
+    per_channel: bool = True
+    reduce_range: bool = False
+    session_u8u8: bool = False  # validate (and deploy) with session.x64quantprecision=1
+
+
+@dataclass(frozen=True)
+class TorchaoInt8:
+    """torchao's eager int8 (``quantize_``): the PyTorch accuracy reference; not exportable."""
+
+    mode: str = "int8-dynamic"
+
+
+# -- the registry ------------------------------------------------------------------------
+@dataclass
+class BuildContext:
+    """What every method needs besides its config: the subject, where to write, how to run."""
+
+    subject: Any
+    out: Path
+    target: Any
+    fp32_spec: Any  # ExportSpec of the target at fp32
+    threads: int
+    say: Callable[[str], None] = field(default=lambda msg: None)
+
+    def runtime(self, qdq_reference: bool = False, u8u8: bool = False) -> OnnxRuntimeChoice:
+        return onnx_runtime_for(self.target, qdq_reference, u8u8)
+
+    def onnx_artifact(
+        self, name: str, path: Path, precision: str, tolerance_key: str, qdq_reference: bool = False, u8u8: bool = False, **kw: Any
+    ) -> Artifact:
+        """An artifact for an ONNX file, run where the target says (stand-ins named)."""
+        choice = self.runtime(qdq_reference, u8u8)
+        art = Artifact(
+            name=name, precision=precision, tolerance_key=tolerance_key,
+            make_runner=ort_runner_factory(path, choice, self.threads, name), path=path,
+            size_bytes=path.stat().st_size, label=choice.label(name), **kw,
+        )  # fmt: skip
+        art.details["runtime"] = choice.record()
+        return art
+
+
+C = TypeVar("C")
+Method = Callable[[Any, BuildContext, Artifact, str, str], Artifact]
+METHODS: dict[type, Method] = {}
+
+
+def register_method(config_type: type[C]) -> Callable[[Method], Method]:
+    """Register the function that applies configs of ``config_type``."""
+
+    def deco(fn: Method) -> Method:
+        METHODS[config_type] = fn
+        return fn
+
+    return deco
+
+
+def compress(config: Any, ctx: BuildContext, source: Artifact, name: str, filename: str) -> Artifact:
+    """Apply the method registered for ``type(config)`` to ``source``; the result is stage ``name``."""
+    fn = METHODS.get(type(config))
+    if fn is None:
+        raise ConfigError(f"no compression method is registered for {type(config).__name__}; known: {', '.join(t.__name__ for t in METHODS)}")
+    return fn(config, ctx, source, name, filename)
+
+
+def _params(module: Any) -> int:
+    return int(sum(p.numel() for p in module.parameters()))
+
+
+def _tolerance_after(source: Artifact, lossy: bool) -> str:
+    """int8 of a low-rank student is held to the combined bar (both errors add)."""
+    low_rank = source.tolerance_key in ("lowrank", "lowrank-int8")
+    if lossy:
+        return "lowrank-int8" if low_rank else "int8"
+    return "lowrank"
+
+
+# -- methods -----------------------------------------------------------------------------
+@register_method(LowRank)
+def _low_rank(config: LowRank, ctx: BuildContext, source: Artifact, name: str, filename: str) -> Artifact:
+    from attn_export.compress.lowrank import LowRankConfig
+
+    ctx.say(f"low-rank: {config.method} SVD at {config.rank_ratio} of {','.join(config.targets)} parameters")
+    student = copy.deepcopy(source.module)
+    summary = ctx.subject.low_rank(student, LowRankConfig(rank_ratio=config.rank_ratio, method=config.method, targets=config.targets))
+    ctx.say(summary.describe())
+    path = ctx.out / filename
+    result = ctx.subject.export(student, path, ctx.fp32_spec)
+    return ctx.onnx_artifact(
+        name, path, "fp32", "lowrank", module=student, onnx_fp32=path, params=_params(student),
+        details={"low_rank": summary.to_dict(), "export": result.to_dict()},
+    )  # fmt: skip
+
+
+@register_method(Distill)
+def _distill(config: Distill, ctx: BuildContext, source: Artifact, name: str, filename: str) -> Artifact:
+    ctx.say(f"distillation: up to {config.steps} steps, early stopping on the select split")
+    student = copy.deepcopy(source.module)
+    settings = replace(ctx.subject.default_distill_config, steps=config.steps)
+    summary = ctx.subject.distill(student, settings)
+    ctx.say(summary.describe())
+    path = ctx.out / filename
+    result = ctx.subject.export(student, path, ctx.fp32_spec)
+    details = {"distill": {k: v for k, v in summary.to_dict().items() if k != "history"}, "export": result.to_dict()}
+    return ctx.onnx_artifact(name, path, "fp32", "lowrank", module=student, onnx_fp32=path, params=_params(student), details=details)
+
+
+@register_method(Int8Static)
+def _int8_static(config: Int8Static, ctx: BuildContext, source: Artifact, name: str, filename: str) -> Artifact:
+    from attn_export.compress.quant_static import StaticQuantSpec, quantize_static_onnx
+
+    if source.onnx_fp32 is None:
+        raise ConfigError(f"{name}: static int8 starts from an fp32 ONNX export, and {source.name} has none")
+    spec = StaticQuantSpec(
+        method=config.method, smoothquant_alpha=config.smoothquant_alpha, per_channel=config.per_channel,
+        quantize_attention_bmm=config.quantize_attention_bmm, reduce_range=config.reduce_range,
+    )  # fmt: skip
+    weights = "full-range (TensorRT)" if config.for_tensorrt else ("7-bit reduce-range" if config.reduce_range else "full-range")
+    ctx.say(f"int8 static Q/DQ: {config.method} calibration, {weights} weights")
+    path = ctx.out / filename
+    result = quantize_static_onnx(source.onnx_fp32, path, ctx.subject.calibration(), spec)
+    details = {"route": "static", "quantization": result.to_dict(), "size_ratio_vs_fp32": result.size_bytes / source.onnx_fp32.stat().st_size}
+    return ctx.onnx_artifact(
+        name, path, "int8", _tolerance_after(source, lossy=True), qdq_reference=config.for_tensorrt, u8u8=config.session_u8u8,
+        module=source.module, params=source.params, route="static", details=details,
+    )  # fmt: skip
+
+
+@register_method(Int8Dynamic)
+def _int8_dynamic(config: Int8Dynamic, ctx: BuildContext, source: Artifact, name: str, filename: str) -> Artifact:
+    """Exported with unfused Q/K/V: ONNX Runtime CPU runs three DynamicQuantizeMatMuls faster than
+    one fused QKV GEMM followed by the Split that copies its output (default layer: 20.4 vs 22.0 ms)."""
+    from attn_export.compress.quant_onnx import quantize_dynamic_onnx
+
+    ctx.say(f"int8 dynamic: ONNX Runtime quantize_dynamic ({'per-channel' if config.per_channel else 'per-tensor'}, "
+            f"{'7-bit reduce-range' if config.reduce_range else 'full-range'} weights)")  # fmt: skip
+    path = ctx.out / filename
+    with tempfile.TemporaryDirectory(prefix="attn_export_dyn_") as tmp:
+        unfused = Path(tmp) / "unfused.onnx"
+        ctx.subject.export(source.module, unfused, replace(ctx.fp32_spec, fuse_qkv=False, precision="fp32"))
+        result = quantize_dynamic_onnx(unfused, path, per_channel=config.per_channel, reduce_range=config.reduce_range)
+    details = {"route": "dynamic", "quantization": result.to_dict()}
+    if source.onnx_fp32 is not None:
+        details["size_ratio_vs_fp32"] = result.size_bytes / source.onnx_fp32.stat().st_size
+    return ctx.onnx_artifact(name, path, "int8", _tolerance_after(source, lossy=True), u8u8=config.session_u8u8,
+                             module=source.module, params=source.params, route="dynamic", details=details)  # fmt: skip
+
+
+def module_bytes(model: Any) -> int:
+    """Bytes of parameters and buffers as stored (torchao's int8 tensors count 1 byte per element)."""
+    total = 0
+    for t in list(model.parameters()) + list(model.buffers()):
+        inner = [getattr(t, a) for a in ("qdata", "int_data", "scale", "zero_point") if hasattr(t, a)]
+        total += sum(i.numel() * i.element_size() for i in inner) if inner else t.numel() * t.element_size()
+    return total
+
+
+@register_method(TorchaoInt8)
+def _torchao(config: TorchaoInt8, ctx: BuildContext, source: Artifact, name: str, filename: str) -> Artifact:
+    from attn_export.compress.quant_eager import quantize_eager_
+
+    ctx.say(f"int8 torchao: quantize_ with {config.mode} (eager reference, not exported)")
+    qmodel = quantize_eager_(source.module, config.mode)  # works on a copy
+    subject = ctx.subject
+    return Artifact(
+        name=name, precision="int8", tolerance_key=_tolerance_after(source, lossy=True),
+        make_runner=lambda: subject.eager_runner(qmodel, name=name), module=qmodel, size_bytes=module_bytes(qmodel),
+        params=source.params, route="torchao", deployable=False,
+        details={"route": "torchao", "quantization": {"route": "torchao", "mode": config.mode}, "runtime": {"backend": "torch eager (torchao)"}},
+    )  # fmt: skip

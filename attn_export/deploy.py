@@ -1,0 +1,63 @@
+"""Deploy steps of the plan: the static TensorRT check, an engine, the Jetson bundle, the Triton repository.
+
+Each takes the ONNX model the run deploys (the selected int8 route, the distilled student or
+the plain export) and works for every subject: the reference inputs and outputs a bundle
+checks on the device are the subject's own report-split inputs and eager outputs. The
+static check runs before every build and bundle, so nothing is built from a graph the
+target's parser would reject.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from attn_export.errors import CompatibilityError
+
+__all__ = ["bundle_tolerance", "check_for_target", "write_bundle", "write_triton"]
+
+log = logging.getLogger(__name__)
+
+
+def check_for_target(onnx_path: Path, target: Any, spec: Any, trt_version: str, notes: list[str], say: Callable[[str], None]) -> dict[str, Any]:
+    """Static TensorRT check of ``onnx_path``; raises CompatibilityError listing the errors."""
+    from attn_export.export.trt_compat import check_trt_compat, report_dict
+
+    say(f"static TensorRT {trt_version} check of {onnx_path.name} for target {target.name}")
+    report = check_trt_compat(onnx_path, trt_version, spec.profiles, spec.precision)
+    data = report_dict(report)
+    for finding in report.warnings:
+        notes.append(f"trt-check {trt_version}: {finding}")
+    if not report:
+        errors = "; ".join(str(f) for f in report.errors)
+        raise CompatibilityError(f"{onnx_path.name} fails the TensorRT {trt_version} check: {errors}")
+    return data
+
+
+def bundle_tolerance(subject: Any, precision: str) -> Any:
+    """What the on-device validator holds every output to: the layer tolerance, or for an
+    encoder the embedding cosine bar applied to each output."""
+    from attn_export.validate.tolerances import Tolerance, encoder_tolerance_for, tolerance_for
+
+    if subject.kind == "encoder":
+        return Tolerance(cosine_min=encoder_tolerance_for(precision).min_mean_cosine)
+    return tolerance_for(precision)
+
+
+def write_bundle(subject: Any, onnx_path: Path, bundle_dir: Path, spec: Any, precision: str, trt_version: str, say: Callable[[str], None]) -> Path:
+    from attn_export.export.jetson_bundle import write_jetson_bundle
+
+    say(f"writing Jetson bundle {bundle_dir}")
+    feed = dict(subject.feeds("report")[0])
+    reference = subject.eager_runner().infer(feed)
+    return write_jetson_bundle(onnx_path, bundle_dir, spec, feed, reference, bundle_tolerance(subject, precision), trt_version=trt_version)
+
+
+def write_triton(onnx_path: Path, repo_dir: Path, spec: Any, engine_path: Path | None, model_name: str, say: Callable[[str], None]) -> Path:
+    from attn_export.export.triton_repo import write_triton_repo
+
+    say(f"writing Triton model repository {repo_dir}")
+    max_batch = spec.profiles.max[0] if spec.profiles else None
+    return write_triton_repo(repo_dir, model_name, onnx_path, engine_path, max_batch_size=max_batch, profiles=spec.profiles)

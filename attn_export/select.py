@@ -1,0 +1,64 @@
+"""Route selection: which of several equivalent artifacts ships, decided the same way every run.
+
+A candidate qualifies when it meets its tolerance on the **select** split (never the report
+split, which stays unseen by every decision). Among qualifying candidates the fastest wins,
+except that candidates within the timing noise of the fastest (``band``, 5%) count as equally
+fast and the target's preferred route wins among them: two routes that measure 11.2 and 11.5
+ms must not swap places between two runs of the same command.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Candidate", "SelectionResult", "select_route"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """What selection knows of one built artifact."""
+
+    stage: str
+    route: str
+    p50_ms: float
+    passed_select: bool
+    headline: float  # cosine (layer) or mean embedding cosine (encoder) on the select split
+    shortfall: str = ""  # why it missed the tolerance, when it did
+
+
+@dataclass
+class SelectionResult:
+    chosen: Candidate | None
+    reason: str
+    tried: list[dict[str, Any]] = field(default_factory=list)
+    best_failing: Candidate | None = None
+
+
+def select_route(candidates: list[Candidate], preference: tuple[str, ...], band: float = 0.05) -> SelectionResult:
+    """The fastest passing candidate, ties within ``band`` broken by ``preference``."""
+    tried = [
+        {"stage": c.stage, "route": c.route, "p50_ms": c.p50_ms, "passed_select": c.passed_select, "select_accuracy": c.headline}
+        for c in candidates
+    ]
+    ok = [c for c in candidates if c.passed_select]
+    if not ok:
+        best = max(candidates, key=lambda c: c.headline, default=None)
+        why = "no candidate met its tolerance on the select split"
+        if best is not None:
+            why += f"; the most accurate was {best.stage} ({best.shortfall or f'{best.headline:.6f}'})"
+        return SelectionResult(None, why, tried, best)
+    fastest = min(ok, key=lambda c: c.p50_ms)
+    tied = [c for c in ok if c.p50_ms <= fastest.p50_ms * (1.0 + band)]
+    rank = {route: i for i, route in enumerate(preference)}
+    chosen = min(tied, key=lambda c: (rank.get(c.route, len(rank)), c.p50_ms))
+    if len(tied) > 1:
+        others = ", ".join(f"{c.stage} {c.p50_ms:.2f} ms" for c in tied if c is not chosen)
+        reason = (f"{chosen.stage} ({chosen.p50_ms:.2f} ms) is within {band:.0%} of the fastest ({others}); "
+                  f"the target prefers {' > '.join(preference)}")  # fmt: skip
+    else:
+        reason = f"{chosen.stage} is the fastest route meeting its tolerance ({chosen.p50_ms:.2f} ms)"
+    return SelectionResult(chosen, reason, tried)

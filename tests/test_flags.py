@@ -1,0 +1,166 @@
+"""Every option of the main command is honoured, or refused with a ConfigError naming it, for both subjects.
+
+The table below lists each option once with a non-default value, what it needs beside it, and
+who reads it. A new option that is not in the table fails ``test_the_table_covers_every_option``,
+so no flag can again be dropped silently for checkpoints.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import typer
+
+from attn_export.cli.app import _register, app
+from attn_export.cli.main_command import config_from_options
+from attn_export.errors import ConfigError
+from attn_export.plan import make_plan
+
+LAYER, CKPT = "layer", "checkpoint"
+
+
+def _defaults() -> dict[str, object]:
+    _register()
+    cmd = typer.main.get_command(app)
+    return {p.name: p.default for p in cmd.params}
+
+
+# option -> (value, companions, reader); reader: "plan" (changes the stages), "config:<property>"
+# (a resolved value the subject/runner reads), "output" (terminal only). Companions are the
+# other options the flag needs to mean anything (e.g. --distill needs --low-rank).
+TABLE: dict[str, tuple[object, dict[str, object], str]] = {
+    "checkpoint": ("minilm", {}, "config:is_checkpoint"),
+    "layers": ("3", {}, "config:resolved_layers"),
+    "max_len": (32, {}, "config:resolved_max_len"),
+    "languages": ("en,de", {}, "config:resolved_languages"),
+    "layer": ("mha", {}, "config:resolved_layer"),
+    "d_model": (256, {}, "config:resolved_d_model"),
+    "heads": (4, {}, "config:resolved_heads"),
+    "mask": ("causal", {}, "config:resolved_mask"),
+    "seq_len": (64, {}, "config:seq_len"),
+    "batch": (4, {}, "config:batch"),
+    "seed": (7, {}, "config:seed"),
+    "opset": (20, {}, "plan"),
+    "attention": ("ort-contrib", {}, "plan"),
+    "precision": ("fp16", {}, "plan"),
+    "out": (Path("elsewhere"), {}, "config:out"),
+    "threads": (1, {}, "config:resolved_threads"),
+    "warmup": (1, {}, "config:warmup"),
+    "repeats": (5, {}, "config:repeats"),
+    "quiet": (True, {}, "output"),
+    "as_json": (True, {}, "output"),
+    "progress": (True, {}, "output"),
+    "low_rank": (0.25, {}, "plan"),
+    "low_rank_method": ("svd", {"low_rank": 0.5}, "plan"),
+    "low_rank_targets": ("q", {"low_rank": 0.5}, "plan"),
+    "distill": (10, {"low_rank": 0.5}, "plan"),
+    "quantize": ("int8", {}, "plan"),
+    "int8_mode": ("static", {"quantize": "int8"}, "plan"),
+    "int8_encoding": ("reduce-range", {"quantize": "int8"}, "plan"),
+    "with_torchao": (True, {"quantize": "int8"}, "plan"),
+    "calib": ("<calib>", {"quantize": "int8"}, "config:calib"),
+    "calib_method": ("entropy", {"quantize": "int8"}, "plan"),
+    "smoothquant": (0.5, {"quantize": "int8"}, "plan"),
+    "target": ("jetson", {}, "plan"),
+    "trt_version": ("10.8", {"target": "jetson"}, "config:resolved_trt_version"),
+    "min_shape": ("2x8", {"target": "jetson"}, "engine"),
+    "opt_shape": ("4x64", {"target": "jetson"}, "engine"),
+    "max_shape": ("16x512", {"target": "jetson"}, "engine"),
+    "workspace": ("1G", {"target": "jetson"}, "engine"),
+    "timing_cache": ("cache.bin", {"target": "jetson"}, "engine"),
+    "hardware_compatibility": ("ampere+", {"target": "tensorrt"}, "engine"),
+    "version_compatible": (True, {"target": "tensorrt"}, "engine"),
+    "builder_optimization_level": (5, {"target": "jetson"}, "engine"),
+    "dla_core": (0, {"target": "jetson", "precision": "fp16"}, "engine"),
+    "build_engine": (True, {"target": "jetson"}, "plan"),
+    "bundle": (Path("bundle"), {"target": "jetson"}, "plan"),
+    "triton": (Path("triton"), {}, "plan"),
+}
+# Refused for one subject: option -> (subject it is refused for, text the error must contain).
+REFUSED: dict[str, tuple[str, str]] = {
+    "layers": (LAYER, "--layers applies to a --checkpoint"),
+    "max_len": (LAYER, "--max-len applies to a --checkpoint"),
+    "languages": (LAYER, "--languages applies to a --checkpoint"),
+    "layer": (CKPT, "--layer picks a reference layer"),
+    "d_model": (CKPT, "--d-model picks a reference layer"),
+    "heads": (CKPT, "--heads picks a reference layer"),
+    "mask": (CKPT, "--mask picks a reference layer"),
+}
+
+
+def _options(subject: str, name: str | None, tmp_path: Path) -> dict[str, object]:
+    opts = _defaults()
+    if subject == CKPT:
+        opts["checkpoint"] = "minilm"
+    if name is not None:
+        value, companions, _ = TABLE[name]
+        opts.update(companions)
+        if value == "<calib>":
+            value = tmp_path / ("texts.txt" if subject == CKPT else "acts.npz")
+        opts[name] = value
+    return opts
+
+
+def _plan_signature(cfg) -> tuple:  # type: ignore[no-untyped-def]
+    plan = make_plan(cfg, None)
+    return (tuple((s.name, repr(s.config), s.source) for s in plan.steps), tuple(d.kind for d in plan.deploy), tuple(plan.notes))
+
+
+def test_the_table_covers_every_option():
+    assert set(_defaults()) == set(TABLE), f"options without a decision: {set(_defaults()) ^ set(TABLE)}"
+
+
+@pytest.mark.parametrize("subject", [LAYER, CKPT])
+@pytest.mark.parametrize("name", sorted(TABLE))
+def test_every_option_is_honoured_or_refused(subject, name, tmp_path):
+    if name == "checkpoint" and subject == CKPT:
+        pytest.skip("the option that makes the subject")
+    value, _, reader = TABLE[name]
+    refused_for, message = REFUSED.get(name, (None, ""))
+    base = config_from_options(_options(subject, None, tmp_path)) if name != "checkpoint" else None
+    if refused_for == subject:
+        with pytest.raises(ConfigError, match=message):
+            config_from_options(_options(subject, name, tmp_path))
+        return
+    opts = _options(subject, name, tmp_path)
+    cfg = config_from_options(opts)
+    if reader == "output":
+        return  # terminal only: same meaning for both subjects by construction (cli/summary.py)
+    if reader == "engine":
+        field = {"builder_optimization_level": "optimization_level", "workspace": "workspace_bytes", "min_shape": "profiles",
+                 "opt_shape": "profiles", "max_shape": "profiles"}.get(name, name)  # fmt: skip
+        companion = config_from_options(_options(subject, None, tmp_path) | TABLE[name][1])
+        assert getattr(cfg.engine, field) != getattr(companion.engine, field), name
+        return
+    if reader == "plan":
+        companion = config_from_options(_options(subject, None, tmp_path) | TABLE[name][1])
+        assert _plan_signature(cfg) != _plan_signature(companion), f"{name} does not change the {subject} plan"
+        return
+    prop = reader.split(":", 1)[1]
+    if base is not None:
+        assert getattr(cfg, prop) != getattr(base, prop), f"{name} does not change {prop} for the {subject}"
+
+
+def test_checkpoint_calib_must_be_text_and_layer_calib_must_not(tmp_path):
+    with pytest.raises(ConfigError, match="a checkpoint calibrates on text"):
+        config_from_options(_options(CKPT, None, tmp_path) | {"quantize": "int8", "calib": tmp_path / "acts.npz"})
+    with pytest.raises(ConfigError, match="text calibrates a --checkpoint"):
+        config_from_options(_options(LAYER, None, tmp_path) | {"quantize": "int8", "calib": tmp_path / "texts.txt"})
+
+
+def test_int8_flags_without_quantize_are_refused(tmp_path):
+    for flag, value in (("int8_mode", "static"), ("int8_encoding", "u8u8"), ("with_torchao", True), ("smoothquant", 0.5)):
+        with pytest.raises(ConfigError, match="add --quantize int8"):
+            config_from_options(_options(LAYER, None, tmp_path) | {flag: value})
+
+
+def test_engine_options_need_a_tensorrt_target(tmp_path):
+    with pytest.raises(ConfigError, match="TensorRT engine options"):
+        config_from_options(_options(CKPT, None, tmp_path) | {"workspace": "1G"})
+
+
+def test_distill_default_steps_are_the_same_for_both_subjects():
+    from attn_export.cli.app import fill_optional_values
+
+    assert fill_optional_values(["--low-rank", "--distill"]) == ["--low-rank", "0.5", "--distill", "200"]

@@ -1,0 +1,32 @@
+"""Route selection ships the same route run after run: ties within the timing noise go to the target's preference."""
+
+from __future__ import annotations
+
+from attn_export.select import Candidate, select_route
+
+ORT_CPU = ("dynamic", "static")
+
+
+def _c(route: str, p50: float, ok: bool = True, headline: float = 0.9999) -> Candidate:
+    return Candidate(f"int8-{route}", route, p50, ok, headline, "" if ok else "cosine 0.98 < 0.99")
+
+
+def test_routes_within_the_noise_band_pick_the_preferred_one_either_way_round():
+    for static_ms, dynamic_ms in ((11.2, 11.5), (11.5, 11.2), (10.0, 10.49)):
+        res = select_route([_c("static", static_ms), _c("dynamic", dynamic_ms)], ORT_CPU, band=0.05)
+        assert res.chosen is not None and res.chosen.route == "dynamic", (static_ms, dynamic_ms)
+        assert "within 5%" in res.reason
+
+
+def test_a_clearly_faster_route_wins_over_the_preference():
+    res = select_route([_c("static", 8.0), _c("dynamic", 11.0)], ORT_CPU)
+    assert res.chosen.route == "static" and "fastest" in res.reason
+
+
+def test_failing_routes_never_ship_and_the_best_one_is_named():
+    res = select_route([_c("static", 8.0, ok=False, headline=0.974), _c("dynamic", 11.0, ok=False, headline=0.988)], ORT_CPU)
+    assert res.chosen is None and res.best_failing.route == "dynamic"
+    assert "int8-dynamic" in res.reason and "0.98 < 0.99" in res.reason
+    only = select_route([_c("static", 8.0, ok=False), _c("dynamic", 30.0)], ORT_CPU)
+    assert only.chosen.route == "dynamic"
+    assert [t["stage"] for t in only.tried] == ["int8-static", "int8-dynamic"]
