@@ -8,23 +8,13 @@ each variant's median/p90 latency and its ratio to eager (ratio > 1 = faster tha
 
 from __future__ import annotations
 
-import os
-
-# Spinning OpenMP threads make eager latency swing 10x on a shared machine; set before torch loads.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
 import argparse
+import os
 import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
-
-from attn_export.export import ExportSpec, export_onnx
-from attn_export.layers import MaskedLayer, build_layer
-from attn_export.pipeline import random_feeds
-from attn_export.runtime import EagerRunner, OrtRunner, SessionFromOnnx
-from attn_export.validate import accuracy, set_threads, time_runners
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,10 +28,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--forms", default="decomposed,ort-contrib,onnx-attention")
     args = ap.parse_args(argv)
+    from attn_export.process import ProcessSettings, process_settings
 
-    set_threads(args.threads)
+    with process_settings(ProcessSettings(threads=args.threads)):  # OpenMP passive, denormals flushed, like the CLI
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from attn_export.export import ExportSpec, export_onnx
+    from attn_export.layers import MaskedLayer, build_layer
+    from attn_export.runtime import EagerRunner, OrtRunner, SessionFromOnnx
+    from attn_export.subjects.layer import random_feeds
+    from attn_export.validate import accuracy, time_runners
+
     layer = MaskedLayer(build_layer("transformer", args.d_model, args.heads, mask="padding"), "padding")
-    feed = random_feeds(layer, args.batch, args.seq_len, args.d_model, seed=1, count=1)[0]
+    feed = random_feeds("padding", args.batch, args.seq_len, args.d_model, seed=1, count=1)[0]
     runners = {"eager-fp32": EagerRunner(layer, layer.input_names, ["y"])}
     with tempfile.TemporaryDirectory() as tmp:
         for form in args.forms.split(","):
