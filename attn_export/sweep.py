@@ -65,7 +65,9 @@ class SweepConfig:
     int8_modes: tuple[str, ...] = SWEEP_INT8
     calib_methods: tuple[str, ...] = CALIB_METHODS
     precisions: tuple[str, ...] = ("fp32", "fp16")
-    low_rank_targets: tuple[str, ...] = ("q", "k", "v", "o", "ffn")
+    low_rank_targets: tuple[str, ...] | None = None  # None: q,k,v,o,ffn for a layer, q,k for a checkpoint
+    checkpoint: str | None = None  # sweep a pretrained encoder (DIR or minilm) instead of the reference layer
+    layers: str | None = None
     d_model: int = 512
     heads: int = 8
     seed: int = 0
@@ -74,7 +76,7 @@ class SweepConfig:
     threads: int | None = None
     warmup: int = 2
     repeats: int = 10
-    calibration: str | None = None  # .npz/.safetensors; default: the shipped set for d_model
+    calibration: str | None = None  # activations (layer) or .txt (checkpoint); default: the shipped data
 
     def __post_init__(self) -> None:
         checks = [
@@ -84,6 +86,8 @@ class SweepConfig:
             (set(self.calib_methods) <= set(CALIB_METHODS), f"expected --calib-methods from {', '.join(CALIB_METHODS)}, got {list(self.calib_methods)}"),
             (set(self.precisions) <= {"fp32", "fp16"}, f"expected --precisions from fp32, fp16, got {list(self.precisions)}"),
             (min(self.batch, self.seq_len, self.repeats) >= 1, f"expected positive --batch/--seq-len/--repeats, got {self.batch}/{self.seq_len}/{self.repeats}"),
+            (self.threads is None or self.threads >= 1, f"expected --threads >= 1, got {self.threads}"),
+            (self.checkpoint is not None or self.layers is None, "--layers applies to a --checkpoint sweep; add --checkpoint or drop --layers"),
         ]  # fmt: skip
         for ok, msg in checks:
             if not ok:
@@ -111,15 +115,25 @@ class SweepConfig:
                             out.append(SweepPoint(r, steps, mode, method, prec))
         return list(dict.fromkeys(out))
 
+    @property
+    def resolved_low_rank_targets(self) -> tuple[str, ...]:
+        if self.low_rank_targets is not None:
+            return tuple(self.low_rank_targets)
+        return ("q", "k") if self.checkpoint else ("q", "k", "v", "o", "ffn")
+
     def recipe(self, p: SweepPoint, threads: int) -> str:
         """The single-point command that rebuilds ``p`` with this sweep's settings."""
-        args = ["attn-export", "sweep", "--rank-ratios", f"{p.rank_ratio:g}", "--distill-steps", str(p.distill_steps),
-                "--int8-modes", p.int8, "--calib-methods", p.calib_method or "minmax", "--precisions", p.precision,
-                "--low-rank-targets", ",".join(self.low_rank_targets), "--d-model", str(self.d_model), "--heads", str(self.heads),
+        args = ["attn-export", "sweep", "--low-rank", f"{p.rank_ratio:g}", "--distill", str(p.distill_steps),
+                "--int8-mode", p.int8, "--calib-method", p.calib_method or "minmax", "--precision", p.precision,
+                "--low-rank-targets", ",".join(self.resolved_low_rank_targets),
                 "--seed", str(self.seed), "--batch", str(self.batch), "--seq-len", str(self.seq_len), "--threads", str(threads),
                 "--repeats", str(self.repeats)]  # fmt: skip
+        if self.checkpoint:
+            args += ["--checkpoint", self.checkpoint] + (["--layers", self.layers] if self.layers else [])
+        else:
+            args += ["--d-model", str(self.d_model), "--heads", str(self.heads)]
         if self.calibration:
-            args += ["--calibration", self.calibration]
+            args += ["--calib", self.calibration]
         return shlex.join(args)
 
 
@@ -140,7 +154,7 @@ def _steps(cfg: SweepConfig, points: list[SweepPoint], encoding: Any) -> tuple[l
     for p in points:
         student = fp32
         if p.rank_ratio < 1.0:
-            student = add(Step(f"r{p.rank_ratio:g}-fp32", LowRank(p.rank_ratio, "activation", cfg.low_rank_targets), fp32, f"r{p.rank_ratio:g}_fp32.onnx"))
+            student = add(Step(f"r{p.rank_ratio:g}-fp32", LowRank(p.rank_ratio, "activation", cfg.resolved_low_rank_targets), fp32, f"r{p.rank_ratio:g}_fp32.onnx"))
             if p.distill_steps:
                 student = add(Step(f"r{p.rank_ratio:g}-d{p.distill_steps}-fp32", Distill(p.distill_steps), student,
                                    f"r{p.rank_ratio:g}_d{p.distill_steps}_fp32.onnx"))  # fmt: skip
@@ -160,8 +174,14 @@ def _subject(cfg: SweepConfig, workdir: Path) -> Any:
     from attn_export.compress.calib_data import default_calibration_path, generate_calibration
     from attn_export.config import RunConfig
     from attn_export.errors import DataError
+    from attn_export.subjects import make_subject
     from attn_export.subjects.layer import LayerSubject
 
+    if cfg.checkpoint:
+        run_cfg = RunConfig(checkpoint=cfg.checkpoint, layers=cfg.layers, seed=cfg.seed, quantize="int8", batch=cfg.batch, seq_len=cfg.seq_len,
+                            threads=cfg.threads, out=workdir, render=False, low_rank_targets=",".join(cfg.resolved_low_rank_targets),
+                            calib=Path(cfg.calibration) if cfg.calibration else None)  # fmt: skip
+        return make_subject(run_cfg)
     calib = cfg.calibration
     if calib is None:
         try:
@@ -222,6 +242,7 @@ def run_sweep(cfg: SweepConfig, workdir: str | os.PathLike[str] | None = None, p
     for r in results:
         r["pareto"] = r["key"] in front
     return {"format": SWEEP_FORMAT, "config": {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(cfg).items()},
+            "subject": subject.model_info(),
             "threads": threads, "accuracy_metric": "sqnr_db", "cpu_int8_encoding": encoding.to_dict(),
             "points": results, "pareto": front}  # fmt: skip
 

@@ -109,13 +109,13 @@ def test_bench_command_writes_json_markdown_and_plot(tmp_path):
     from typer.testing import CliRunner
 
     args = ["bench", "--quick", "--seqs", "8,16", "--batches", "1", "--variants", "eager-fp32,ort-fp32-decomposed", "--d-model", "32",
-            "--heads", "4", "--threads", "1", "--ceiling-size", "128", "--out", str(tmp_path), "--json", str(tmp_path / "r.json")]  # fmt: skip
+            "--heads", "4", "--threads", "1", "--ceiling-size", "128", "--out", str(tmp_path)]  # fmt: skip
     app = typer.Typer()
     app.callback()(lambda: None)
     register(app)
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     assert "x eager" in res.stdout and "eff" in res.stdout and "ceilings" in res.stdout
-    bench = json.loads((tmp_path / "r.json").read_text())
+    bench = json.loads((tmp_path / "bench.json").read_text())
     assert {r["variant"] for r in bench["results"]} == {"eager-fp32", "ort-fp32-decomposed"}
     assert (tmp_path / "bench.md").is_file() and (tmp_path / "seq_scaling.png").is_file()

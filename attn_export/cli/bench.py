@@ -22,11 +22,11 @@ __all__ = ["register"]
 
 def bench(
     quick: Annotated[bool, typer.Option("--quick", help="Small grid (L 128,512 x B 1,8), fewer repeats: under 3 minutes on 2 cores.")] = False,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Where to write the results JSON (default: OUT/bench.json).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON on stdout (they are always written to OUT/bench.json).")] = False,
     out: Annotated[Path, typer.Option("--out", help="Output folder for bench.json, bench.md and seq_scaling.png.")] = Path("attn-export-bench"),
     seqs: Annotated[str | None, typer.Option("--seqs", help="Sequence lengths, e.g. 128,512,1024,2048,4096.")] = None,
     batches: Annotated[str | None, typer.Option("--batches", help="Batch sizes, e.g. 1,8.")] = None,
-    variants: Annotated[str | None, typer.Option("--variants", help="Comma-separated subset of the variants (default: all).")] = None,
+    variants: Annotated[str | None, typer.Option("--variants", help="Comma-separated variants; eager-int8-torchao only when named.", show_default="all but torchao")] = None,
     d_model: Annotated[int, typer.Option("--d-model", help="Model width of the default TransformerLayer.")] = 512,
     heads: Annotated[int, typer.Option("--heads", help="Attention heads.")] = 8,
     ceiling_size: Annotated[int | None, typer.Option("--ceiling-size", help="N of the NxN GEMMs that measure the ceilings (default 2048, quick 1024).")] = None,
@@ -49,14 +49,19 @@ def bench(
         if val is not None:
             overrides[key] = val
     cfg = BenchConfig.quick(**overrides) if quick else BenchConfig(**overrides)
-    out.mkdir(parents=True, exist_ok=True)
-    with progress_bar(not quiet, "bench") as cb:
+    from attn_export.paths import check_output_dir
+
+    check_output_dir(out, "--out")
+    with progress_bar(not (quiet or as_json), "bench") as cb:
         result = run_bench(cfg, progress=cb)
-    target = json_path or out / "bench.json"
-    target.parent.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / "bench.json"
     atomic_write_text(target, json.dumps(result, indent=2) + "\n")
     atomic_write_text(out / "bench.md", "# attn-export bench\n\n" + markdown_tables(result))
     plot_seq_scaling(result, out / "seq_scaling.png")
+    if as_json:
+        print(json.dumps(result, indent=2))
+        return
     if not quiet:
         out_console.print(results_table(result))
         out_console.print(variants_table(result))

@@ -24,26 +24,28 @@ __all__ = ["register"]
 
 
 def sweep(
-    quick: Annotated[bool, typer.Option("--quick", help="Small grid: rank 1,0.5 x distill 0,40 x int8 none,dynamic,static(minmax) x fp32,fp16.")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="Small grid: low-rank 1,0.5 x distill 0,40 x int8 none,dynamic,static(minmax) x fp32,fp16.")] = False,
     out: Annotated[Path, typer.Option("--out", help="Output folder for sweep.json, pareto.md and pareto.png.")] = Path("attn-export-sweep"),
-    rank_ratios: Annotated[str | None, typer.Option("--rank-ratios", help="Low-rank ratios, 1 = none (default 1,0.75,0.5,0.25).")] = None,
-    distill_steps: Annotated[str | None, typer.Option("--distill-steps", help="Distillation steps (default 0,100,300).")] = None,
-    int8_modes: Annotated[str | None, typer.Option("--int8-modes", help="none|dynamic|static (default all).")] = None,
-    calib_methods: Annotated[str | None, typer.Option("--calib-methods", help="Static int8 calibration: minmax|percentile|entropy (default all).")] = None,
-    precisions: Annotated[str | None, typer.Option("--precisions", help="fp32|fp16 (default both).")] = None,
-    low_rank_targets: Annotated[str | None, typer.Option("--low-rank-targets", help="Linears to factorize (default q,k,v,o,ffn).")] = None,
-    d_model: Annotated[int, typer.Option("--d-model", help="Model width.")] = 512,
-    heads: Annotated[int, typer.Option("--heads", help="Attention heads.")] = 8,
+    checkpoint: Annotated[str | None, typer.Option("--checkpoint", help="Sweep a checkpoint (DIR or minilm) instead of the reference layer.")] = None,
+    layers: Annotated[str | None, typer.Option("--layers", help="With --checkpoint: all, or a layer index N.", show_default="all")] = None,
+    low_rank: Annotated[str | None, typer.Option("--low-rank", help="Low-rank ratios to try, 1 = none.", show_default="1,0.75,0.5,0.25")] = None,
+    distill: Annotated[str | None, typer.Option("--distill", help="Distillation steps to try, 0 = none.", show_default="0,100,300")] = None,
+    int8_mode: Annotated[str | None, typer.Option("--int8-mode", help="int8 routes to try: none|dynamic|static.", show_default="all three")] = None,
+    calib_method: Annotated[str | None, typer.Option("--calib-method", help="Static calibrations to try: minmax|percentile|entropy.", show_default="all three")] = None,
+    precision: Annotated[str | None, typer.Option("--precision", help="Export precisions to try: fp32|fp16.", show_default="fp32,fp16")] = None,
+    low_rank_targets: Annotated[str | None, typer.Option("--low-rank-targets", help="Linears to factorize.", show_default="q,k,v,o,ffn for a layer; q,k for --checkpoint")] = None,
+    d_model: Annotated[int, typer.Option("--d-model", help="Model width of the reference layer.")] = 512,
+    heads: Annotated[int, typer.Option("--heads", help="Attention heads of the reference layer.")] = 8,
     seed: Annotated[int, typer.Option("--seed", help="Seed for weights, data and distillation.")] = 0,
     batch: Annotated[int, typer.Option("--batch", help="Batch size of the latency input.")] = 8,
     seq_len: Annotated[int, typer.Option("--seq-len", help="Sequence length of the latency input.")] = 128,
-    repeats: Annotated[int | None, typer.Option("--repeats", help="Timed runs per configuration (default 10, quick 5).")] = None,
-    calibration: Annotated[Path | None, typer.Option("--calibration", help="Calibration data (.npz/.safetensors); default: the shipped set.")] = None,
+    repeats: Annotated[int | None, typer.Option("--repeats", help="Timed runs per configuration.", show_default="10, quick 5")] = None,
+    calib: Annotated[Path | None, typer.Option("--calib", help="Calibration data (activations for a layer, .txt for a checkpoint).", show_default="the shipped set")] = None,
     threads: ThreadsFlag = None,
     quiet: QuietFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Grid over compression choices; prints the Pareto front with a reproducible recipe per row."""
+    """Grid over compression choices (each option takes a comma list); prints the Pareto front with a reproducible recipe per row."""
     from attn_export.sweep import (
         PARETO_COLUMNS,
         SweepConfig,
@@ -53,13 +55,13 @@ def sweep(
     )
 
     grid = {
-        "rank_ratios": floats(rank_ratios, "--rank-ratios"), "distill_steps": ints(distill_steps, "--distill-steps"),
-        "int8_modes": strs(int8_modes), "calib_methods": strs(calib_methods), "precisions": strs(precisions),
+        "rank_ratios": floats(low_rank, "--low-rank"), "distill_steps": ints(distill, "--distill"),
+        "int8_modes": strs(int8_mode), "calib_methods": strs(calib_method), "precisions": strs(precision),
         "low_rank_targets": strs(low_rank_targets), "repeats": repeats,
     }  # fmt: skip
     overrides: dict[str, Any] = {k: v for k, v in grid.items() if v is not None}
     overrides.update(d_model=d_model, heads=heads, seed=seed, batch=batch, seq_len=seq_len, threads=threads,
-                     calibration=str(calibration) if calibration else None)  # fmt: skip
+                     calibration=str(calib) if calib else None, checkpoint=checkpoint, layers=layers)  # fmt: skip
     cfg = SweepConfig.quick(**overrides) if quick else SweepConfig(**overrides)
     with progress_bar(not (quiet or as_json), f"sweep ({len(cfg.points())} configs)") as cb:
         result = run_sweep(cfg, progress=cb)

@@ -138,3 +138,17 @@ def test_pipeline_config_errors(tmp_path):
         RunConfig(checkpoint="minilm", layers="first")
     with pytest.raises(ConfigError, match="layer index 0..5"):
         run(RunConfig(checkpoint="minilm", layers="6", out=tmp_path))
+
+
+def test_sweep_over_a_checkpoint(tmp_path):
+    """``attn-export sweep --checkpoint minilm``: the same grid machinery, judged on held-out embeddings."""
+    from attn_export.sweep import SweepConfig, run_sweep
+
+    cfg = SweepConfig(checkpoint="minilm", rank_ratios=(1.0,), distill_steps=(0,), int8_modes=("none", "dynamic"), calib_methods=("minmax",),
+                      precisions=("fp32",), batch=2, seq_len=16, threads=2, repeats=2, warmup=1)  # fmt: skip
+    result = run_sweep(cfg, workdir=tmp_path)
+    keys = [p["key"] for p in result["points"]]
+    assert keys == ["full-fp32", "full-dynamic"] and result["subject"]["name"] == "minilm"
+    full, dyn = result["points"]
+    assert full["accuracy"]["cosine"] > 0.99999 and 0.98 < dyn["accuracy"]["cosine"] < 0.9999
+    assert "--checkpoint minilm" in full["recipe"] and "--d-model" not in full["recipe"]
