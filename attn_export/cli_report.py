@@ -94,42 +94,56 @@ def _passive_thread_pools() -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
-def _read_json(path: Path, what: str) -> dict[str, Any]:
-    if not path.is_file():
-        raise DataError(f"{what} {path} does not exist; create it with attn-export check REPORT --baseline {path} --update-baseline")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise DataError(f"{what} {path} is not valid JSON ({err.msg} at line {err.lineno}); fix or regenerate it") from None
+def _output_file(path: Path, flag: str) -> None:
+    """Refuse, before any work, an output file that is a directory or in an unwritable folder."""
+    if path.is_dir():
+        raise ConfigError(f"{flag} {path}: expected a file path, got a directory; pass a file name such as {path / 'out.json'}")
+    parent = next((p for p in (path.parent, *path.parent.parents) if p.exists()), None)
+    if parent is not None and (not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK)):
+        raise ConfigError(f"{flag} {path}: expected a writable folder, got {parent} ({'not a folder' if not parent.is_dir() else 'not writable'}); pass a writable path")
 
 
-def check(
-    report: Annotated[Path, typer.Argument(help="report.json written by attn-export.")],
-    baseline: Annotated[Path, typer.Option("--baseline", help="Committed baseline JSON (see docs/ci-gate.md).")],
-    update_baseline: Annotated[bool, typer.Option("--update-baseline", help="Accept this report's figures into the baseline (keeps its tolerances).")] = False,
-    junit: Annotated[Path | None, typer.Option("--junit", help="Also write JUnit XML here (one test case per stage/metric).")] = None,
-    latency_margin: Annotated[float | None, typer.Option("--latency-margin", help="Also fail if speedup_vs_eager drops below baseline*(1-margin), e.g. 0.2.")] = None,
-    quiet: QuietFlag = False,
-    as_json: JsonFlag = False,
-) -> None:
-    """Compare a report against a baseline; exit 1 on an accuracy (or latency-ratio) regression."""
-    from attn_export.validate.gate import check_report, make_baseline
+def run_check(
+    report: Path,
+    baseline: Path,
+    *,
+    update_baseline: bool = False,
+    prune: bool = False,
+    allow_empty: bool = False,
+    junit: Path | None = None,
+    latency_margin: float | None = None,
+    quiet: bool = False,
+    as_json: bool = False,
+) -> int:
+    """The ``check`` command: gate ``report`` against ``baseline`` (or update it); returns the exit code."""
+    from attn_export.validate.gate import check_report
+    from attn_export.validate.gate import update_baseline as record
     from attn_export.validate.junit import write_junit
     from attn_export.validate.report import atomic_write_text, load_report
+    from attn_export.validate.schema import read_json
 
+    if prune and not update_baseline:
+        raise ConfigError("--prune only applies with --update-baseline; add --update-baseline or drop --prune")
+    if junit is not None:
+        _output_file(junit, "--junit")
+    if update_baseline:
+        _output_file(baseline, "--baseline")
     data = load_report(report)
     if update_baseline:
-        previous = _read_json(baseline, "baseline") if baseline.is_file() else None
-        if previous is not None and not quiet and not as_json:
-            _out.print(str(check_report(data, previous, latency_margin)), highlight=False)
-        baseline.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(baseline, json.dumps(make_baseline(data, previous=previous), indent=2) + "\n")
+        previous = read_json(baseline, "a baseline", "fix it or move it aside") if baseline.exists() else None
+        if previous is not None and not quiet and not as_json:  # the old-vs-new diff, before it is overwritten
+            old = check_report(data, previous, latency_margin, allow_empty=True, report_name=str(report), baseline_name=str(baseline))
+            _out.print(str(old), highlight=False, soft_wrap=True, markup=False)
+        update = record(data, previous, prune=prune, allow_empty=allow_empty, report_name=str(report), baseline_name=str(baseline))
+        atomic_write_text(baseline, json.dumps(update.baseline, indent=2) + "\n")
         if as_json:
-            print(json.dumps({"updated": str(baseline)}))
+            print(json.dumps({"updated": str(baseline), "cpu_class": update.cpu_class, "kept": update.kept, "removed": update.removed}))
         else:
-            _out.print(f"updated baseline {baseline} from {report}", highlight=False)
-        return
-    result = check_report(data, _read_json(baseline, "baseline"), latency_margin)
+            _out.print(f"updated baseline {baseline} from {report}: {update.describe()}", highlight=False, soft_wrap=True, markup=False)
+        return 0
+    fix = f"create it with attn-export check {report} --baseline {baseline} --update-baseline"
+    result = check_report(data, read_json(baseline, "a baseline", fix), latency_margin, allow_empty=allow_empty,
+                          report_name=str(report), baseline_name=str(baseline))  # fmt: skip
     if junit is not None:
         write_junit(result, junit)
     if as_json:
@@ -137,9 +151,26 @@ def check(
     elif quiet:
         print(result.summary())
     else:
-        _out.print(str(result), highlight=False)
-    if not result:
-        raise typer.Exit(code=1)
+        _out.print(str(result), highlight=False, soft_wrap=True, markup=False)  # CI logs: one table row per line, never wrapped
+    return 0 if result else 1
+
+
+def check(
+    report: Annotated[Path, typer.Argument(help="report.json written by attn-export.")],
+    baseline: Annotated[Path, typer.Option("--baseline", help="Committed baseline JSON (see docs/ci-gate.md).")],
+    update_baseline: Annotated[bool, typer.Option("--update-baseline", help="Record this report's figures as its CPU class's entry (keeps tolerances and other classes).")] = False,
+    prune: Annotated[bool, typer.Option("--prune", help="With --update-baseline: also remove stages/metrics this report lacks (listed).")] = False,
+    allow_empty: Annotated[bool, typer.Option("--allow-empty", help="Accept a baseline with no stages (normally an error: it checks nothing).")] = False,
+    junit: Annotated[Path | None, typer.Option("--junit", help="Also write JUnit XML here (one test case per stage/metric).")] = None,
+    latency_margin: Annotated[float | None, typer.Option("--latency-margin", help="Also fail if speedup_vs_eager drops below baseline*(1-margin), e.g. 0.2.")] = None,
+    quiet: QuietFlag = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Compare a report against a baseline; exit 1 on an accuracy (or latency-ratio) regression."""
+    code = run_check(report, baseline, update_baseline=update_baseline, prune=prune, allow_empty=allow_empty, junit=junit,
+                     latency_margin=latency_margin, quiet=quiet, as_json=as_json)  # fmt: skip
+    if code:
+        raise typer.Exit(code=code)
 
 
 def bench(
@@ -243,6 +274,23 @@ def sweep(
         _out.print(f"wrote {', '.join(str(p) for p in files.values())}", highlight=False)
 
 
+def run_report(
+    report_json: Path,
+    out: Path | None = None,
+    bench_json: Path | None = None,
+    attention_maps: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Path]:
+    """The ``report`` command: render report.md, report.html and the plots; returns name -> path."""
+    from attn_export.validate.render import write_reports
+
+    target = out or report_json.parent
+    if target.exists() and not target.is_dir():
+        raise ConfigError(f"--out {target}: expected a folder, got a file; pass a folder for report.md and report.html")
+    _output_file(target / "report.html", "--out")
+    return write_reports(report_json, target, bench_json, "auto" if attention_maps else None, progress=progress)
+
+
 def report(
     report_json: Annotated[Path, typer.Argument(help="report.json written by attn-export.")],
     out: Annotated[Path | None, typer.Option("--out", help="Output folder (default: the report's folder).")] = None,
@@ -252,13 +300,8 @@ def report(
     as_json: JsonFlag = False,
 ) -> None:
     """Render report.md and a self-contained report.html (plots embedded) from a report.json."""
-    from attn_export.validate.render import write_reports
-
-    if bench_json is not None and not bench_json.is_file():
-        raise DataError(f"bench results {bench_json} do not exist; run attn-export bench --json {bench_json} first")
     with _progress(not (quiet or as_json), "report") as cb:
-        files = write_reports(report_json, out or report_json.parent, bench_json, "auto" if attention_maps else None,
-                              progress=lambda msg: cb(msg, 0, 0))  # fmt: skip
+        files = run_report(report_json, out, bench_json, attention_maps, progress=lambda msg: cb(msg, 0, 0))
     if as_json:
         print(json.dumps({k: str(v) for k, v in files.items()}, indent=2))
     elif not quiet:
