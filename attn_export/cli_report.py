@@ -103,6 +103,15 @@ def _output_file(path: Path, flag: str) -> None:
         raise ConfigError(f"{flag} {path}: expected a writable folder, got {parent} ({'not a folder' if not parent.is_dir() else 'not writable'}); pass a writable path")
 
 
+@contextmanager
+def _writing(path: Path, flag: str) -> Iterator[None]:
+    """An OSError while writing an output (read-only folder, /proc, a full disk) as one line."""
+    try:
+        yield
+    except OSError as err:
+        raise ConfigError(f"{flag} {path}: expected a writable path, got {err.strerror or err}; pass a writable path") from None
+
+
 def run_check(
     report: Path,
     baseline: Path,
@@ -135,7 +144,8 @@ def run_check(
             old = check_report(data, previous, latency_margin, allow_empty=True, report_name=str(report), baseline_name=str(baseline))
             _out.print(str(old), highlight=False, soft_wrap=True, markup=False)
         update = record(data, previous, prune=prune, allow_empty=allow_empty, report_name=str(report), baseline_name=str(baseline))
-        atomic_write_text(baseline, json.dumps(update.baseline, indent=2) + "\n")
+        with _writing(baseline, "--baseline"):
+            atomic_write_text(baseline, json.dumps(update.baseline, indent=2) + "\n")
         if as_json:
             print(json.dumps({"updated": str(baseline), "cpu_class": update.cpu_class, "kept": update.kept, "removed": update.removed}))
         else:
@@ -145,7 +155,8 @@ def run_check(
     result = check_report(data, read_json(baseline, "a baseline", fix), latency_margin, allow_empty=allow_empty,
                           report_name=str(report), baseline_name=str(baseline))  # fmt: skip
     if junit is not None:
-        write_junit(result, junit)
+        with _writing(junit, "--junit"):
+            write_junit(result, junit)
     if as_json:
         print(json.dumps(result.to_dict(), indent=2))
     elif quiet:
@@ -288,7 +299,8 @@ def run_report(
     if target.exists() and not target.is_dir():
         raise ConfigError(f"--out {target}: expected a folder, got a file; pass a folder for report.md and report.html")
     _output_file(target / "report.html", "--out")
-    return write_reports(report_json, target, bench_json, "auto" if attention_maps else None, progress=progress)
+    with _writing(target, "--out"):
+        return write_reports(report_json, target, bench_json, "auto" if attention_maps else None, progress=progress)
 
 
 def report(

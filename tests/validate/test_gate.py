@@ -465,6 +465,8 @@ def test_check_command_refusals_are_one_line_exit_2(tmp_path, capsys):
     assert code == 2 and "--baseline" in out.err
     code, out = _main(["check", str(good), "--baseline", str(base), "--prune"], capsys)
     assert code == 2 and "--prune only applies with --update-baseline" in out.err
+    code, out = _main(["check", str(good), "--baseline", str(base), "--junit", "/proc/attn-export-test/gate.xml"], capsys)
+    assert code == 2 and out.err.startswith("attn-export: error: --junit /proc/attn-export-test/gate.xml: expected a writable path")
 
 
 def test_update_baseline_command_keeps_metrics_and_prunes_on_request(tmp_path, capsys):

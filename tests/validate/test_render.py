@@ -119,6 +119,22 @@ def test_report_command(tmp_path):
     assert files["report.html"].endswith("report.html") and (tmp_path / "html" / "pareto.png").is_file()
 
 
+def test_report_command_refuses_bad_paths_in_one_line(tmp_path, capsys):
+    from attn_export.cli import main
+
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(sample_report()))
+    for args, expected in (
+        (["--out", str(path)], f"--out {path}: expected a folder, got a file"),
+        (["--bench", str(tmp_path / "missing.json")], f"{tmp_path / 'missing.json'}: expected a bench.json from attn-export bench, got no such file"),
+    ):
+        assert main(["report", str(path), "--no-attention-maps", *args]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"attn-export: error: {expected}") and err.count("\n") == 1, err
+    assert main(["report", str(tmp_path / "nope.json")]) == 2
+    assert "expected an attn-export report.json, got no such file" in capsys.readouterr().err
+
+
 # --- every layer x mask renders (issue 13, class 1) ---------------------------------------------
 
 
