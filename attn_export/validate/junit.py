@@ -29,7 +29,7 @@ def junit_xml(result: GateResult, suite: str = "attn-export-gate") -> str:
     failures = len(result.regressions)
     root = ET.Element("testsuites", name=suite, tests=str(len(result.checks)), failures=str(failures), errors="0")
     ts = ET.SubElement(
-        root, "testsuite", name=suite, tests=str(len(result.checks)), failures=str(failures), errors="0", skipped="0"
+        root, "testsuite", name=suite, tests=str(len(result.checks)), failures=str(failures), errors="0", skipped="0", time="0"
     )
     props = ET.SubElement(ts, "properties")  # <properties> must precede the test cases in the JUnit schema
     for name, value in (
