@@ -402,6 +402,12 @@ BASELINE_FIX = "fix that field, or re-record it with attn-export check REPORT --
 
 def validate_report(data: Any, source: str = "report.json", *, finite: bool = False) -> ReportSchema:
     """Type-check a report; ``finite=True`` (the gate) also refuses NaN accuracy figures."""
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if isinstance(version, int) and not isinstance(version, bool) and version > REPORT_SCHEMA_VERSION:
+        raise DataError(
+            f"{source}: schema_version: expected {REPORT_SCHEMA_VERSION} or older, got {version}; "
+            "the report was written by a newer attn-export: upgrade attn-export to read it"
+        )
     return validate(ReportSchema, data, source, REPORT_FIX, context={"finite": finite})
 
 
