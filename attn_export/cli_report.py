@@ -26,7 +26,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from attn_export.errors import ConfigError, DataError
+from attn_export.errors import ConfigError
 
 __all__ = ["register"]
 

@@ -320,7 +320,12 @@ def _expected_text(err: Mapping[str, Any]) -> str:
         return str(ctx.get("what", err["msg"]))
     if kind == "literal_error":
         return f"one of {ctx.get('expected')}"
-    bounds = {"greater_than": "> {gt}", "greater_than_equal": ">= {ge}", "less_than": "< {lt}", "less_than_equal": "<= {le}"}
+    bounds = {
+        "greater_than": "> {gt}",
+        "greater_than_equal": ">= {ge}",
+        "less_than": "< {lt}",
+        "less_than_equal": "<= {le}",
+    }
     if kind in bounds:
         return "a value " + bounds[kind].format(**ctx)
     if kind in ("too_short", "too_long", "string_too_short", "string_too_long"):
@@ -342,7 +347,9 @@ def _field(loc: Sequence[Any], data: Any) -> str:
     for part in loc:
         if isinstance(part, int):
             item = node[part] if isinstance(node, list) and 0 <= part < len(node) else None
-            label = item["name"] if isinstance(item, dict) and isinstance(item.get("name"), str) and item["name"] else part
+            label = (
+                item["name"] if isinstance(item, dict) and isinstance(item.get("name"), str) and item["name"] else part
+            )
             out += f"[{label}]"
             node = item
         else:

@@ -11,7 +11,6 @@ import subprocess
 
 import numpy as np
 import pytest
-
 from fixtures import LAYER_MASKS
 
 from attn_export.errors import DataError
