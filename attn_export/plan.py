@@ -84,6 +84,7 @@ class Plan:
     selections: list[Selection] = field(default_factory=list)
     deploy: list[DeployStep] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # stage name -> why the run does not build it
     encoding: Any = None  # compress.int8_encoding.EncodingChoice, when int8 runs
     deploy_source: str = ""  # the step (or "select:int8") whose ONNX is deployed
     deploy_precision: str = "fp32"
@@ -99,7 +100,7 @@ class Plan:
         return " -> ".join(parts)
 
 
-def _int8_steps(cfg: Any, source: str, prefix: str, encoding: Any) -> tuple[list[Step], list[str]]:
+def _int8_steps(cfg: Any, source: str, prefix: str, encoding: Any) -> tuple[list[Step], dict[str, str]]:
     from attn_export.compress.quant_onnx import DYNAMIC_NOT_FOR_TENSORRT
 
     target = cfg.target_info
@@ -107,7 +108,7 @@ def _int8_steps(cfg: Any, source: str, prefix: str, encoding: Any) -> tuple[list
     if cfg.with_torchao and "torchao" not in wanted:
         wanted.append("torchao")
     steps: list[Step] = []
-    notes: list[str] = []
+    notes: dict[str, str] = {}
     for route in wanted:
         name, filename = f"{prefix}-{route}", f"model.{prefix}-{route}.onnx"
         if route == "static":
@@ -118,14 +119,14 @@ def _int8_steps(cfg: Any, source: str, prefix: str, encoding: Any) -> tuple[list
             )  # fmt: skip
         elif route == "dynamic":
             if target.is_tensorrt:  # --int8-mode dynamic on TensorRT is refused by RunConfig
-                notes.append(f"int8 route dynamic skipped for target {target.name}: {DYNAMIC_NOT_FOR_TENSORRT}")
+                notes[name] = f"int8 route dynamic skipped for target {target.name}: {DYNAMIC_NOT_FOR_TENSORRT}"
                 continue
             config = Int8Dynamic(per_channel=True, reduce_range=bool(encoding.reduce_range), session_u8u8=bool(encoding.session_u8u8))
         else:
             if not (cfg.int8_mode == "torchao" or cfg.with_torchao):
                 from attn_export.compress.quant_eager import TORCHAO_OPT_IN_NOTE
 
-                notes.append(TORCHAO_OPT_IN_NOTE)
+                notes[name] = TORCHAO_OPT_IN_NOTE
                 continue
             config = TorchaoInt8()
             filename = ""
@@ -158,9 +159,10 @@ def make_plan(cfg: Any, subject: Any) -> Plan:
     if cfg.quantize == "int8":
         plan.encoding = choose_cpu_encoding(cfg.int8_encoding)
         prefix = "int8" if cfg.low_rank is None else "lowrank-int8"
-        int8_steps, notes = _int8_steps(cfg, source, prefix, plan.encoding)
+        int8_steps, skipped = _int8_steps(cfg, source, prefix, plan.encoding)
         steps.extend(int8_steps)
-        plan.notes.extend(notes)
+        plan.skipped.update(skipped)
+        plan.notes.extend(skipped.values())
         preference = INT8_PREFERENCE.get(cfg.target, ("static", "dynamic"))
         candidates = tuple(s.name for s in int8_steps if not isinstance(s.config, TorchaoInt8))
         if candidates:

@@ -277,6 +277,8 @@ def run(cfg: Any, progress: Progress | None = None) -> RunResult:
             environment["int8_encoding"] = plan.encoding.to_dict()
         report = Report(model=subject.model_info(), inputs=subject.inputs_info(), environment=environment)
         report.notes.extend(plan.notes)
+        if plan.skipped:
+            report.selection["skipped_stages"] = dict(plan.skipped)  # the gate reports them as skipped, not missing
         if plan.encoding is not None:
             say(f"int8 weights for ONNX Runtime CPU: {plan.encoding.encoding} ({plan.encoding.reason})")
             if plan.encoding.deploy_note():

@@ -7,17 +7,21 @@ unpickling: a ``pytorch_model.bin`` is refused with the command to convert it.
 
 Every key is accounted for: a missing or unexpected key, or a shape mismatch, is a
 ``CheckpointError`` naming the key, never a silently half-initialised model.
+
+The JSON files are validated by pydantic schemas (``attn_export.validate.schema``) before
+anything is allocated: strict integers (``num_attention_heads: true`` is refused, not read as
+1), bounded sizes, and a model the weight files could not possibly hold is refused before it
+is built. Every file opened must resolve (symlinks included) inside the checkpoint directory;
+a shard name like ``../../outside/x.safetensors`` or ``/etc/passwd`` is refused unopened.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
 import logging
 import os
 import re
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -26,6 +30,7 @@ from attn_export.layers.encoder import ACTIVATIONS, EncoderConfig, SentenceEncod
 
 __all__ = [
     "KNOWN_CHECKPOINTS",
+    "encoder_parameter_count",
     "hf_to_reference_key",
     "load_bert_checkpoint",
     "read_bert_config",
@@ -83,39 +88,90 @@ def resolve_checkpoint(name_or_dir: str | os.PathLike[str]) -> Path:
     return path
 
 
+def _allowed_roots(checkpoint_dir: Path) -> list[Path]:
+    """Where the checkpoint's files may resolve to: the directory itself and, for a Hugging Face
+    cache snapshot (``<repo>/snapshots/<rev>/``, whose files are symlinks into ``<repo>/blobs/``),
+    that repository's blob store."""
+    root = checkpoint_dir.resolve()
+    roots = [root]
+    if root.parent.name == "snapshots":
+        roots.append(root.parent.parent / "blobs")
+    return roots
+
+
+def _inside(checkpoint_dir: Path, name: str, what: str) -> Path:
+    """``checkpoint_dir / name`` if it resolves (symlinks followed) inside the checkpoint; never opened otherwise."""
+    path = checkpoint_dir / name
+    try:
+        real = path.resolve()
+    except (OSError, RuntimeError, ValueError) as err:  # a symlink loop, a NUL byte
+        raise CheckpointError(f"{path}: {what}: expected a file inside {checkpoint_dir}, got an unresolvable path ({err}); fix the checkpoint") from None
+    if not any(real == r or real.is_relative_to(r) for r in _allowed_roots(checkpoint_dir)):
+        raise CheckpointError(
+            f"{path}: {what}: expected a file inside the checkpoint directory {checkpoint_dir}, got one resolving to {real}; "
+            "copy the file into the checkpoint directory"
+        )
+    return path
+
+
+_CONFIG_FIX = "fix config.json (a Hugging Face BERT config) or use the checkpoint's original one"
+
+
 def read_bert_config(checkpoint_dir: str | os.PathLike[str]) -> EncoderConfig:
     """Parse ``config.json`` into an ``EncoderConfig``; anything this model cannot represent is an error."""
+    from attn_export.validate.schema import BertConfigSchema, read_json, validate
+
     path = Path(checkpoint_dir) / "config.json"
     if not path.is_file():
         raise CheckpointError(f"expected {path} (a Hugging Face BERT config); the checkpoint directory has none")
-    try:
-        raw: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise CheckpointError(f"{path} is not valid JSON ({err.msg} at line {err.lineno}); fix or re-download it") from err
-    pos_type = raw.get("position_embedding_type", "absolute")
-    if pos_type != "absolute":
-        raise CheckpointError(f"{path}: expected position_embedding_type 'absolute', got {pos_type!r}; only absolute positions are supported")
-    if raw.get("hidden_act", "gelu") not in ACTIVATIONS:
-        raise CheckpointError(f"{path}: expected hidden_act in {', '.join(ACTIVATIONS)}, got {raw.get('hidden_act')!r}")
-    required = ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size")
-    missing = [k for k in required if k not in raw]
-    if missing:
-        raise CheckpointError(f"{path}: missing {', '.join(missing)}; a BERT config.json needs {', '.join(required)}")
+    _inside(Path(checkpoint_dir), "config.json", "config")
+    raw = read_json(path, "a BERT config.json", "fix or re-download it", error=CheckpointError)
+    cfg = validate(BertConfigSchema, raw, str(path), _CONFIG_FIX, error=CheckpointError)
+    if cfg.position_embedding_type != "absolute":
+        raise CheckpointError(
+            f"{path}: position_embedding_type: expected 'absolute', got {cfg.position_embedding_type!r}; only absolute positions are supported"
+        )
+    if cfg.hidden_act not in ACTIVATIONS:
+        raise CheckpointError(f"{path}: hidden_act: expected one of {', '.join(ACTIVATIONS)}, got {cfg.hidden_act!r}; {_CONFIG_FIX}")
     try:
         return EncoderConfig(
-            vocab_size=raw["vocab_size"],
-            hidden_size=raw["hidden_size"],
-            num_attention_heads=raw["num_attention_heads"],
-            num_hidden_layers=raw["num_hidden_layers"],
-            intermediate_size=raw["intermediate_size"],
-            max_position_embeddings=raw.get("max_position_embeddings", 512),
-            type_vocab_size=raw.get("type_vocab_size", 2),
-            layer_norm_eps=float(raw.get("layer_norm_eps", 1e-12)),
-            hidden_act=raw.get("hidden_act", "gelu"),
-            pad_token_id=raw.get("pad_token_id", 0) or 0,
+            vocab_size=cfg.vocab_size,
+            hidden_size=cfg.hidden_size,
+            num_attention_heads=cfg.num_attention_heads,
+            num_hidden_layers=cfg.num_hidden_layers,
+            intermediate_size=cfg.intermediate_size,
+            max_position_embeddings=cfg.max_position_embeddings,
+            type_vocab_size=cfg.type_vocab_size,
+            layer_norm_eps=cfg.layer_norm_eps,
+            hidden_act=cfg.hidden_act,
+            pad_token_id=cfg.pad_token_id or 0,
         )
     except ConfigError as err:
         raise CheckpointError(f"{path}: {err}") from err
+
+
+def encoder_parameter_count(config: EncoderConfig) -> int:
+    """Parameters of the ``SentenceEncoder`` a config describes, computed without building it."""
+    h, i, n = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    embeddings = (config.vocab_size + config.max_position_embeddings + config.type_vocab_size) * h + 2 * h  # + LayerNorm
+    layer = 4 * (h * h + h) + (h * i + i) + (i * h + h) + 2 * 2 * h  # q, k, v, o; FFN in, out; two LayerNorms
+    return embeddings + n * layer
+
+
+def _check_fits(config: EncoderConfig, files: list[Path], checkpoint_dir: Path) -> None:
+    """Refuse, before allocating it, a model the weight files are too small to hold.
+
+    Every accepted weight is floating point, at least one byte per value (fp8), so the files
+    must be at least as large as the parameter count; a config.json with an absurd size
+    (hidden_size 1.2e9, vocab_size 1e10) fails here instead of in the allocator.
+    """
+    params = encoder_parameter_count(config)
+    held = sum(f.stat().st_size for f in files)
+    if params > held:
+        raise CheckpointError(
+            f"{checkpoint_dir / 'config.json'}: expected a model the weight files can hold, got {params:,} parameters "
+            f"({params * 4 / 2**30:.1f} GiB in float32) against {held:,} bytes of weights; use the config that matches the weights"
+        )
 
 
 def hf_to_reference_key(key: str) -> str | None:
@@ -139,16 +195,18 @@ def hf_to_reference_key(key: str) -> str | None:
 
 
 def _weight_files(checkpoint_dir: Path) -> list[Path]:
+    from attn_export.validate.schema import SafetensorsIndexSchema, read_json, validate
+
     single = checkpoint_dir / "model.safetensors"
     index = checkpoint_dir / "model.safetensors.index.json"
     if single.is_file():
-        return [single]
+        return [_inside(checkpoint_dir, single.name, "weights")]
     if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        except (json.JSONDecodeError, KeyError, TypeError) as err:
-            raise CheckpointError(f"{index} has no readable weight_map ({err}); re-save the checkpoint with safetensors") from err
-        shards = sorted({checkpoint_dir / name for name in weight_map.values()})
+        _inside(checkpoint_dir, index.name, "index")
+        fix = "re-save the checkpoint with safetensors (save_pretrained(dir, safe_serialization=True))"
+        raw = read_json(index, "a safetensors index", fix, error=CheckpointError)
+        weight_map = validate(SafetensorsIndexSchema, raw, str(index), fix, error=CheckpointError).weight_map
+        shards = [_inside(checkpoint_dir, name, f"weight_map shard {name!r}") for name in sorted(set(weight_map.values()))]
         for shard in shards:
             if not shard.is_file():
                 raise CheckpointError(f"{index} names shard {shard.name}, which is missing; copy the whole checkpoint directory")
@@ -160,6 +218,18 @@ def _weight_files(checkpoint_dir: Path) -> list[Path]:
             "safetensors: model.save_pretrained(dir, safe_serialization=True) or safetensors.torch.save_file"
         )
     raise CheckpointError(f"expected {single} (or a sharded model.safetensors.index.json); {checkpoint_dir} has no weights file")
+
+
+def _check_headers(files: list[Path]) -> None:
+    """Open each file's safetensors header (no tensor data is read): a corrupt file is named first."""
+    from safetensors import SafetensorError, safe_open
+
+    for f in files:
+        try:
+            with safe_open(str(f), framework="pt") as handle:
+                handle.keys()
+        except (SafetensorError, OSError, ValueError) as err:
+            raise CheckpointError(f"{f} is not a readable safetensors file ({err}); re-download or re-save it") from err
 
 
 def _read_tensors(files: list[Path]) -> dict[str, torch.Tensor]:
@@ -183,9 +253,12 @@ def load_bert_checkpoint(checkpoint_dir: str | os.PathLike[str]) -> SentenceEnco
     """
     checkpoint_dir = resolve_checkpoint(checkpoint_dir)
     config = read_bert_config(checkpoint_dir)
+    files = _weight_files(checkpoint_dir)
+    _check_headers(files)
+    _check_fits(config, files, checkpoint_dir)  # before the model is allocated
     model = SentenceEncoder(config).eval()
     expected = model.state_dict()
-    tensors = _read_tensors(_weight_files(checkpoint_dir))
+    tensors = _read_tensors(files)
     state: dict[str, torch.Tensor] = {}
     source: dict[str, str] = {}
     for key, tensor in tensors.items():

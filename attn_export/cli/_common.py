@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -17,7 +18,7 @@ from rich.console import Console
 
 from attn_export.errors import ConfigError
 
-__all__ = ["JsonFlag", "QuietFlag", "ThreadsFlag", "err_console", "floats", "ints", "out_console", "progress_bar", "progress_lines", "strs"]
+__all__ = ["writing", "JsonFlag", "QuietFlag", "ThreadsFlag", "err_console", "floats", "ints", "out_console", "progress_bar", "progress_lines", "strs"]
 
 # Logs and CI capture are not terminals: rich would wrap wide tables at 80 columns there.
 out_console = Console(width=None if sys.stdout.isatty() else 200)
@@ -74,3 +75,12 @@ def floats(text: str | None, flag: str) -> tuple[float, ...] | None:
 
 def strs(text: str | None) -> tuple[str, ...] | None:
     return None if text is None else tuple(t.strip() for t in text.split(",") if t.strip())
+
+
+@contextmanager
+def writing(path: Path, flag: str) -> Iterator[None]:
+    """An OSError while writing an output (read-only folder, /proc, a full disk) as one line."""
+    try:
+        yield
+    except OSError as err:
+        raise ConfigError(f"{flag} {path}: expected a writable path, got {err.strerror or err}; pass a writable path") from None

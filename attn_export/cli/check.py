@@ -1,70 +1,94 @@
-"""``attn-export check``: the CI accuracy-regression gate, a report against a committed baseline."""
+"""``attn-export check``: the CI accuracy-regression gate, a report against a committed baseline.
+
+Baselines hold one entry per CPU instruction-set class; the gate compares like with like
+and says which class it compared (docs/ci-gate.md).
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from attn_export.cli._common import (
-    JsonFlag,
-    QuietFlag,
-    out_console,
-)
-from attn_export.errors import DataError
+from attn_export.cli._common import JsonFlag, QuietFlag, out_console, writing
+from attn_export.errors import ConfigError
+from attn_export.paths import check_output_file
 
-__all__ = ["register"]
+__all__ = ["register", "run_check"]
 
 
-def _read_json(path: Path, what: str) -> dict[str, Any]:
-    if not path.is_file():
-        raise DataError(f"{what} {path} does not exist; create it with attn-export check REPORT --baseline {path} --update-baseline")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise DataError(f"{what} {path} is not valid JSON ({err.msg} at line {err.lineno}); fix or regenerate it") from None
+def run_check(
+    report: Path,
+    baseline: Path,
+    *,
+    update_baseline: bool = False,
+    prune: bool = False,
+    allow_empty: bool = False,
+    junit: Path | None = None,
+    latency_margin: float | None = None,
+    quiet: bool = False,
+    as_json: bool = False,
+) -> int:
+    """The ``check`` command: gate ``report`` against ``baseline`` (or update it); returns the exit code."""
+    from attn_export.validate.gate import check_report
+    from attn_export.validate.gate import update_baseline as record
+    from attn_export.validate.junit import write_junit
+    from attn_export.validate.report import atomic_write_text, load_report
+    from attn_export.validate.schema import read_json
 
+    if prune and not update_baseline:
+        raise ConfigError("--prune only applies with --update-baseline; add --update-baseline or drop --prune")
+    if junit is not None:
+        check_output_file(junit, "--junit")
+    if update_baseline:
+        check_output_file(baseline, "--baseline")
+    data = load_report(report)
+    if update_baseline:
+        previous = read_json(baseline, "a baseline", "fix it or move it aside") if baseline.exists() else None
+        if previous is not None and not quiet and not as_json:  # the old-vs-new diff, before it is overwritten
+            old = check_report(data, previous, latency_margin, allow_empty=True, report_name=str(report), baseline_name=str(baseline))
+            out_console.print(str(old), highlight=False, soft_wrap=True, markup=False)
+        update = record(data, previous, prune=prune, allow_empty=allow_empty, report_name=str(report), baseline_name=str(baseline))
+        with writing(baseline, "--baseline"):
+            atomic_write_text(baseline, json.dumps(update.baseline, indent=2) + "\n")
+        if as_json:
+            print(json.dumps({"updated": str(baseline), "cpu_class": update.cpu_class, "kept": update.kept, "removed": update.removed}))
+        else:
+            out_console.print(f"updated baseline {baseline} from {report}: {update.describe()}", highlight=False, soft_wrap=True, markup=False)
+        return 0
+    fix = f"create it with attn-export check {report} --baseline {baseline} --update-baseline"
+    result = check_report(data, read_json(baseline, "a baseline", fix), latency_margin, allow_empty=allow_empty,
+                          report_name=str(report), baseline_name=str(baseline))  # fmt: skip
+    if junit is not None:
+        with writing(junit, "--junit"):
+            write_junit(result, junit)
+    if as_json:
+        print(json.dumps(result.to_dict(), indent=2))
+    elif quiet:
+        print(result.summary())
+    else:
+        out_console.print(str(result), highlight=False, soft_wrap=True, markup=False)  # CI logs: one table row per line, never wrapped
+    return 0 if result else 1
 
 
 def check(
     report: Annotated[Path, typer.Argument(help="report.json written by attn-export.")],
     baseline: Annotated[Path, typer.Option("--baseline", help="Committed baseline JSON (see docs/ci-gate.md).")],
-    update_baseline: Annotated[bool, typer.Option("--update-baseline", help="Accept this report's figures into the baseline (keeps its tolerances).")] = False,
+    update_baseline: Annotated[bool, typer.Option("--update-baseline", help="Record this report's figures as its CPU class's entry (keeps tolerances and other classes).")] = False,
+    prune: Annotated[bool, typer.Option("--prune", help="With --update-baseline: also remove stages/metrics this report lacks (listed).")] = False,
+    allow_empty: Annotated[bool, typer.Option("--allow-empty", help="Accept a baseline with no stages (normally an error: it checks nothing).")] = False,
     junit: Annotated[Path | None, typer.Option("--junit", help="Also write JUnit XML here (one test case per stage/metric).")] = None,
     latency_margin: Annotated[float | None, typer.Option("--latency-margin", help="Also fail if speedup_vs_eager drops below baseline*(1-margin), e.g. 0.2.")] = None,
     quiet: QuietFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Compare a report against a baseline; exit 1 on an accuracy (or latency-ratio) regression."""
-    from attn_export.validate.gate import check_report, make_baseline
-    from attn_export.validate.junit import write_junit
-    from attn_export.validate.report import atomic_write_text, load_report
-
-    data = load_report(report)
-    if update_baseline:
-        previous = _read_json(baseline, "baseline") if baseline.is_file() else None
-        if previous is not None and not quiet and not as_json:
-            out_console.print(str(check_report(data, previous, latency_margin)), highlight=False)
-        baseline.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(baseline, json.dumps(make_baseline(data, previous=previous), indent=2) + "\n")
-        if as_json:
-            print(json.dumps({"updated": str(baseline)}))
-        else:
-            out_console.print(f"updated baseline {baseline} from {report}", highlight=False)
-        return
-    result = check_report(data, _read_json(baseline, "baseline"), latency_margin)
-    if junit is not None:
-        write_junit(result, junit)
-    if as_json:
-        print(json.dumps(result.to_dict(), indent=2))
-    elif quiet:
-        print(result.summary())
-    else:
-        out_console.print(str(result), highlight=False)
-    if not result:
-        raise typer.Exit(code=1)
+    code = run_check(report, baseline, update_baseline=update_baseline, prune=prune, allow_empty=allow_empty, junit=junit,
+                     latency_margin=latency_margin, quiet=quiet, as_json=as_json)  # fmt: skip
+    if code:
+        raise typer.Exit(code=code)
 
 
 def register(app: typer.Typer) -> None:

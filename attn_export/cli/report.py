@@ -3,20 +3,35 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from attn_export.cli._common import (
-    JsonFlag,
-    QuietFlag,
-    out_console,
-    progress_bar,
-)
-from attn_export.errors import DataError
+from attn_export.cli._common import JsonFlag, QuietFlag, out_console, progress_bar, writing
+from attn_export.errors import ConfigError
+from attn_export.paths import check_output_file
 
-__all__ = ["register"]
+__all__ = ["register", "run_report"]
+
+
+def run_report(
+    report_json: Path,
+    out: Path | None = None,
+    bench_json: Path | None = None,
+    attention_maps: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Path]:
+    """The ``report`` command: render report.md, report.html and the plots; returns name -> path."""
+    from attn_export.validate.render import write_reports
+
+    target = out or report_json.parent
+    if target.exists() and not target.is_dir():
+        raise ConfigError(f"--out {target}: expected a folder, got a file; pass a folder for report.md and report.html")
+    check_output_file(target / "report.html", "--out")
+    with writing(target, "--out"):
+        return write_reports(report_json, target, bench_json, "auto" if attention_maps else None, progress=progress)
 
 
 def report(
@@ -28,13 +43,8 @@ def report(
     as_json: JsonFlag = False,
 ) -> None:
     """Render report.md and a self-contained report.html (plots embedded) from a report.json."""
-    from attn_export.validate.render import write_reports
-
-    if bench_json is not None and not bench_json.is_file():
-        raise DataError(f"bench results {bench_json} do not exist; run attn-export bench --json {bench_json} first")
     with progress_bar(not (quiet or as_json), "report") as cb:
-        files = write_reports(report_json, out or report_json.parent, bench_json, "auto" if attention_maps else None,
-                              progress=lambda msg: cb(msg, 0, 0))  # fmt: skip
+        files = run_report(report_json, out, bench_json, attention_maps, progress=lambda msg: cb(msg, 0, 0))
     if as_json:
         print(json.dumps({k: str(v) for k, v in files.items()}, indent=2))
     elif not quiet:

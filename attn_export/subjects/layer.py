@@ -97,8 +97,15 @@ class LayerSubject(Subject):
 
     def model_info(self) -> dict[str, Any]:
         c = self.cfg
-        return {"layer": c.resolved_layer, "d_model": c.resolved_d_model, "heads": c.resolved_heads, "params": self.params(), "mask": c.resolved_mask,
+        info = {"layer": c.resolved_layer, "d_model": c.resolved_d_model, "heads": c.resolved_heads, "params": self.params(), "mask": c.resolved_mask,
                 "subject": "layer"}  # fmt: skip
+        for attr in ("window", "block_size"):  # what the report's renderer rebuilds the layer with
+            for mod in self._layer.modules():
+                value = getattr(mod, attr, None)
+                if isinstance(value, int):
+                    info[attr] = value
+                    break
+        return info
 
     def inputs_info(self) -> dict[str, Any]:
         c = self.cfg

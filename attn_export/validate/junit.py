@@ -2,6 +2,10 @@
 
 GitHub Actions, GitLab and Jenkins all render JUnit XML natively; one testcase per
 (stage, metric) makes a regression show up as a named failing test instead of a log line.
+The CPU classes compared (and a cross-class notice) are suite ``<properties>`` and the
+suite's ``<system-out>``, the places the format has for them. Element order follows the Ant
+JUnit DTD that CI parsers accept: ``testsuite (properties, testcase*, failure?, error?,
+system-out?, system-err?)``.
 """
 
 from __future__ import annotations
@@ -25,19 +29,30 @@ def junit_xml(result: GateResult, suite: str = "attn-export-gate") -> str:
     failures = len(result.regressions)
     root = ET.Element("testsuites", name=suite, tests=str(len(result.checks)), failures=str(failures), errors="0")
     ts = ET.SubElement(
-        root, "testsuite", name=suite, tests=str(len(result.checks)), failures=str(failures), errors="0", skipped="0"
+        root, "testsuite", name=suite, tests=str(len(result.checks)), failures=str(failures), errors="0", skipped="0", time="0"
     )
-    if result.new_stages:  # <properties> must precede the test cases in the JUnit schema
-        props = ET.SubElement(ts, "properties")
+    props = ET.SubElement(ts, "properties")  # <properties> must precede the test cases in the JUnit schema
+    for name, value in (
+        ("report_class", result.report_class),
+        ("baseline_class", result.baseline_class or ""),
+        ("cross_class", str(result.cross_class).lower()),
+        ("compared", result.compared),
+    ):
+        ET.SubElement(props, "property", name=name, value=value)
+    if result.new_stages:
         ET.SubElement(props, "property", name="new_stages", value=",".join(result.new_stages))
     for c in result.checks:
         case = ET.SubElement(ts, "testcase", classname=f"{suite}.{c.stage}", name=c.metric, time="0")
-        detail = f"stage {c.stage}, {c.metric}: value {_num(c.value)}, baseline {_num(c.baseline)}, limit {_num(c.limit)}"
+        detail = (
+            f"stage {c.stage}, {c.metric}: value {_num(c.value)}, baseline {_num(c.baseline)}, limit {_num(c.limit)} "
+            f"({result.compared})" + (f"; {c.message}" if c.message else "")
+        )
         if c.ok:
             ET.SubElement(case, "system-out").text = detail
         else:
             fail = ET.SubElement(case, "failure", message=f"{c.stage}/{c.metric}: {c.message or 'regression'}", type="regression")
             fail.text = detail
+    ET.SubElement(ts, "system-out").text = "\n".join([result.summary(), *(f"notice: {n}" for n in result.notices)])
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 

@@ -7,6 +7,13 @@ come from a *copy* of the exported graph in which every attention Softmax output
 an extra graph output (an onnx_ir edit), run in ONNX Runtime. Fused forms (ONNX Attention,
 com.microsoft.MultiHeadAttention) have no Softmax to expose, so the layer is re-exported in
 the decomposed form for this check, and the result says so.
+
+Maps are compared in one layout, (B, H, Lq, Lk), whatever the layer returns: block-sparse
+attention computes per-block probabilities ((B, nb, H, bs, bs) eager, (B*nb, H, bs, bs) in
+the graph, blocks folded into the batch), which become the block-diagonal (B, H, L, L) matrix
+they stand for. Linear attention never forms softmax probabilities (its kernelised form has
+no L x L matrix and no Softmax in the graph), so asking for its maps raises ``NoAttentionMaps``
+and the report renders a note instead.
 """
 
 from __future__ import annotations
@@ -24,10 +31,28 @@ import torch
 from torch import nn
 
 from attn_export.errors import ConfigError
+from attn_export.layers.block_sparse import BlockSparseAttention
+from attn_export.layers.linear_attention import LinearAttention
 from attn_export.layers.registry import MaskedLayer
 from attn_export.runtime.ort import OrtRunner, SessionFromOnnx
 
-__all__ = ["AttentionPatternResult", "attention_maps", "check_attention_patterns", "eager_attention_maps", "expose_softmax_outputs"]
+__all__ = [
+    "AttentionPatternResult",
+    "NoAttentionMaps",
+    "attention_maps",
+    "check_attention_patterns",
+    "eager_attention_maps",
+    "expose_softmax_outputs",
+    "has_attention_maps",
+]
+
+
+class NoAttentionMaps(ConfigError):
+    """The layer computes no softmax attention probabilities, so there are no maps to compare."""
+
+
+# Layers whose forward has no softmax over keys: their "weights" are diagnostics, not what runs.
+_NO_SOFTMAX: tuple[type[nn.Module], ...] = (LinearAttention,)
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +64,48 @@ def _attention_module(model: nn.Module) -> nn.Module:
     raise ConfigError(f"expected a model containing an attention layer from attn_export.layers, got {type(model).__name__}")
 
 
+def has_attention_maps(model: nn.Module) -> bool:
+    """Whether the model's attention block computes softmax probabilities (False: linear attention)."""
+    return not isinstance(_attention_module(model), _NO_SOFTMAX)
+
+
+def _no_maps(attn: nn.Module) -> NoAttentionMaps:
+    return NoAttentionMaps(
+        f"{type(attn).__name__} computes no softmax attention probabilities (no L x L matrix, no Softmax in the graph); "
+        "there are no attention maps to compare, the output metrics are the check"
+    )
+
+
+def _as_bhll(maps: np.ndarray, attn: nn.Module, batch: int, length: int) -> np.ndarray:
+    """A layer's own map layout as (B, H, L, L).
+
+    Block-sparse: per-block maps, eager (B, nb, H, bs, bs) or graph (B*nb, H, bs, bs), placed
+    on the diagonal of the padded (B, H, nb*bs, nb*bs) matrix, then cropped to the real L.
+    """
+    if isinstance(attn, BlockSparseAttention):
+        bs, heads = attn.block_size, attn.heads
+        nb = -(-length // bs)  # ceil: the sequence is padded to whole blocks
+        if maps.size != batch * nb * heads * bs * bs:
+            raise ConfigError(
+                f"expected block-sparse attention maps of {batch}x{nb} blocks x {heads} heads x {bs}x{bs}, got shape {maps.shape}; is it the same layer?"
+            )
+        blocks = maps.reshape(batch, nb, heads, bs, bs)  # (B, nb, H, bs, bs)
+        full = np.zeros((batch, heads, nb * bs, nb * bs), dtype=np.float32)  # (B, H, Lp, Lp)
+        for i in range(nb):
+            full[:, :, i * bs : (i + 1) * bs, i * bs : (i + 1) * bs] = blocks[:, i]
+        return full[:, :, :length, :length]  # (B, H, L, L)
+    return maps
+
+
 @torch.no_grad()
 def eager_attention_maps(model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> np.ndarray:
-    """(B, H, Lq, Lk) probabilities of the first attention block, via ``need_weights=True``."""
+    """(B, H, Lq, Lk) probabilities of the first attention block, via ``need_weights=True``.
+
+    Raises ``NoAttentionMaps`` for a layer without softmax probabilities (linear attention).
+    """
     attn = _attention_module(model)
+    if isinstance(attn, _NO_SOFTMAX):
+        raise _no_maps(attn)
     captured: dict[str, Any] = {}
 
     def grab(_mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -58,8 +121,9 @@ def eager_attention_maps(model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> 
     args, kwargs = captured["call"]
     _, weights = attn(*args, **{**kwargs, "need_weights": True})
     if weights is None:
-        raise ConfigError(f"{type(attn).__name__} returns no attention weights; it has no softmax maps to compare")
-    return weights.float().numpy()
+        raise _no_maps(attn)
+    batch, length = args[0].shape[:2]  # the block's query input, (B, L, D)
+    return _as_bhll(weights.float().numpy(), attn, int(batch), int(length))
 
 
 def expose_softmax_outputs(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> list[str]:
@@ -114,6 +178,8 @@ def _onnx_maps(onnx_path: str | os.PathLike[str] | None, layer: MaskedLayer, fee
             source = "decomposed re-export" + (" (artifact has fused attention)" if onnx_path else "")
             export_onnx(layer, Path(tmp) / "decomposed.onnx", ExportSpec(attention="decomposed"))
             names = expose_softmax_outputs(Path(tmp) / "decomposed.onnx", Path(tmp) / "maps.onnx")
+        if not names:
+            raise _no_maps(_attention_module(layer))
         with OrtRunner(SessionFromOnnx(Path(tmp) / "maps.onnx")) as runner:
             out = runner.infer({n: feed[n] for n in runner.input_names})
     return np.asarray(out[names[0]], dtype=np.float32), source
@@ -149,6 +215,7 @@ def check_attention_patterns(
     inputs = tuple(torch.from_numpy(feed[n]) for n in masked.input_names if n in feed)
     eager = eager_attention_maps(masked, inputs)
     onnx, source = _onnx_maps(onnx_path, masked, feed)
+    onnx = _as_bhll(onnx, _attention_module(masked), *feed["x"].shape[:2])
     if onnx.shape != eager.shape:
         raise ConfigError(f"expected ONNX attention maps of shape {eager.shape}, got {onnx.shape}; is it the same layer?")
     valid = eager.sum(axis=-1, keepdims=True) > 0  # (B, H, Lq, 1)

@@ -3,24 +3,33 @@
 The HTML embeds every plot as a base64 data URI and its CSS inline, so the one file can be
 attached to a CI run, mailed or opened offline and still shows everything. The Markdown
 links the PNGs written beside it, for repositories and PR comments.
+
+Every string that comes from report.json (stage names, notes, environment values) is data,
+not markup: the HTML escapes it, and the Markdown escapes HTML and Markdown syntax (``<``,
+``|``, ``*``, ``[``...) and folds newlines, so a note cannot inject a tag or break a table.
+The attention-maps section is best effort: a layer without softmax probabilities (linear
+attention), a report whose model cannot be rebuilt, or no ONNX artifact gives a note in the
+report instead of maps, never a failed render.
 """
 
 from __future__ import annotations
 
 import base64
 import html
-import json
 import logging
 import os
+import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from attn_export.errors import AttnExportError
 from attn_export.validate.report import atomic_write_text, load_report
 
-__all__ = ["attention_maps_for_report", "write_reports"]
+__all__ = ["AttentionSection", "attention_maps_for_report", "attention_section", "markdown_escape", "write_reports"]
 
 log = logging.getLogger(__name__)
 
@@ -54,31 +63,81 @@ def _rows(report: Mapping[str, Any]) -> list[tuple[str, ...]]:
     return rows
 
 
+def _value(v: Any) -> str:
+    """A header value on one line: nested objects as k=v, lists comma-separated."""
+    if isinstance(v, Mapping):
+        return "{" + ", ".join(f"{k}={_value(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    return str(v)
+
+
 def _header(report: Mapping[str, Any]) -> list[tuple[str, str]]:
     out = []
     for key in ("model", "inputs", "environment"):
         val = report.get(key) or {}
         if val:
-            out.append((key, ", ".join(f"{k}={v}" for k, v in val.items())))
+            out.append((key, ", ".join(f"{k}={_value(v)}" for k, v in val.items())))
     return out
 
 
-def attention_maps_for_report(report: Mapping[str, Any], report_dir: Path, max_seq: int = 32) -> tuple[np.ndarray, np.ndarray, str] | None:
+# The punctuation that can start markup mid-line ("#", "+" and "-" only matter at a line
+# start, and every line here starts with "- " or "| "; "(" and "!" only after "]" or before "[").
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
+
+
+def markdown_escape(text: Any) -> str:
+    """Text from report.json as inert Markdown: HTML entities for ``& < >``, backslash escapes
+    for Markdown punctuation (CommonMark allows one before any ASCII punctuation), one line."""
+    t = html.escape(" ".join(str(text).split()), quote=False)
+    return _MD_SPECIAL.sub(r"\\\1", t)
+
+
+_MAX_REBUILD_D_MODEL = 4096  # a transformer layer of this width is ~200M parameters (0.8 GB) to rebuild
+
+
+@dataclass
+class AttentionSection:
+    """What the report shows for attention maps: the maps, or a note saying why there are none."""
+
+    eager_maps: np.ndarray | None = None
+    onnx_maps: np.ndarray | None = None
+    label: str = "ONNX"
+    summary: str = ""  # the per-head comparison (AttentionPatternResult's str)
+    note: str = ""
+
+
+def attention_section(report: Mapping[str, Any], report_dir: Path, max_seq: int = 32) -> AttentionSection:
     """Rebuild the report's reference layer and compare its attention maps with an artifact's.
 
     The artifact is the last stage's ONNX model that exists (the most compressed one, so the
     plot shows what compression did to each head), found next to the report or at its path.
     Needs ``model`` = {layer, d_model, heads, mask} and ``inputs.seed`` (what the pipeline
-    writes); returns None (logged) when the layer cannot be rebuilt or no artifact exists.
-    Returns (eager_maps, onnx_maps, stage name).
+    writes). Anything that prevents maps (linear attention, a model that is not a reference
+    layer or too large to rebuild here, no ONNX artifact, a comparison that cannot run)
+    becomes ``note`` instead of an error; maps that disagree are drawn, with FAIL in ``summary``.
     """
     from attn_export.layers import MaskedLayer, build_layer
-    from attn_export.validate.patterns import check_attention_patterns
+    from attn_export.layers.registry import LAYERS
+    from attn_export.validate.patterns import check_attention_patterns, has_attention_maps
 
     m, inputs = report.get("model") or {}, report.get("inputs") or {}
-    if not {"layer", "d_model", "heads"} <= set(m):
-        log.info("no attention maps: the report's model is not a reference layer")
-        return None
+    if not {"layer", "d_model", "heads"} <= set(m) or m["layer"] not in LAYERS:
+        return AttentionSection(note=f"no attention maps: the report's model ({m.get('layer', 'unnamed')}) is not a reference layer that can be rebuilt")
+    if int(m["d_model"]) > _MAX_REBUILD_D_MODEL:
+        return AttentionSection(note=f"no attention maps: d_model {m['d_model']} is too large to rebuild for them (limit {_MAX_REBUILD_D_MODEL})")
+    mask = m.get("mask") or "none"
+    seed = int(inputs.get("seed") or 0)
+    try:
+        kwargs = {k: int(m[k]) for k in ("window", "block_size") if isinstance(m.get(k), int)}
+        layer = MaskedLayer(build_layer(m["layer"], int(m["d_model"]), int(m["heads"]), mask=mask, seed=seed, **kwargs), mask)
+        if not has_attention_maps(layer):
+            return AttentionSection(
+                note=f"no attention maps: the {m['layer']} layer computes no softmax attention probabilities "
+                "(kernelised attention never forms the L x L matrix); its output metrics above are the check"
+            )
+    except AttnExportError as err:
+        return AttentionSection(note=f"no attention maps: {err}")
     artifact, name = None, ""
     for s in reversed(report.get("stages", [])):
         path = s.get("artifact")
@@ -88,22 +147,35 @@ def attention_maps_for_report(report: Mapping[str, Any], report_dir: Path, max_s
         if artifact:
             break
     if artifact is None:
-        log.info("no attention maps: no ONNX artifact found next to the report")
-        return None
-    mask = m.get("mask", "none")
-    layer = MaskedLayer(build_layer(m["layer"], int(m["d_model"]), int(m["heads"]), mask=mask, seed=int(inputs.get("seed", 0))), mask)
-    rng = np.random.default_rng(int(inputs.get("seed", 0)))
-    seq = min(int(inputs.get("seq_len", max_seq)), max_seq)
+        return AttentionSection(note="no attention maps: no ONNX artifact found next to the report")
+    rng = np.random.default_rng(seed)
+    block = getattr(layer.layer, "block_size", 0)  # block-sparse: show at least two blocks
+    seq = min(int(inputs.get("seq_len") or max_seq), max(max_seq, 2 * block))
     x = rng.standard_normal((1, seq, int(m["d_model"]))).astype(np.float32)
     kpm = np.ones((1, seq), np.int32) if mask == "padding" else None
     if kpm is not None:
         kpm[:, seq - seq // 4 :] = 0  # a padded tail, so masking shows in the maps
-    res = check_attention_patterns(layer, x, artifact, kpm)
+    try:
+        res = check_attention_patterns(layer, x, artifact, kpm)
+    except AttnExportError as err:
+        log.warning("attention maps of stage %s not drawn: %s", name, err)
+        return AttentionSection(note=f"no attention maps for stage {name}: {err}")
     log.info("attention maps of stage %s: %s", name, res)
-    return res.eager_maps, res.onnx_maps, name
+    return AttentionSection(res.eager_maps, res.onnx_maps, name, str(res))
 
 
-def _plots(report: Mapping[str, Any], out: Path, bench: Mapping[str, Any] | None, attention: Any, report_dir: Path) -> dict[str, Path]:
+def attention_maps_for_report(report: Mapping[str, Any], report_dir: Path, max_seq: int = 32) -> tuple[np.ndarray, np.ndarray, str] | None:
+    """(eager_maps, onnx_maps, stage name) from ``attention_section``, or None (logged) when there are none."""
+    sec = attention_section(report, report_dir, max_seq)
+    if sec.eager_maps is None or sec.onnx_maps is None:
+        log.info("%s", sec.note)
+        return None
+    return sec.eager_maps, sec.onnx_maps, sec.label
+
+
+def _plots(
+    report: Mapping[str, Any], out: Path, bench: Mapping[str, Any] | None, attention: Any, report_dir: Path
+) -> tuple[dict[str, Path], AttentionSection | None]:
     from attn_export.validate import plots
 
     made: dict[str, Path | None] = {
@@ -113,22 +185,30 @@ def _plots(report: Mapping[str, Any], out: Path, bench: Mapping[str, Any] | None
     }
     if bench is not None:
         made["seq_scaling"] = plots.plot_seq_scaling(bench, out / "seq_scaling.png")
-    maps = attention_maps_for_report(report, report_dir) if attention == "auto" else attention
-    if maps is not None:
-        label = maps[2] if len(maps) > 2 else "ONNX"
-        made["attention_maps"] = plots.plot_attention_maps(maps[0], maps[1], out / "attention_maps.png", label=label)
-    return {k: v for k, v in made.items() if v is not None}
+    section: AttentionSection | None = None
+    if attention == "auto":
+        section = attention_section(report, report_dir)
+    elif attention is not None:
+        section = AttentionSection(attention[0], attention[1], attention[2] if len(attention) > 2 else "ONNX")
+    if section is not None and section.eager_maps is not None and section.onnx_maps is not None:
+        made["attention_maps"] = plots.plot_attention_maps(section.eager_maps, section.onnx_maps, out / "attention_maps.png", label=section.label)
+    return {k: v for k, v in made.items() if v is not None}, section
 
 
-def _markdown(report: Mapping[str, Any], pngs: Mapping[str, Path]) -> str:
+def _markdown(report: Mapping[str, Any], pngs: Mapping[str, Path], section: AttentionSection | None = None) -> str:
+    esc = markdown_escape
     lines = ["# attn-export report", ""]
-    lines += [f"- **{k}**: {v}" for k, v in _header(report)]
+    lines += [f"- **{esc(k)}**: {esc(v)}" for k, v in _header(report)]
     lines += ["", "## Stages", "", "| " + " | ".join(_COLUMNS) + " |", "|" + "---|" * len(_COLUMNS)]
-    lines += ["| " + " | ".join(r) + " |" for r in _rows(report)]
+    lines += ["| " + " | ".join(esc(c) for c in r) + " |" for r in _rows(report)]
     for key, path in pngs.items():
         lines += ["", f"## {_TITLES[key]}", "", f"![{_TITLES[key]}]({path.name})"]
+        if key == "attention_maps" and section is not None and section.summary:
+            lines += ["", esc(section.summary)]
+    if section is not None and section.note:
+        lines += ["", f"## {_TITLES['attention_maps']}", "", esc(section.note)]
     if report.get("notes"):
-        lines += ["", "## Notes", ""] + [f"- {n}" for n in report["notes"]]
+        lines += ["", "## Notes", ""] + [f"- {esc(n)}" for n in report["notes"]]
     return "\n".join(lines) + "\n"
 
 
@@ -140,7 +220,7 @@ _CSS = (
 )
 
 
-def _html(report: Mapping[str, Any], pngs: Mapping[str, Path]) -> str:
+def _html(report: Mapping[str, Any], pngs: Mapping[str, Path], section: AttentionSection | None = None) -> str:
     esc = html.escape
     head = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in _header(report))
     th = "".join(f"<th>{esc(c)}</th>" for c in _COLUMNS)
@@ -152,6 +232,10 @@ def _html(report: Mapping[str, Any], pngs: Mapping[str, Path]) -> str:
     for key, path in pngs.items():
         data = base64.b64encode(path.read_bytes()).decode("ascii")
         figs += f'<h2>{esc(_TITLES[key])}</h2><img id="plot-{key}" alt="{esc(_TITLES[key])}" src="data:image/png;base64,{data}">'
+        if key == "attention_maps" and section is not None and section.summary:
+            figs += f"<p>{esc(section.summary)}</p>"
+    if section is not None and section.note:
+        figs += f'<h2>{esc(_TITLES["attention_maps"])}</h2><p id="attention-note">{esc(section.note)}</p>'
     notes = "".join(f"<li>{esc(n)}</li>" for n in report.get("notes", []))
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>attn-export report</title><style>{_CSS}</style></head>'
@@ -173,16 +257,27 @@ def write_reports(
     ``attention="auto"`` draws attention maps when the report's layer can be rebuilt and an
     ONNX artifact exists; pass ``(eager_maps, onnx_maps[, label])`` to draw given maps, None to skip.
     """
+    from attn_export.validate.schema import BenchSchema, read_json, validate, validate_report
+
     say = progress or (lambda _msg: None)
     report_dir = Path(report).parent if not isinstance(report, Mapping) else Path(out_dir)
-    data = dict(report) if isinstance(report, Mapping) else load_report(report)
-    bench = json.loads(Path(bench_json).read_text(encoding="utf-8")) if isinstance(bench_json, (str, os.PathLike)) else bench_json
+    if isinstance(report, Mapping):
+        data = dict(report)
+        validate_report(data, "report")
+    else:
+        data = load_report(report)
+    bench = bench_json
+    bench_fix = "run attn-export bench --json FILE first, or pass the right path"
+    if isinstance(bench_json, (str, os.PathLike)):
+        bench = read_json(bench_json, "a bench.json from attn-export bench", bench_fix)
+    if bench is not None:
+        validate(BenchSchema, bench, str(bench_json) if isinstance(bench_json, (str, os.PathLike)) else "bench", bench_fix)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     say("drawing plots")
-    pngs = _plots(data, out, bench, attention, report_dir)
+    pngs, section = _plots(data, out, bench, attention, report_dir)
     say("writing report.md and report.html")
-    md = atomic_write_text(out / "report.md", _markdown(data, pngs))
-    page = atomic_write_text(out / "report.html", _html(data, pngs))
+    md = atomic_write_text(out / "report.md", _markdown(data, pngs, section))
+    page = atomic_write_text(out / "report.html", _html(data, pngs, section))
     log.info("wrote %s and %s with %d plots", md, page, len(pngs))
     return {"report.md": md, "report.html": page, **{f"{k}.png": v for k, v in pngs.items()}}

@@ -5,6 +5,7 @@ a TensorRT engine...). Each stage carries the same fields, so tools that read re
 (the CI gate, plots, the sweep) never special-case a stage. Fields that a later stage
 needs beyond these go in ``details``; new top-level keys are allowed, and readers must
 ignore keys they do not know (``SCHEMA_VERSION`` bumps only on incompatible changes).
+Readers validate a report with the pydantic schema in ``attn_export.validate.schema``.
 """
 
 from __future__ import annotations
@@ -120,16 +121,14 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
 
 
 def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a report.json as a plain dict (readers tolerate unknown keys)."""
-    from attn_export.errors import DataError
+    """Read a report.json as a plain dict, validated by ``attn_export.validate.schema.ReportSchema``.
 
-    p = Path(path)
-    if not p.is_file():
-        raise DataError(f"report {p} does not exist; run attn-export first or pass the right path")
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise DataError(f"report {p} is not valid JSON ({err}); regenerate it with attn-export") from err
-    if not isinstance(data, dict) or "stages" not in data:
-        raise DataError(f"report {p} has no 'stages' list; it is not an attn-export report")
+    Known keys are type-checked (one-line ``DataError`` naming the file and field), unknown
+    keys are kept and ignored. NaN accuracy figures (a stage whose output was not finite) are
+    accepted here so the report can be rendered; the gate refuses them.
+    """
+    from attn_export.validate.schema import read_json, validate_report
+
+    data = read_json(path, "an attn-export report.json", "run attn-export first or pass the right path")
+    validate_report(data, str(path))
     return data

@@ -74,3 +74,24 @@ def test_report_rebuilds_the_layer_for_attention_maps(exported, tmp_path):
     (d / "report.json").write_text(json.dumps(report))
     files = write_reports(d / "report.json", tmp_path)  # the artifact is found next to the report
     assert "attention_maps.png" in files
+
+
+def test_linear_attention_has_no_maps_and_says_so(tmp_path):
+    from attn_export.validate.patterns import NoAttentionMaps, has_attention_maps
+
+    layer = small_layer("linear", "causal")
+    assert not has_attention_maps(layer) and has_attention_maps(small_layer("block-sparse", "none"))
+    feed = feed_for(layer, 1, 8)
+    with pytest.raises(NoAttentionMaps, match="LinearAttention computes no softmax attention probabilities"):
+        check_attention_patterns(layer, feed["x"], tmp_path / "never-read.onnx")
+
+
+def test_block_sparse_maps_compare_in_the_full_layout(tmp_path):
+    """Per-block maps (eager (B, nb, H, bs, bs), graph (B*nb, H, bs, bs)) are compared as (B, H, L, L)."""
+    layer = small_layer("block-sparse", "padding")  # block_size 8
+    export_onnx(layer, tmp_path / "bs.onnx", ExportSpec())
+    feed = feed_for(layer, 2, 12)  # two blocks, the second padded to 16
+    res = check_attention_patterns(layer, feed["x"], tmp_path / "bs.onnx", feed["key_padding_mask"])
+    assert res and res.source == "artifact", str(res)
+    assert res.eager_maps.shape == res.onnx_maps.shape == (2, 4, 12, 12)
+    assert not res.eager_maps[:, :, :8, 8:].any() and not res.onnx_maps[:, :, 8:, :8].any()  # block-diagonal

@@ -1,17 +1,22 @@
-"""report.md / report.html: self-contained, and the HTML shows its plots in headless Chromium."""
+"""report.md / report.html: self-contained, rendered for every layer x mask (linear attention
+gets a note instead of maps), text from report.json escaped, and the HTML shows its plots in
+headless Chromium."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
 
 import numpy as np
 import pytest
+from fixtures import LAYER_MASKS
 
+from attn_export.errors import DataError
 from attn_export.validate import Accuracy, Latency, Report, Stage
 from attn_export.validate.error_histogram import error_histogram
-from attn_export.validate.render import write_reports
+from attn_export.validate.render import attention_section, markdown_escape, write_reports
 
 CHROMIUM = next((p for p in (shutil.which("chromium"), shutil.which("chromium-browser"), shutil.which("google-chrome")) if p), None)
 
@@ -60,8 +65,6 @@ def test_markdown_and_html_are_self_contained(tmp_path):
 
 
 def test_report_from_json_file_without_maps(tmp_path):
-    import json
-
     path = tmp_path / "report.json"
     path.write_text(json.dumps(sample_report()))
     files = write_reports(path, tmp_path / "out", attention=None)
@@ -69,10 +72,8 @@ def test_report_from_json_file_without_maps(tmp_path):
     assert files["report.html"].parent == tmp_path / "out"
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not installed (apt-get install -y chromium)")
-def test_html_renders_its_plots_in_headless_chromium(tmp_path):
-    files = write_reports(sample_report(), tmp_path, bench_json=sample_bench(), attention=_maps())
-    page = files["report.html"].read_text()
+def _chromium_images(page: str, tmp_path) -> dict[str, str]:
+    """Load ``page`` in headless Chromium; img id -> "WxH:complete" as the browser decoded it."""
     probe = (
         "<script>window.addEventListener('load',function(){var r=[];"
         "document.querySelectorAll('img').forEach(function(i){r.push(i.id+':'+i.naturalWidth+'x'+i.naturalHeight+':'+i.complete)});"
@@ -88,16 +89,24 @@ def test_html_renders_its_plots_in_headless_chromium(tmp_path):
     dom = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=120).stdout
     m = re.search(r'<pre id="probe">([^<]*)</pre>', dom)
     assert m, f"probe script did not run; chromium printed: {dom[:300]!r}"
-    images = dict(item.split(":", 1) for item in m.group(1).split(";"))
-    assert set(images) == {f"plot-{k}" for k in ("latency", "pareto", "error_histograms", "seq_scaling", "attention_maps")}
+    return dict(item.split(":", 1) for item in m.group(1).split(";") if item)
+
+
+def _assert_loaded(images: dict[str, str]) -> None:
     for img_id, dims in images.items():
         w, h, complete = dims.split(":")[0].split("x") + [dims.split(":")[1]]
         assert int(w) > 100 and int(h) > 100 and complete == "true", f"{img_id} did not load: {dims}"
 
 
-def test_report_command(tmp_path):
-    import json
+@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not installed (apt-get install -y chromium)")
+def test_html_renders_its_plots_in_headless_chromium(tmp_path):
+    files = write_reports(sample_report(), tmp_path, bench_json=sample_bench(), attention=_maps())
+    images = _chromium_images(files["report.html"].read_text(), tmp_path)
+    assert set(images) == {f"plot-{k}" for k in ("latency", "pareto", "error_histograms", "seq_scaling", "attention_maps")}
+    _assert_loaded(images)
 
+
+def test_report_command(tmp_path):
     from test_sweep import _app
     from typer.testing import CliRunner
 
@@ -107,3 +116,160 @@ def test_report_command(tmp_path):
     assert res.exit_code == 0, res.output
     files = json.loads(res.stdout)
     assert files["report.html"].endswith("report.html") and (tmp_path / "html" / "pareto.png").is_file()
+
+
+def test_report_command_refuses_bad_paths_in_one_line(tmp_path, capsys):
+    from attn_export.cli import main
+
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(sample_report()))
+    for args, expected in (
+        (["--out", str(path)], f"--out {path}: expected a folder, got a file"),
+        (["--bench", str(tmp_path / "missing.json")], f"{tmp_path / 'missing.json'}: expected a bench.json from attn-export bench, got no such file"),
+    ):
+        assert main(["report", str(path), "--no-attention-maps", *args]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"attn-export: error: {expected}") and err.count("\n") == 1, err
+    assert main(["report", str(tmp_path / "nope.json")]) == 2
+    assert "expected an attn-export report.json, got no such file" in capsys.readouterr().err
+
+
+# --- every layer x mask renders (issue 13, class 1) ---------------------------------------------
+
+
+def _layer_report(layer: str, mask: str, out, **model_extra) -> dict:
+    """What the pipeline leaves in --out for a reference layer: its fp32 ONNX model and report.json.
+
+    Built directly (export + one stage) rather than by running the pipeline, to keep this 16-case
+    test fast; ``test_pipeline_renders_every_layer_and_mask`` runs the real pipeline (slow), and
+    block-sparse and linear reports written by the pipeline failed the same way as these.
+    """
+    from attn_export.export import export_onnx
+    from attn_export.layers import MaskedLayer, build_layer
+    from attn_export.pipeline import PipelineConfig
+
+    cfg = PipelineConfig(layer=layer, mask=mask, d_model=64, heads=4, seq_len=16, batch=2, repeats=1, warmup=0, out=out)
+    kw = {k: v for k, v in model_extra.items() if k in ("block_size", "window")}
+    model = MaskedLayer(build_layer(layer, 64, 4, mask=mask, seed=cfg.seed, **kw), mask)
+    export_onnx(model, out / "model.onnx", cfg.export_spec())
+    r = Report(
+        model={"layer": layer, "d_model": 64, "heads": 4, "params": sum(p.numel() for p in model.parameters()), "mask": mask, **model_extra},
+        inputs={"batch": 2, "seq_len": model_extra.get("seq_len", 16), "seed": cfg.seed},
+    )
+    r.add(Stage("onnx-fp32", str(out / "model.onnx"), "fp32", Accuracy(1e-6, 1e-7, 1e-7, 1.0, 140.0),
+                {"artifact": Latency(1.0, 1.1, 1.2), "eager": Latency(2.0, 2.1, 2.2)}, 2.0, passed=True))  # fmt: skip
+    r.write(out / "report.json")
+    return r.to_dict()
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    """(layer, mask) -> the files write_reports produced for it; each built once per module."""
+    cache: dict[tuple[str, str], dict] = {}
+
+    def get(layer: str, mask: str) -> dict:
+        if (layer, mask) not in cache:
+            out = tmp_path_factory.mktemp(f"{layer}-{mask}")
+            _layer_report(layer, mask, out)
+            cache[layer, mask] = write_reports(out / "report.json", out)
+        return cache[layer, mask]
+
+    return get
+
+
+@pytest.mark.parametrize(("layer", "mask"), LAYER_MASKS, ids=[f"{layer}-{mask}" for layer, mask in LAYER_MASKS])
+def test_every_layer_and_mask_renders_markdown_and_html(layer, mask, rendered):
+    files = rendered(layer, mask)
+    md, page = files["report.md"].read_text(), files["report.html"].read_text()
+    assert "| onnx-fp32 | fp32 |" in md and "<td>onnx-fp32</td>" in page
+    if layer == "linear":  # no softmax probabilities: a note, not maps
+        assert "attention_maps.png" not in files
+        assert "no attention maps: the linear layer computes no softmax attention probabilities" in md
+        assert '<p id="attention-note">no attention maps: the linear layer' in page
+    else:
+        assert "attention_maps.png" in files and 'id="plot-attention_maps"' in page
+        assert "attention maps (artifact): PASS" in md or "attention maps (decomposed re-export" in md, md
+        assert "no attention maps" not in md
+
+
+def test_block_sparse_maps_are_block_diagonal_over_several_blocks(tmp_path):
+    """block_size 8, L 20: three blocks (the last padded); maps are (1, H, 20, 20), zero off the blocks."""
+    report = _layer_report("block-sparse", "padding", tmp_path, block_size=8, seq_len=20)
+    sec = attention_section(report, tmp_path)
+    assert sec.note == "" and sec.eager_maps.shape == sec.onnx_maps.shape == (1, 4, 20, 20)
+    assert "PASS" in sec.summary
+    block = np.kron(np.eye(3), np.ones((8, 8)))[:20, :20].astype(bool)
+    assert not sec.eager_maps[..., ~block].any() and not sec.onnx_maps[..., ~block].any()
+    kept = sec.eager_maps[0, :, :15].sum(-1)  # padded tail: keys 15.. masked, the first 15 rows sum to 1
+    assert np.allclose(kept, 1.0, atol=1e-5)
+
+
+def test_a_report_whose_model_is_not_a_reference_layer_gets_a_note(tmp_path):
+    rep = sample_report()
+    rep["model"] = {"layer": "sentence-encoder[layers]", "d_model": 384, "heads": 12}
+    files = write_reports(rep, tmp_path)
+    assert "not a reference layer that can be rebuilt" in files["report.md"].read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("layer", "mask"), LAYER_MASKS, ids=[f"{layer}-{mask}" for layer, mask in LAYER_MASKS])
+def test_pipeline_renders_every_layer_and_mask(layer, mask, tmp_path):
+    from attn_export.pipeline import PipelineConfig, run_pipeline
+
+    run_pipeline(PipelineConfig(layer=layer, mask=mask, d_model=64, heads=4, seq_len=16, batch=2, repeats=1, warmup=0, out=tmp_path))
+    md = (tmp_path / "report.md").read_text()
+    assert (tmp_path / "report.html").is_file() and "## Stages" in md
+    assert ((tmp_path / "attention_maps.png").is_file()) == (layer != "linear")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not installed (apt-get install -y chromium)")
+@pytest.mark.parametrize(("layer", "mask"), [("linear", "causal"), ("block-sparse", "padding")])
+def test_linear_and_block_sparse_reports_render_in_headless_chromium(layer, mask, rendered, tmp_path):
+    files = rendered(layer, mask)
+    images = _chromium_images(files["report.html"].read_text(), tmp_path)
+    expected = {"plot-latency", "plot-pareto"} | ({"plot-attention_maps"} if layer != "linear" else set())
+    assert set(images) == expected
+    _assert_loaded(images)
+
+
+# --- report.md escapes what comes from report.json (issue 13, class 10) ---------------------------
+
+
+def test_markdown_escapes_html_and_table_syntax(tmp_path):
+    markdown_it = pytest.importorskip("markdown_it", reason="markdown-it-py (a rich dependency) renders the Markdown")
+    rep = sample_report()
+    rep["notes"] = ["<script>alert(1)</script> and <img src=x onerror=alert(2)>", "a | b", "[click](javascript:alert(3))"]
+    rep["stages"][0]["name"] = "onnx|fp32 <b>bold</b>"
+    rep["environment"] = {"host": "<iframe src=evil>", "cpu": {"isa_class": "x86-avx2", "flags": ["avx2", "fma"]}}
+    files = write_reports(rep, tmp_path, attention=None)
+    md = files["report.md"].read_text()
+    rendered = markdown_it.MarkdownIt("commonmark").enable("table").render(md)  # commonmark passes raw HTML through
+    for tag in ("<script", "<img src=x", "<iframe", "<b>bold", 'href="javascript'):
+        assert tag not in rendered, f"{tag} injected into the rendered report.md"
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in rendered and "a | b" in rendered
+    rows = re.findall(r"<tr>(.*?)</tr>", rendered, re.S)
+    assert len(rows) == 1 + 3 and all(r.count("<td") + r.count("<th") == 12 for r in rows), rows
+    assert "onnx|fp32 &lt;b&gt;bold&lt;/b&gt;" in rows[1]
+    assert "cpu={isa_class=x86-avx2, flags=[avx2, fma]}" in md.replace("\\", "")
+    page = files["report.html"].read_text()
+    assert "<script>alert" not in page and "<iframe" not in page
+
+
+def test_markdown_escape_is_one_line_and_inert():
+    assert markdown_escape("a\nb\r\nc") == "a b c"
+    assert markdown_escape("*x* _y_ `z` ~w~ \\") == "\\*x\\* \\_y\\_ \\`z\\` \\~w\\~ \\\\"
+    assert markdown_escape("1.5x & <ok>") == "1.5x &amp; &lt;ok&gt;"
+
+
+def test_malformed_report_or_bench_is_one_line(tmp_path):
+    bad = sample_report()
+    bad["stages"][0]["accuracy"]["cosine"] = "high"
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(bad))
+    with pytest.raises(DataError, match=r"report\.json: stages\[onnx-fp32\]\.accuracy\.cosine: expected a number, got \"high\""):
+        write_reports(path, tmp_path / "out")
+    (tmp_path / "bench.json").write_text(json.dumps({"results": [{"variant": "x", "batch": "1", "seq": 128}]}))
+    path.write_text(json.dumps(sample_report()))
+    with pytest.raises(DataError, match=r"bench\.json: results\[0\]\.batch: expected an integer"):
+        write_reports(path, tmp_path / "out", bench_json=tmp_path / "bench.json")
+    assert not (tmp_path / "out" / "report.md").exists()

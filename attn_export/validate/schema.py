@@ -1,0 +1,430 @@
+"""Schemas (pydantic v2) for every JSON file the toolkit reads: report.json, baselines, bench
+results, a checkpoint's config.json and its model.safetensors.index.json.
+
+Why a schema library and not ``dict.get``: each of these files is user-supplied, and hand-written
+checks had gaps that turned into tracebacks ("high" where a number belongs) or silent wrong
+results (``cosine: Infinity`` passing the gate, ``num_attention_heads: true`` running a 1-head
+model, ``hidden_size: 1.2e9`` growing until the OS stopped it). Here every known key is
+type-checked in strict mode (no "1" -> 1, no true -> 1), numbers must be finite where a number
+is required, sizes are bounded *before* anything is allocated, and unknown keys are ignored so
+that older readers tolerate newer writers. A failure is one line,
+``"<file>: <field>: expected X, got Y; <fix>"``, raised as the caller's error class.
+
+Non-finite accuracy metrics: a stage whose output went NaN is *reported* with NaN metrics (so
+the report and its render show it), but the gate refuses such a report (``finite=True``);
++-inf and negative error magnitudes are never valid.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
+
+from attn_export.errors import AttnExportError, DataError
+from attn_export.validate.report import SCHEMA_VERSION as REPORT_SCHEMA_VERSION
+
+__all__ = [
+    "BASELINE_FORMAT_V1",
+    "BASELINE_FORMAT_V2",
+    "METRIC_DIRECTIONS",
+    "BaselineV1",
+    "BaselineV2",
+    "BenchSchema",
+    "BertConfigSchema",
+    "ReportSchema",
+    "SafetensorsIndexSchema",
+    "read_json",
+    "validate",
+    "validate_baseline",
+    "validate_report",
+]
+
+BASELINE_FORMAT_V1 = "attn-export-baseline/1"
+BASELINE_FORMAT_V2 = "attn-export-baseline/2"
+# "higher": bigger is better, may drop by the slack; "lower": smaller is better, may grow by it.
+METRIC_DIRECTIONS: dict[str, str] = {
+    "cosine": "higher", "sqnr_db": "higher", "rel_l2": "lower", "max_abs": "lower", "mean_abs": "lower",
+}  # fmt: skip
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _expected(what: str, got: str | None = None) -> PydanticCustomError:
+    """A validation failure whose message is the "expected X" part (``got`` overrides the input shown)."""
+    return PydanticCustomError("expected", "{what}", {"what": what} if got is None else {"what": what, "got": got})
+
+
+# --- number types -------------------------------------------------------------------------------
+def _finite(v: float) -> float:
+    if not math.isfinite(v):
+        raise _expected("a finite number")
+    return v
+
+
+Finite = Annotated[float, AfterValidator(_finite)]
+NonNegFinite = Annotated[float, AfterValidator(_finite), Field(ge=0.0)]
+PosInt = Annotated[int, Field(ge=1)]
+NonNegInt = Annotated[int, Field(ge=0)]
+
+
+def _metric(lo: float, hi: float) -> AfterValidator:
+    """A reported accuracy figure: NaN allowed unless validating for the gate; +-inf never."""
+
+    def check(v: float, info: ValidationInfo) -> float:
+        if math.isnan(v):
+            if (info.context or {}).get("finite"):
+                raise _expected("a finite number (the stage's output was not finite)")
+            return v
+        if math.isinf(v):
+            raise _expected("a finite number")
+        if not lo <= v <= hi:
+            raise _expected(f"a number >= {lo:g}" if math.isinf(hi) else f"a number in [{lo:g}, {hi:g}]")
+        return v
+
+    return AfterValidator(check)
+
+
+_COSINE_EPS = 1e-6  # float64 rounding can put identical outputs at 1.0000000000000002
+
+
+class _Schema(BaseModel):
+    """Strict types; unknown keys ignored (readers must tolerate keys added by newer writers)."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+
+class _Closed(_Schema):
+    """Small hand-edited objects: an unknown key is a typo, so it is refused."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+# --- report.json ----------------------------------------------------------------------------------
+class AccuracySchema(_Schema):
+    max_abs: Annotated[float, _metric(0.0, math.inf)] | None = None
+    mean_abs: Annotated[float, _metric(0.0, math.inf)] | None = None
+    rel_l2: Annotated[float, _metric(0.0, math.inf)] | None = None
+    cosine: Annotated[float, _metric(-1.0 - _COSINE_EPS, 1.0 + _COSINE_EPS)] | None = None
+    sqnr_db: Annotated[float, _metric(-math.inf, math.inf)] | None = None
+
+
+class LatencySchema(_Schema):
+    p50: NonNegFinite | None = None
+    p90: NonNegFinite | None = None
+    p99: NonNegFinite | None = None
+    mean: NonNegFinite | None = None
+    repeats: NonNegInt | None = None
+    throughput_per_s: NonNegFinite | None = None
+
+
+class StageSchema(_Schema):
+    name: Annotated[str, Field(min_length=1)]
+    artifact: str | None = None
+    precision: str = "fp32"
+    accuracy: AccuracySchema | None = None
+    latency_ms: dict[str, LatencySchema] = Field(default_factory=dict)
+    speedup_vs_eager: NonNegFinite | None = None
+    size_bytes: NonNegInt | None = None
+    params: NonNegInt | None = None
+    passed: bool | None = None
+    tolerance: dict[str, Finite | None] | None = None
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+def _unique_names(stages: list[StageSchema]) -> list[StageSchema]:
+    seen: set[str] = set()
+    for s in stages:
+        if s.name in seen:
+            raise _expected("unique stage names", got=f"{s.name!r} twice")
+        seen.add(s.name)
+    return stages
+
+
+class ModelSchema(_Schema):
+    """What was run; a reference layer's shape is bounded because ``report`` rebuilds it."""
+
+    layer: str | None = None
+    d_model: Annotated[int, Field(ge=1, le=65536)] | None = None
+    heads: Annotated[int, Field(ge=1, le=1024)] | None = None
+    mask: str | None = None
+    params: NonNegInt | None = None
+
+
+class InputsSchema(_Schema):
+    batch: PosInt | None = None
+    seq_len: PosInt | None = None
+    seed: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
+
+
+class CpuSchema(_Schema):
+    """``environment["cpu"]``: the instruction-set class int8 accuracy depends on."""
+
+    isa_class: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_.-]*$")] | None = None
+    u8s8_saturates: bool | None = None
+    flags: list[str] = Field(default_factory=list)
+
+
+class EnvironmentSchema(_Schema):
+    cpu: CpuSchema | None = None
+
+
+class ReportSchema(_Schema):
+    schema_version: Annotated[int, Field(ge=1, le=REPORT_SCHEMA_VERSION)] = REPORT_SCHEMA_VERSION
+    model: ModelSchema = Field(default_factory=ModelSchema)
+    inputs: InputsSchema = Field(default_factory=InputsSchema)
+    environment: EnvironmentSchema = Field(default_factory=EnvironmentSchema)
+    stages: Annotated[list[StageSchema], AfterValidator(_unique_names)]
+    notes: list[str] = Field(default_factory=list)
+    selection: dict[str, Any] = Field(default_factory=dict)
+
+
+# --- baselines ------------------------------------------------------------------------------------
+MetricName = Literal["cosine", "sqnr_db", "rel_l2", "max_abs", "mean_abs"]
+
+
+class SlackSchema(_Closed):
+    """slack = abs + rel * |baseline value|; finite and >= 0 (an infinite slack checks nothing)."""
+
+    abs: NonNegFinite = 0.0
+    rel: NonNegFinite = 0.0
+
+
+class MetricSpecSchema(SlackSchema):
+    value: Finite
+    direction: Literal["higher", "lower"] | None = None
+
+
+def _directions(metrics: Mapping[str, MetricSpecSchema]) -> Mapping[str, MetricSpecSchema]:
+    for name, spec in metrics.items():
+        if spec.direction is None:
+            spec.direction = METRIC_DIRECTIONS[name]  # type: ignore[assignment]
+        elif spec.direction != METRIC_DIRECTIONS[name]:
+            raise _expected(f"direction {METRIC_DIRECTIONS[name]!r} for {name}", got=repr(spec.direction))
+    return metrics
+
+
+class BaselineStageSchema(_Schema):
+    precision: str = "fp32"
+    metrics: Annotated[dict[MetricName, MetricSpecSchema], AfterValidator(_directions)] = Field(default_factory=dict)
+    speedup_vs_eager: NonNegFinite | None = None
+    passed: bool | None = None
+
+
+LatencyMargin = Annotated[float, AfterValidator(_finite), Field(ge=0.0, lt=1.0)]
+ClassName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_.-]*$")]
+
+
+class BaselineV1(_Schema):
+    format: Literal["attn-export-baseline/1"]
+    model: dict[str, Any] = Field(default_factory=dict)
+    latency_margin: LatencyMargin | None = None
+    stages: dict[str, BaselineStageSchema]
+
+
+class ClassEntrySchema(_Schema):
+    recorded: dict[str, Any] = Field(default_factory=dict)  # the CPU it was recorded on (informational)
+    stages: dict[str, BaselineStageSchema]
+
+
+class BaselineV2(_Schema):
+    format: Literal["attn-export-baseline/2"]
+    model: dict[str, Any] = Field(default_factory=dict)
+    latency_margin: LatencyMargin | None = None
+    cross_class_slack: dict[str, dict[MetricName, SlackSchema]] = Field(default_factory=dict)
+    classes: dict[ClassName, ClassEntrySchema]
+
+
+# --- bench.json (for ``report --bench``) ---------------------------------------------------------
+class BenchRowSchema(_Schema):
+    variant: str
+    batch: PosInt
+    seq: PosInt
+    latency_ms: LatencySchema | None = None
+    peak_mem_bytes: NonNegInt | None = None
+
+
+class BenchSchema(_Schema):
+    results: list[BenchRowSchema]
+
+
+# --- checkpoint config.json ---------------------------------------------------------------------
+# Upper bounds well above any BERT-family encoder (XLM-R: vocab 250k; BERT-large: hidden 1024,
+# 24 layers), far below what would exhaust memory: refused before anything is allocated.
+class BertConfigSchema(_Schema):
+    vocab_size: Annotated[int, Field(ge=1, le=1_048_576)]
+    hidden_size: Annotated[int, Field(ge=1, le=16_384)]
+    num_attention_heads: Annotated[int, Field(ge=1, le=1024)]
+    num_hidden_layers: Annotated[int, Field(ge=1, le=512)]
+    intermediate_size: Annotated[int, Field(ge=1, le=65_536)]
+    max_position_embeddings: Annotated[int, Field(ge=1, le=131_072)] = 512
+    type_vocab_size: Annotated[int, Field(ge=1, le=1024)] = 2
+    layer_norm_eps: Annotated[float, AfterValidator(_finite), Field(gt=0.0, lt=1.0)] = 1e-12
+    hidden_act: str = "gelu"
+    position_embedding_type: str = "absolute"
+    pad_token_id: NonNegInt | None = 0
+
+    @field_validator("pad_token_id")
+    @classmethod
+    def _pad_in_vocab(cls, v: int | None, info: ValidationInfo) -> int | None:
+        vocab = info.data.get("vocab_size")
+        if v is not None and isinstance(vocab, int) and v >= vocab:
+            raise _expected(f"an id < vocab_size ({vocab})")
+        return v
+
+
+# --- model.safetensors.index.json ---------------------------------------------------------------
+def _shard_name(name: str) -> str:
+    if "\x00" in name or not name.endswith(".safetensors"):
+        raise _expected("a .safetensors file name")
+    if os.path.isabs(name) or name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
+        raise _expected("a file name relative to the checkpoint directory")
+    if ".." in Path(name.replace("\\", "/")).parts:
+        raise _expected("a file inside the checkpoint directory (no '..')")
+    return name
+
+
+class SafetensorsIndexSchema(_Schema):
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    weight_map: Annotated[dict[str, Annotated[str, AfterValidator(_shard_name)]], Field(min_length=1)]
+
+
+# --- errors ---------------------------------------------------------------------------------------
+_EXPECTED_BY_TYPE = {
+    "float_type": "a number", "float_parsing": "a number", "int_type": "an integer", "int_parsing": "an integer",
+    "int_from_float": "an integer", "bool_type": "true or false", "bool_parsing": "true or false",
+    "string_type": "a string", "list_type": "a list", "dict_type": "an object", "model_type": "an object",
+    "model_attributes_type": "an object", "finite_number": "a finite number", "missing": "a value",
+    "extra_forbidden": "no such key",
+}  # fmt: skip
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, float):
+        return repr(value)
+    text = json.dumps(value, default=str, allow_nan=True)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _expected_text(err: Mapping[str, Any]) -> str:
+    kind, ctx = err["type"], err.get("ctx") or {}
+    if kind == "expected":
+        return str(ctx.get("what", err["msg"]))
+    if kind == "literal_error":
+        return f"one of {ctx.get('expected')}"
+    bounds = {
+        "greater_than": "> {gt}",
+        "greater_than_equal": ">= {ge}",
+        "less_than": "< {lt}",
+        "less_than_equal": "<= {le}",
+    }
+    if kind in bounds:
+        return "a value " + bounds[kind].format(**ctx)
+    if kind in ("too_short", "too_long", "string_too_short", "string_too_long"):
+        n = ctx.get("min_length", ctx.get("max_length"))
+        unit = "character" if kind.startswith("string") else "entry" if isinstance(err.get("input"), dict) else "item"
+        plural = {"entry": "entries", "item": "items", "character": "characters"}[unit] if n != 1 else unit
+        return f"{'at least' if 'short' in kind else 'at most'} {n} {plural}"
+    if kind == "string_pattern_mismatch":
+        return f"a name matching {ctx.get('pattern')}"
+    return _EXPECTED_BY_TYPE.get(kind, str(err["msg"])[:1].lower() + str(err["msg"])[1:])
+
+
+def _field(loc: Sequence[Any], data: Any) -> str:
+    """``stages[onnx-int8].accuracy.cosine``: list items named by their ``name`` when they have one."""
+    out, node = "", data
+    is_key = "[key]" in loc
+    if is_key:  # a bad dict key: name the dict, the key is what is shown as "got"
+        loc = loc[: loc.index("[key]") - 1]
+    for part in loc:
+        if isinstance(part, int):
+            item = node[part] if isinstance(node, list) and 0 <= part < len(node) else None
+            label = (
+                item["name"] if isinstance(item, dict) and isinstance(item.get("name"), str) and item["name"] else part
+            )
+            out += f"[{label}]"
+            node = item
+        else:
+            out += f".{part}" if out else str(part)
+            node = node.get(part) if isinstance(node, dict) else None
+    return (out or "(top level)") + (" key" if is_key else "")
+
+
+def _one_line(source: str, err: ValidationError, data: Any, fix: str) -> str:
+    errors = err.errors(include_url=False)
+    first = errors[0]
+    ctx = first.get("ctx") or {}
+    got = "nothing (the key is missing)" if first["type"] == "missing" else ctx.get("got") or _show(first.get("input"))
+    more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
+    line = f"{source}: {_field(first['loc'], data)}: expected {_expected_text(first)}, got {got}{more}; {fix}"
+    return " ".join(line.split())
+
+
+def validate(
+    schema: type[M],
+    data: Any,
+    source: str,
+    fix: str,
+    error: type[AttnExportError] = DataError,
+    context: Mapping[str, Any] | None = None,
+) -> M:
+    """``schema.model_validate(data)`` with a one-line ``error`` on failure."""
+    if not isinstance(data, dict):
+        kind = {list: "a list", str: "a string"}.get(type(data), type(data).__name__)
+        raise error(f"{source}: expected a JSON object, got {kind}; {fix}")
+    try:
+        return schema.model_validate(data, strict=True, context=dict(context or {}))
+    except ValidationError as err:
+        raise error(_one_line(source, err, data, fix)) from None
+
+
+def read_json(path: str | os.PathLike[str], what: str, fix: str, error: type[AttnExportError] = DataError) -> Any:
+    """Parse a JSON file; a missing, unreadable, non-UTF-8 or malformed file is one line."""
+    p = Path(path)
+    if not p.is_file():
+        raise error(f"{p}: expected {what}, got {'a directory' if p.is_dir() else 'no such file'}; {fix}")
+    try:
+        text = p.read_text(encoding="utf-8")
+        return json.loads(text)
+    except UnicodeDecodeError:
+        raise error(f"{p}: expected {what} in UTF-8 JSON, got undecodable bytes; {fix}") from None
+    except json.JSONDecodeError as err:
+        raise error(f"{p}: expected {what}, got invalid JSON ({err.msg} at line {err.lineno}); {fix}") from None
+    except (OSError, RecursionError) as err:
+        reason = err.strerror if isinstance(err, OSError) else "nested too deeply"
+        raise error(f"{p}: expected {what}, got an unreadable file ({reason}); {fix}") from None
+
+
+REPORT_FIX = "regenerate it with attn-export (or fix that field)"
+BASELINE_FIX = "fix that field, or re-record it with attn-export check REPORT --baseline FILE --update-baseline"
+
+
+def validate_report(data: Any, source: str = "report.json", *, finite: bool = False) -> ReportSchema:
+    """Type-check a report; ``finite=True`` (the gate) also refuses NaN accuracy figures."""
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if isinstance(version, int) and not isinstance(version, bool) and version > REPORT_SCHEMA_VERSION:
+        raise DataError(
+            f"{source}: schema_version: expected {REPORT_SCHEMA_VERSION} or older, got {version}; "
+            "the report was written by a newer attn-export: upgrade attn-export to read it"
+        )
+    return validate(ReportSchema, data, source, REPORT_FIX, context={"finite": finite})
+
+
+def validate_baseline(data: Any, source: str = "baseline") -> BaselineV1 | BaselineV2:
+    """A version-1 or version-2 baseline, by its ``format`` key."""
+    fmt = data.get("format") if isinstance(data, dict) else None
+    if isinstance(data, dict) and fmt not in (BASELINE_FORMAT_V1, BASELINE_FORMAT_V2):
+        raise DataError(
+            f"{source}: format: expected {BASELINE_FORMAT_V2!r} or {BASELINE_FORMAT_V1!r}, got {_show(fmt)}; "
+            "create one with attn-export check REPORT --baseline FILE --update-baseline"
+        )
+    schema: type[BaselineV1 | BaselineV2] = BaselineV1 if fmt == BASELINE_FORMAT_V1 else BaselineV2
+    return validate(schema, data, source, BASELINE_FIX)
