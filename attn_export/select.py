@@ -2,7 +2,7 @@
 
 A candidate qualifies when it meets its tolerance on the **select** split (never the report
 split, which stays unseen by every decision). Among qualifying candidates the fastest wins,
-except that candidates within the timing noise of the fastest (``band``, 5%) count as equally
+except that candidates within the timing noise of the fastest (``band``, 10% in the plan) count as equally
 fast and the target's preferred route wins among them: two routes that measure 11.2 and 11.5
 ms must not swap places between two runs of the same command.
 """
