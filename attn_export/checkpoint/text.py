@@ -35,8 +35,8 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from attn_export.data import shipped_path
 from attn_export.compress.calib_data import ActivationSet, CalibrationData
+from attn_export.data import shipped_path
 from attn_export.errors import ConfigError, DataError
 from attn_export.layers.encoder import SentenceEncoder
 
@@ -210,7 +210,8 @@ def _parse_file(path: str, language: str, _stamp: tuple[int, int]) -> tuple[Topi
     except UnicodeDecodeError as err:
         raise DataError(f"text corpus {path} is not UTF-8 (byte {err.start}); save it as UTF-8") from err
     groups: list[TopicGroup] = []
-    register, current, first_line = UNMARKED, [], 0
+    current: list[str] = []  # the sentences of the group being read
+    register, first_line = UNMARKED, 0
 
     def close() -> None:
         if not current:
@@ -295,6 +296,11 @@ def _check_unique(groups: Sequence[TopicGroup]) -> None:
             seen[key] = (sentence, g)
 
 
+def _check_limit(max_per_split: int | None) -> None:
+    if max_per_split is not None and (isinstance(max_per_split, bool) or not isinstance(max_per_split, int) or max_per_split < 1):
+        raise ConfigError(f"expected max_per_split to be a positive int or None, got {max_per_split!r}")
+
+
 def _cap(texts: list[str], limit: int | None) -> list[str]:
     return texts if limit is None else texts[:limit]
 
@@ -316,8 +322,7 @@ def load_text_corpus(
     unknown = [lang for lang in langs if lang not in LANGUAGES] if directory is None else []
     if unknown:
         raise ConfigError(f"expected languages from {', '.join(LANGUAGES)}, got {', '.join(unknown)}")
-    if max_per_split is not None and (isinstance(max_per_split, bool) or not isinstance(max_per_split, int) or max_per_split < 1):
-        raise ConfigError(f"expected max_per_split to be a positive int or None, got {max_per_split!r}")
+    _check_limit(max_per_split)
     root = Path(directory) if directory is not None else CORPUS_DIR
     groups = [g for lang in langs for g in read_topic_groups(root / f"corpus_{lang}.txt", lang)]
     _check_unique(groups)
@@ -390,9 +395,8 @@ def text_token_splits(
     ``max_per_split`` keeps the first N texts of each split (the corpus order is balanced
     over languages and registers); ``test`` is None when the corpus has no test texts.
     """
+    _check_limit(max_per_split)
     corpus = corpus or load_text_corpus(max_per_split=max_per_split)
-    if max_per_split is not None and (isinstance(max_per_split, bool) or not isinstance(max_per_split, int) or max_per_split < 1):
-        raise ConfigError(f"expected max_per_split to be a positive int or None, got {max_per_split!r}")
     calib, val, test = (_cap(corpus.split(s), max_per_split) for s in SPLITS)
     return TokenSplits(
         tokenize(tokenizer, calib, max_len),
