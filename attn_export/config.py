@@ -46,10 +46,10 @@ log = logging.getLogger(__name__)
 LAYER_DEFAULTS = {"layer": "transformer", "d_model": 512, "heads": 8, "mask": "padding", "low_rank_targets": "q,k,v,o", "calib_method": "minmax"}
 # MiniLM: Q/K carry the low-rank budget (V/O/FFN cost more accuracy than they save); percentile
 # calibration keeps static int8 closest on real text (docs/encoder.md).
-ENCODER_DEFAULTS = {"layers": "all", "max_len": 64, "low_rank_targets": "q,k", "calib_method": "percentile"}
+ENCODER_DEFAULTS = {"layers": "all", "max_len": 64, "max_texts": 320, "low_rank_targets": "q,k", "calib_method": "percentile"}
 # Upper bounds that keep a typo from allocating the machine away or running for days.
 LIMITS = {"d_model": 16384, "heads": 256, "seq_len": 65536, "batch": 4096, "repeats": 10000, "warmup": 1000, "threads": 1024,
-          "distill": 100000, "max_len": 8192, "seed": 2**32 - 1}  # fmt: skip
+          "distill": 100000, "max_len": 8192, "max_texts": 100000, "seed": 2**32 - 1}  # fmt: skip
 DISTILL_DEFAULT_STEPS = 200  # ``--distill`` alone
 
 
@@ -61,6 +61,7 @@ class RunConfig:
     checkpoint: str | None = None
     layers: str | None = None
     max_len: int | None = None
+    max_texts: int | None = None
     languages: str | None = None
     layer: str | None = None
     d_model: int | None = None
@@ -124,6 +125,8 @@ class RunConfig:
             _int_in("heads", self.heads, 1, LIMITS["heads"])
         if self.max_len is not None:
             _int_in("max_len", self.max_len, 2, LIMITS["max_len"])
+        if self.max_texts is not None:
+            _int_in("max_texts", self.max_texts, 8, LIMITS["max_texts"])
         if self.distill is not None:
             _int_in("distill", self.distill, 1, LIMITS["distill"])
         if self.low_rank is not None and not (isinstance(self.low_rank, (int, float)) and 0.0 < float(self.low_rank) < 1.0):
@@ -148,7 +151,7 @@ class RunConfig:
                     "(activation files .npz/.npy/.safetensors are for reference layers)"
                 )
         else:
-            given = [f"--{n.replace('_', '-')}" for n in ("layers", "max_len", "languages") if getattr(self, n) is not None]
+            given = [f"--{n.replace('_', '-')}" for n in ("layers", "max_len", "max_texts", "languages") if getattr(self, n) is not None]
             if given:
                 raise ConfigError(f"{given[0]} applies to a --checkpoint run; add --checkpoint DIR|minilm or drop {', '.join(given)}")
             if self.calib is not None and Path(self.calib).suffix.lower() == ".txt":
@@ -263,6 +266,10 @@ class RunConfig:
     @property
     def resolved_max_len(self) -> int:
         return int(self.max_len if self.max_len is not None else ENCODER_DEFAULTS["max_len"])
+
+    @property
+    def resolved_max_texts(self) -> int:
+        return int(self.max_texts if self.max_texts is not None else ENCODER_DEFAULTS["max_texts"])
 
     @property
     def resolved_languages(self) -> tuple[str, ...] | None:

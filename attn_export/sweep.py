@@ -68,6 +68,7 @@ class SweepConfig:
     low_rank_targets: tuple[str, ...] | None = None  # None: q,k,v,o,ffn for a layer, q,k for a checkpoint
     checkpoint: str | None = None  # sweep a pretrained encoder (DIR or minilm) instead of the reference layer
     layers: str | None = None
+    max_texts: int | None = None  # with checkpoint: texts per corpus split
     d_model: int = 512
     heads: int = 8
     seed: int = 0
@@ -87,7 +88,7 @@ class SweepConfig:
             (set(self.precisions) <= {"fp32", "fp16"}, f"expected --precisions from fp32, fp16, got {list(self.precisions)}"),
             (min(self.batch, self.seq_len, self.repeats) >= 1, f"expected positive --batch/--seq-len/--repeats, got {self.batch}/{self.seq_len}/{self.repeats}"),
             (self.threads is None or self.threads >= 1, f"expected --threads >= 1, got {self.threads}"),
-            (self.checkpoint is not None or self.layers is None, "--layers applies to a --checkpoint sweep; add --checkpoint or drop --layers"),
+            (self.checkpoint is not None or (self.layers is None and self.max_texts is None), "--layers/--max-texts apply to a --checkpoint sweep; add --checkpoint or drop them"),
         ]  # fmt: skip
         for ok, msg in checks:
             if not ok:
@@ -130,6 +131,7 @@ class SweepConfig:
                 "--repeats", str(self.repeats)]  # fmt: skip
         if self.checkpoint:
             args += ["--checkpoint", self.checkpoint] + (["--layers", self.layers] if self.layers else [])
+            args += ["--max-texts", str(self.max_texts)] if self.max_texts else []
         else:
             args += ["--d-model", str(self.d_model), "--heads", str(self.heads)]
         if self.calibration:
@@ -178,7 +180,7 @@ def _subject(cfg: SweepConfig, workdir: Path) -> Any:
     from attn_export.subjects.layer import LayerSubject
 
     if cfg.checkpoint:
-        run_cfg = RunConfig(checkpoint=cfg.checkpoint, layers=cfg.layers, seed=cfg.seed, quantize="int8", batch=cfg.batch, seq_len=cfg.seq_len,
+        run_cfg = RunConfig(checkpoint=cfg.checkpoint, layers=cfg.layers, max_texts=cfg.max_texts, seed=cfg.seed, quantize="int8", batch=cfg.batch, seq_len=cfg.seq_len,
                             threads=cfg.threads, out=workdir, render=False, low_rank_targets=",".join(cfg.resolved_low_rank_targets),
                             calib=Path(cfg.calibration) if cfg.calibration else None)  # fmt: skip
         return make_subject(run_cfg)

@@ -33,6 +33,7 @@ TABLE: dict[str, tuple[object, dict[str, object], str]] = {
     "checkpoint": ("minilm", {}, "config:is_checkpoint"),
     "layers": ("3", {}, "config:resolved_layers"),
     "max_len": (32, {}, "config:resolved_max_len"),
+    "max_texts": (64, {}, "config:resolved_max_texts"),
     "languages": ("en,de", {}, "config:resolved_languages"),
     "layer": ("mha", {}, "config:resolved_layer"),
     "d_model": (256, {}, "config:resolved_d_model"),
@@ -81,6 +82,7 @@ TABLE: dict[str, tuple[object, dict[str, object], str]] = {
 REFUSED: dict[str, tuple[str, str]] = {
     "layers": (LAYER, "--layers applies to a --checkpoint"),
     "max_len": (LAYER, "--max-len applies to a --checkpoint"),
+    "max_texts": (LAYER, "--max-texts applies to a --checkpoint"),
     "languages": (LAYER, "--languages applies to a --checkpoint"),
     "layer": (CKPT, "--layer picks a reference layer"),
     "d_model": (CKPT, "--d-model picks a reference layer"),

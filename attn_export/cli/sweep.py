@@ -28,6 +28,7 @@ def sweep(
     out: Annotated[Path, typer.Option("--out", help="Output folder for sweep.json, pareto.md and pareto.png.")] = Path("attn-export-sweep"),
     checkpoint: Annotated[str | None, typer.Option("--checkpoint", help="Sweep a checkpoint (DIR or minilm) instead of the reference layer.")] = None,
     layers: Annotated[str | None, typer.Option("--layers", help="With --checkpoint: all, or a layer index N.", show_default="all")] = None,
+    max_texts: Annotated[int | None, typer.Option("--max-texts", help="With --checkpoint: texts per corpus split.", show_default="320")] = None,
     low_rank: Annotated[str | None, typer.Option("--low-rank", help="Low-rank ratios to try, 1 = none.", show_default="1,0.75,0.5,0.25")] = None,
     distill: Annotated[str | None, typer.Option("--distill", help="Distillation steps to try, 0 = none.", show_default="0,100,300")] = None,
     int8_mode: Annotated[str | None, typer.Option("--int8-mode", help="int8 routes to try: none|dynamic|static.", show_default="all three")] = None,
@@ -61,7 +62,7 @@ def sweep(
     }  # fmt: skip
     overrides: dict[str, Any] = {k: v for k, v in grid.items() if v is not None}
     overrides.update(d_model=d_model, heads=heads, seed=seed, batch=batch, seq_len=seq_len, threads=threads,
-                     calibration=str(calib) if calib else None, checkpoint=checkpoint, layers=layers)  # fmt: skip
+                     calibration=str(calib) if calib else None, checkpoint=checkpoint, layers=layers, max_texts=max_texts)  # fmt: skip
     cfg = SweepConfig.quick(**overrides) if quick else SweepConfig(**overrides)
     with progress_bar(not (quiet or as_json), f"sweep ({len(cfg.points())} configs)") as cb:
         result = run_sweep(cfg, progress=cb)

@@ -68,15 +68,9 @@ class EncoderSubject(Subject):
         if cfg.resolved_max_len > positions or cfg.seq_len > positions:
             raise ConfigError(f"expected --max-len and --seq-len <= {positions} (the checkpoint's positions), got {cfg.resolved_max_len} and {cfg.seq_len}")
         self.tokenizer = load_tokenizer(self.path)
-        corpus = load_text_corpus(cfg.resolved_languages)
-        test = getattr(corpus, "test", None)
-        # Three roles need three disjoint splits; a two-split corpus gives its validation texts
-        # to "select" and "report" by halves (topic groups stay whole only with three splits).
-        if test:
-            train_texts, select_texts, report_texts = list(corpus.calib), list(corpus.val), list(test)
-        else:
-            half = len(corpus.val) // 2
-            train_texts, select_texts, report_texts = list(corpus.calib), list(corpus.val[:half]), list(corpus.val[half:])
+        corpus = load_text_corpus(cfg.resolved_languages, max_per_split=cfg.resolved_max_texts)
+        # the corpus's three disjoint splits (whole topic groups): calibration, validation, test
+        train_texts, select_texts, report_texts = list(corpus.calib), list(corpus.val), list(corpus.test)
         self.calib_source = corpus.source
         if cfg.calib is not None:
             train_texts = read_text_file(cfg.calib)
@@ -150,7 +144,7 @@ class EncoderSubject(Subject):
     def feeds(self, split: Split) -> list[Feed]:
         if split not in self._feeds:
             if self.index is None:
-                self._feeds[split] = self.tokens[split].feeds(_FEED_BATCH)
+                self._feeds[split] = self.tokens[split].feeds(_FEED_BATCH, trim=True)
             else:
                 acts = self._acts(split)
                 self._feeds[split] = [
@@ -226,7 +220,7 @@ class EncoderSubject(Subject):
 
         if split not in self._ref_embeddings:
             runner = EagerRunner(self.encoder, ENCODER_INPUT_NAMES, ENCODER_OUTPUT_NAMES)
-            self._ref_embeddings[split] = embed(runner, self.tokens[split].feeds(_FEED_BATCH))
+            self._ref_embeddings[split] = embed(runner, self.tokens[split].feeds(_FEED_BATCH, trim=True))
         return self._ref_embeddings[split]
 
     def judge(self, candidate: Runner, split: Split, tolerance_key: str) -> Judgement:
@@ -239,7 +233,7 @@ class EncoderSubject(Subject):
         from attn_export.validate.tolerances import encoder_tolerance_for
 
         ref = self._reference_embeddings(split)
-        token_feeds = self.tokens[split].feeds(_FEED_BATCH)
+        token_feeds = self.tokens[split].feeds(_FEED_BATCH, trim=True)
         details: dict[str, Any] = {}
         if self.index is None:
             emb = embed(candidate, token_feeds)

@@ -53,7 +53,7 @@ def minilm_splits(minilm_tokenizer):
     """Calibration and validation texts of the shipped corpus, tokenized to at most 64 tokens."""
     from attn_export.checkpoint.text import text_token_splits
 
-    return text_token_splits(minilm_tokenizer, max_len=64)
+    return text_token_splits(minilm_tokenizer, max_len=64, max_per_split=96)
 
 
 @pytest.fixture(scope="session")

