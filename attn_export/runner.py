@@ -259,11 +259,13 @@ def run(cfg: Any, progress: Progress | None = None) -> RunResult:
     """Run ``cfg`` (a ``RunConfig``): every stage, side-by-side timing, judging, selection, deploy, report."""
     from attn_export.compress.registry import BuildContext
     from attn_export.environment import capture_environment
+    from attn_export.extras import check_extras
     from attn_export.process import ProcessSettings, process_settings
     from attn_export.subjects import make_subject
 
     say = progress or (lambda msg: log.info(msg))
     cfg.check_paths()
+    check_extras(cfg)
     threads = cfg.resolved_threads
     with process_settings(ProcessSettings(threads=threads)) as proc:
         say(f"building the subject ({'checkpoint ' + str(cfg.checkpoint) if cfg.is_checkpoint else cfg.resolved_layer})")

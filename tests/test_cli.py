@@ -61,3 +61,23 @@ def test_unwritable_out_dir(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "is a file" in err and len(err.splitlines()) == 1
     assert not (blocker / "sub").exists()
+
+
+def test_int8_run_lists_every_artifact_and_writes_no_carriage_returns_to_a_log(tmp_path):
+    """``attn-export --quantize int8 > log 2>&1``: a CI log gets no ``\\r`` redraws, and the last
+    lines name every file written, so nobody has to open report.json to find the model."""
+    log_path = tmp_path / "log"
+    with log_path.open("wb") as log:
+        proc = subprocess.run([sys.executable, "-m", "attn_export.cli", "--quantize", "int8", "--repeats", "2", "--warmup", "0", "--out", "out"],
+                              cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, timeout=900)  # fmt: skip
+    text = log_path.read_bytes().decode()
+    assert proc.returncode == 0, text[-3000:]
+    assert "\r" not in text
+    lines = text.rstrip().splitlines()
+    listed = [ln.strip() for ln in lines[lines.index("wrote:") + 1 :]]
+    assert listed and all((tmp_path / p).exists() for p in listed), listed
+    names = {os.path.basename(p) for p in listed}
+    assert {"model.onnx", "model.int8.onnx", "report.json", "report.md", "report.html", "latency.png"} <= names, names
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert {os.path.basename(s["artifact"]) for s in report["stages"] if s["artifact"]} <= names
+    assert any(ln.startswith("int8 selection: ") for ln in lines)

@@ -103,3 +103,16 @@ def test_jetson_bundle_from_the_cli(tmp_path):
     script = (bundle / "build_engine.sh").read_text()
     assert "--fp16" in script and "--saveEngine" in script
     assert {"model.onnx", "validate_on_device.py", "reference.npz", "README.md"} <= {p.name for p in bundle.iterdir()}
+
+
+def test_a_missing_extra_is_refused_before_any_work(tmp_path, capsys, monkeypatch):
+    """``--triton`` without tritonclient: one line with the pip command, exit 2, no folder left behind."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name.startswith("tritonclient") else real(name, *a))
+    out, repo = tmp_path / "out", tmp_path / "triton"
+    rc = main(["--triton", str(repo), "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "pip install tritonclient[grpc]" in err and "attn-export[triton]" in err and len(err.splitlines()) == 1
+    assert not out.exists() and not repo.exists()

@@ -14,6 +14,7 @@ import copy
 import inspect
 import logging
 import math
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -267,7 +268,8 @@ def _train(
     opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, partial(_warmup_cosine, steps=config.steps))
     batches = _batches(calib, config.batch_size, torch.Generator().manual_seed(config.seed), config.augment, device)
-    bar = tqdm(total=config.steps, desc="distill", unit="step", disable=not config.progress, leave=False)
+    # a progress bar only where a person watches: never \r redraws in a CI log
+    bar = tqdm(total=config.steps, desc="distill", unit="step", disable=not (config.progress and sys.stderr.isatty()), leave=False)
     try:
         for step in range(1, config.steps + 1):
             xb, kb = next(batches)

@@ -32,13 +32,17 @@ EAGER_INT8_MODES: tuple[str, ...] = ("int8-dynamic", "int8-weight-only")
 
 def _torchao_quantization() -> Any:
     """Import torchao.quantization lazily; its import warns about CUDA-only kernels on CPU hosts."""
-    ao_log = logging.getLogger("torchao")
-    level = ao_log.level
-    ao_log.setLevel(logging.ERROR)
+    # torchao's import logs CUDA-only kernels it cannot load, and torch warns (W1201 ... KernelPreference)
+    # about its enum registration: noise for a CPU user, kept out of the terminal and CI logs.
+    loggers = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
     try:
         return require("torchao.quantization", "torchao", what="torchao (eager int8)")
     finally:
-        ao_log.setLevel(level)
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
 
 
 def _config_for(mode: str) -> Any:
