@@ -44,6 +44,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _PASS_UP = ("Cast", "Add", "Where", "Mul", "Div", "Sub")
+_PASS_DOWN = ("Cast", "Where", "Mul")
 ATTENTION_IMPORTER = TrtVersion(10, 14)  # TensorRT CHANGELOG, 10.14 GA: "Added support for the `Attention` operator"
 _NO_DECOMPOSE = "IAttention is not decomposable as the ONNX importer creates it, so the build most likely fails"
 
@@ -114,13 +115,11 @@ def trt_attention_form(
     dtype = "FLOAT16" if precision == "fp16" and strongly else "FLOAT"
     quantized = precision == "int8" and quantize_attention_bmm
     has_kernel, why = iattention_kernel(dtype, head_dim, trt_version, strongly, quantized)
-    if precision == "int8" and not quantized:
+    if precision == "int8" and not quantized and ver >= ATTENTION_IMPORTER:
         why = f"the int8 graph keeps the attention itself in fp32 (Q/DQ on the projections only): {why}"
     if has_kernel:
         return "onnx-attention", why
     return "decomposed", f"{why}; exporting the decomposed form (MatMul -> fp32 Softmax -> MatMul), which TensorRT always builds"
-
-_PASS_DOWN = ("Cast", "Where", "Mul")
 
 
 @dataclass(frozen=True)
