@@ -152,7 +152,7 @@ def attach_timing_cache(config: Any, cache_path: Path | None) -> list[str]:
         cache = config.create_timing_cache(b"")
         if cache is not None and config.set_timing_cache(cache, ignore_mismatch=True):
             return warnings
-    warnings.append(f"TensorRT could not create a timing cache; building without one and leaving {cache_path} untouched")
+    warnings.append(f"TensorRT could not create or attach a timing cache; building without one and leaving {cache_path} untouched")
     return warnings
 
 
