@@ -86,6 +86,8 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # stage name -> why the run does not build it
     encoding: Any = None  # compress.int8_encoding.EncodingChoice, when int8 runs
+    fp32_spec: Any = None  # the ExportSpec every fp32 graph of the run uses (compression sources, students)
+    attention: dict[str, str] = field(default_factory=dict)  # graph precision -> why its attention form was chosen
     deploy_source: str = ""  # the step (or "select:int8") whose ONNX is deployed
     deploy_precision: str = "fp32"
 
@@ -134,17 +136,50 @@ def _int8_steps(cfg: Any, source: str, prefix: str, encoding: Any) -> tuple[list
     return steps, notes
 
 
+def _head_dim(subject: Any) -> int | None:
+    info = subject.model_info() if subject is not None else {}
+    return int(info["d_model"]) // int(info["heads"]) if info.get("d_model") and info.get("heads") else None
+
+
+def export_spec(cfg: Any, subject: Any, graph_precision: str, engine_precision: str) -> tuple[Any, str | None]:
+    """The export for one graph of the run, and why its attention form was chosen (TensorRT targets).
+
+    On a TensorRT target without an explicit ``--attention``, the ONNX ``Attention`` op is
+    exported only where TensorRT's IAttention has a fused kernel for this precision and head
+    size; IAttention is not decomposable by default, so anywhere else the decomposed form
+    (which TensorRT always builds) is exported instead (``export.trt_attention``).
+    """
+    import dataclasses
+
+    spec = cfg.export_spec(graph_precision)
+    target = cfg.target_info
+    if not target.is_tensorrt or cfg.attention is not None:
+        return spec, None
+    from attn_export.export.trt_attention import trt_attention_form
+
+    form, reason = trt_attention_form(engine_precision, _head_dim(subject), cfg.resolved_trt_version, target.strongly_typed,
+                                      target.quantize_attention_bmm)  # fmt: skip
+    if form != spec.attention:
+        spec = dataclasses.replace(spec, attention=form)
+    return spec, f"{form} for TensorRT {cfg.resolved_trt_version} at {engine_precision}: {reason}"
+
+
 def make_plan(cfg: Any, subject: Any) -> Plan:
     """The stages ``cfg`` asks for, for ``subject`` (nothing is built here)."""
     from attn_export.compress.int8_encoding import choose_cpu_encoding
 
-    spec = cfg.export_spec()
+    spec, why = export_spec(cfg, subject, cfg.precision, "int8" if cfg.quantize and cfg.precision == "fp32" else cfg.precision)
     base = f"onnx-{spec.precision}"
     steps = [Step(base, ExportStep(spec.precision, spec), "subject", "model.onnx")]
     plan = Plan(steps, deploy_source=base, deploy_precision=cfg.precision)
+    if why:
+        plan.attention[spec.precision] = why
+    fp32_spec, why32 = export_spec(cfg, subject, "fp32", "int8" if cfg.quantize else "fp32")
+    plan.fp32_spec = fp32_spec
+    if why32:
+        plan.attention["fp32"] = why32
     fp32_source = base
     if cfg.compresses and spec.precision != "fp32":
-        fp32_spec = cfg.export_spec("fp32")
         steps.append(Step("onnx-fp32", ExportStep("fp32", fp32_spec), "subject", "model.fp32.onnx"))
         fp32_source = "onnx-fp32"
     source = fp32_source

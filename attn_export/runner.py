@@ -285,7 +285,9 @@ def run(cfg: Any, progress: Progress | None = None) -> RunResult:
             say(f"int8 weights for ONNX Runtime CPU: {plan.encoding.encoding} ({plan.encoding.reason})")
             if plan.encoding.deploy_note():
                 report.notes.append(plan.encoding.deploy_note())
-        build = BuildContext(subject, cfg.out, cfg.target_info, cfg.export_spec("fp32"), threads, say)
+        for why in dict.fromkeys(plan.attention.values()):
+            report.notes.append(f"attention form: {why}")
+        build = BuildContext(subject, cfg.out, cfg.target_info, plan.fp32_spec, threads, say)
         ctx = _Ctx(build, cfg.warmup, cfg.repeats, cfg.batch)
         if hasattr(subject, "describe_data"):
             say(f"data: {subject.describe_data()}")

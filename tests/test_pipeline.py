@@ -116,3 +116,21 @@ def test_a_missing_extra_is_refused_before_any_work(tmp_path, capsys, monkeypatc
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "pip install tritonclient[grpc]" in err and "attn-export[triton]" in err and len(err.splitlines()) == 1
     assert not out.exists() and not repo.exists()
+
+
+def test_tensorrt_target_exports_decomposed_where_iattention_has_no_kernel():
+    """IAttention is not decomposable: fp32 and int8 graphs (fp32 attention) get the decomposed form, and the report says why."""
+    from attn_export.plan import make_plan
+
+    class Subject:
+        def model_info(self) -> dict:
+            return {"d_model": 512, "heads": 8}
+
+    fp32 = make_plan(PipelineConfig(target="tensorrt"), Subject())
+    assert fp32.steps[0].config.spec.attention == "decomposed" and "no fused kernel" in fp32.attention["fp32"]
+    int8 = make_plan(PipelineConfig(target="tensorrt", quantize="int8"), Subject())
+    assert int8.fp32_spec.attention == "decomposed" and "int8 graph keeps the attention" in int8.attention["fp32"]
+    fp16 = make_plan(PipelineConfig(target="tensorrt", precision="fp16"), Subject())
+    assert fp16.steps[0].config.spec.attention == "onnx-attention"  # head size 64 in fp16: IAttention's fused kernel
+    explicit = make_plan(PipelineConfig(target="tensorrt", attention="onnx-attention"), Subject())
+    assert explicit.steps[0].config.spec.attention == "onnx-attention" and not explicit.attention  # the user's choice stands

@@ -72,10 +72,20 @@ def latency(samples_s: list, batch: int) -> dict:
             "repeats": int(ms.size), "throughput_per_s": (batch * 1e3 / p50) if p50 > 0 else 0.0}
 
 
+def numpy_dtype(trt, name: str, dtype) -> np.dtype:
+    """numpy dtype of an engine I/O tensor; bf16/fp8/fp4/int4 have none (trt.nptype raises TypeError)."""
+    try:
+        return np.dtype(trt.nptype(dtype))
+    except TypeError:
+        kind = getattr(dtype, "name", str(dtype))
+        raise RuntimeError(f"engine I/O tensor {name!r} is {kind}, which numpy cannot hold; export the model with "
+                           f"float32/float16 inputs and outputs") from None
+
+
 class TensorRTBackend:
     name = "tensorrt"
 
-    def __init__(self, engine_path: str) -> None:
+    def __init__(self, engine_path: str, version_compatible: bool = False, device: int = 0) -> None:
         import tensorrt as trt
 
         try:
@@ -83,8 +93,13 @@ class TensorRTBackend:
         except ImportError:
             from cuda import cudart
         self.trt, self.rt = trt, cudart
+        self._ok(cudart.cudaSetDevice(device))  # deserialise and run on the GPU asked for
+        runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
+        if version_compatible:
+            # a --versionCompatible plan embeds its lean runtime; TensorRT refuses it unless allowed
+            runtime.engine_host_code_allowed = True
         with open(engine_path, "rb") as f:
-            self.engine = trt.Runtime(trt.Logger(trt.Logger.WARNING)).deserialize_cuda_engine(f.read())
+            self.engine = runtime.deserialize_cuda_engine(f.read())
         if self.engine is None:
             raise RuntimeError(f"TensorRT could not deserialise {engine_path}; rebuild it here with ./build_engine.sh")
         self.context = self.engine.create_execution_context()
@@ -92,7 +107,7 @@ class TensorRTBackend:
         names = [self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors)]
         self.inputs = [n for n in names if self.engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
         self.outputs = [n for n in names if n not in self.inputs]
-        self.dtypes = {n: np.dtype(trt.nptype(self.engine.get_tensor_dtype(n))) for n in names}
+        self.dtypes = {n: numpy_dtype(trt, n, self.engine.get_tensor_dtype(n)) for n in names}
         self.buffers: dict = {}
 
     def _ok(self, result):
@@ -148,7 +163,7 @@ class OnnxRuntimeBackend:
         return dict(zip(self.outputs, self.session.run(None, cast)))
 
 
-def _backend(args: argparse.Namespace):
+def _backend(args: argparse.Namespace, meta: dict):
     want = args.backend
     if want in ("auto", "tensorrt"):
         try:
@@ -161,7 +176,7 @@ def _backend(args: argparse.Namespace):
             return OnnxRuntimeBackend(args.onnx)
         if not os.path.isfile(args.engine):
             raise SystemExit(f"error: engine {args.engine} does not exist; build it first with ./build_engine.sh")
-        return TensorRTBackend(args.engine)
+        return TensorRTBackend(args.engine, bool(meta.get("version_compatible", False)), args.device)
     print(f"note: running ONNX Runtime on {args.onnx} as a stand-in backend")
     return OnnxRuntimeBackend(args.onnx)
 
@@ -186,6 +201,7 @@ def main(argv: list | None = None) -> int:
     p.add_argument("--reference", default=os.path.join(here, "reference.npz"))
     p.add_argument("--bundle-json", default=os.path.join(here, "bundle.json"))
     p.add_argument("--backend", choices=("auto", "tensorrt", "onnxruntime"), default="auto")
+    p.add_argument("--device", type=int, default=0, help="CUDA device index")
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--repeats", type=int, default=100)
     p.add_argument("--json", default=None, help="also write the stage (report.json schema) here")
@@ -196,7 +212,7 @@ def main(argv: list | None = None) -> int:
         ref = np.load(args.reference, allow_pickle=False)
         feed = {k.split("/", 1)[1]: ref[k] for k in ref.files if k.startswith("input/")}
         expected = {k.split("/", 1)[1]: ref[k] for k in ref.files if k.startswith("output/")}
-        backend = _backend(args)
+        backend = _backend(args, meta)
     except SystemExit as err:
         print(err, file=sys.stderr)
         return 2

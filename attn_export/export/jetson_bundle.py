@@ -70,13 +70,19 @@ def _precision_note(spec: EngineSpec, cmd: list[str], blocks: int) -> str:
         return "fp32: no reduced precision; TensorRT's fused MHA kernels are fp16/int8, so attention runs unfused."
     return (
         f"{spec.precision}: the graph is fp32 and the precision is chosen at build time (`--fp16`/`--int8`). On TensorRT 10.3 "
-        f"this lets TensorRT pick its fused fp16 MHA kernel for the {blocks} attention block(s), which keeps the softmax "
-        "in fp32 inside the kernel; fp32 islands written into a fp16 graph would stop that fusion."
+        f"this lets TensorRT choose fp16 for the whole MatMul -> Softmax -> MatMul chain of the {blocks} attention block(s) "
+        "and fuse it into its MHA kernel; fp32 islands written into a fp16 graph would pin the softmax in fp32 and stop that fusion."
     )
 
 
 def _readme(trt_version: str, spec: EngineSpec, cmd: list[str], attention_blocks: int) -> str:
     dla = f"\nThe engine puts supported layers on DLA core {spec.dla_core}; attention falls back to the GPU.\n" if spec.dla_core is not None else ""
+    if spec.version_compatible:
+        dla += (
+            "\nThe engine is version-compatible (`--versionCompatible`): it embeds TensorRT's lean runtime, so whatever "
+            "loads it must allow host code (`validate_on_device.py` does, from bundle.json; TensorRT's Python API: "
+            "`runtime.engine_host_code_allowed = True`; Triton: `--backend-config=tensorrt,version-compatible=true`).\n"
+        )
     return f"""# Engine bundle for Jetson (TensorRT {trt_version})
 
 Build and check the TensorRT engine on the device itself: engines only run on the GPU and
@@ -140,6 +146,7 @@ def write_jetson_bundle(
             "schema": 1, "trt_version": trt_version, "precision": spec.precision, "tolerance": _tolerance_dict(tolerance),
             "profile": spec.profiles.to_dict() if spec.profiles else None, "inputs": list(dims), "outputs": list(reference_outputs),
             "onnx_sha256": sha256_file(tmp / "model.onnx"), "attention_blocks": blocks, "trtexec": cmd, "check": report_dict(report),
+            "version_compatible": spec.version_compatible, "dla_core": spec.dla_core,
         }
         (tmp / "bundle.json").write_text(json.dumps(meta, indent=2) + "\n")
         (tmp / "README.md").write_text(_readme(trt_version, spec, cmd, blocks))

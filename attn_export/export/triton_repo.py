@@ -12,6 +12,12 @@ written with ``google.protobuf.text_format``, so they are valid by construction.
 dtypes come from the ONNX graph; the batch dim is left to Triton (``max_batch_size``) when
 it is dynamic in the export, and the sequence dim is -1. ``max_batch_size`` and dynamic
 batching must agree with the export and with the engine's optimization profile.
+
+A version-compatible engine embeds TensorRT's lean runtime, which Triton's TensorRT
+backend only loads when the server runs with ``--backend-config=tensorrt,version-compatible=true``
+(a server-wide option, not a model-config field: triton-inference-server/tensorrt_backend
+README). The repository's ``README.md`` says how to start the server, with that flag when
+the engine's sidecar says ``version_compatible``.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from attn_export._lazy import require
 from attn_export.errors import ConfigError
 from attn_export.runtime.trt_spec import ShapeProfile
 
-__all__ = ["write_triton_repo", "TRITON_DTYPES", "DEFAULT_MAX_BATCH"]
+__all__ = ["write_triton_repo", "server_command", "TRITON_DTYPES", "DEFAULT_MAX_BATCH", "VERSION_COMPATIBLE_FLAG"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +51,42 @@ TRITON_DTYPES: dict[int, str] = {
     onnx.TensorProto.BOOL: "TYPE_BOOL",
 }
 DEFAULT_MAX_BATCH = 8
+VERSION_COMPATIBLE_FLAG = "--backend-config=tensorrt,version-compatible=true"
+
+
+def server_command(repo: Path, version_compatible: bool) -> str:
+    """The tritonserver line for ``repo``; version-compatible plans need the backend flag."""
+    flag = f" {VERSION_COMPATIBLE_FLAG}" if version_compatible else ""
+    return f"tritonserver --model-repository={repo}{flag}"
+
+
+def _engine_is_version_compatible(engine_path: str | os.PathLike[str]) -> bool:
+    """What the engine's sidecar says (False when there is none: engines without one are refused elsewhere)."""
+    from attn_export.runtime.trt_sidecar import read_sidecar, sidecar_path_for
+
+    if not sidecar_path_for(engine_path).is_file():
+        return False
+    return read_sidecar(engine_path).version_compatible
+
+
+def _write_readme(repo: Path, model_name: str, engine: bool, version_compatible: bool) -> None:
+    models = f"`{model_name}` (ONNX Runtime)" + (f" and `{model_name}_trt` (TensorRT plan)" if engine else "")
+    vc = (
+        f"\nThe TensorRT plan is version-compatible: it embeds TensorRT's lean runtime, and Triton's TensorRT backend "
+        f"loads it only with `{VERSION_COMPATIBLE_FLAG}` on the server command line (it is a server option, not a "
+        f"config.pbtxt field).\n"
+        if version_compatible
+        else ""
+    )
+    text = f"""# Triton model repository
+
+Models: {models}.
+
+    {server_command(repo, version_compatible)}
+{vc}"""
+    from attn_export.validate.report import atomic_write_text
+
+    atomic_write_text(repo / "README.md", text)
 
 
 def _io(values: Any, inits: set[str]) -> list[tuple[str, int, list[int | None]]]:
@@ -117,8 +159,13 @@ def write_triton_repo(
     max_batch_size: int | None = None,
     dynamic_batching: bool = True,
     profiles: ShapeProfile | None = None,
+    version_compatible: bool | None = None,
 ) -> Path:
-    """Write ``<repo>/<model_name>`` (ONNX Runtime) and, with an engine, ``<model_name>_trt``."""
+    """Write ``<repo>/<model_name>`` (ONNX Runtime) and, with an engine, ``<model_name>_trt``.
+
+    version_compatible: whether the engine was built version-compatible; None reads the
+    engine's sidecar. The repository README states the server flag such an engine needs.
+    """
     if not model_name or "/" in model_name or model_name.startswith("."):
         raise ConfigError(f"expected a plain model name (no '/' or leading '.'), got {model_name!r}")
     if not os.path.isfile(onnx_path):
@@ -137,5 +184,9 @@ def write_triton_repo(
         trt_mbs = _resolve_batch(batch_dynamic, max_batch_size, dynamic_batching, profiles, engine=True)
         name = f"{model_name}_trt"
         _write_model(repo, name, _config(name, "tensorrt_plan", inputs, outputs, trt_mbs, dynamic_batching, True), engine_path, "model.plan")
+    vc = engine_path is not None and (version_compatible if version_compatible is not None else _engine_is_version_compatible(engine_path))
+    _write_readme(repo, model_name, engine_path is not None, vc)
+    if vc:
+        log.warning("the TensorRT plan is version-compatible: start Triton with %s", VERSION_COMPATIBLE_FLAG)
     log.info("wrote Triton repository %s (%s%s)", repo, model_name, f", {model_name}_trt" if engine_path else "")
     return repo

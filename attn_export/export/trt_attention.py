@@ -1,11 +1,23 @@
-"""Attention-specific TensorRT rules: the ``Attention`` op's contract and MHA fusion odds.
+"""Attention-specific TensorRT rules: which attention form TensorRT can build, and MHA fusion odds.
 
-Split from ``trt_compat`` because attention is where a graph can parse fine and still run
-badly: TensorRT fuses Q.K^T -> softmax -> .V into one MHA kernel only for head sizes of
-16-256 in multiples of 8 (fp16), or 16/32/64 with sequences up to 512 (int8), and a fp32
-softmax island pinned between the two BMMs of a strongly typed fp16 graph stops the fusion.
-Those are warnings: the engine still runs, slower. A mask TensorRT cannot broadcast, or an
-``Attention`` input it does not import, is an error.
+Split from ``trt_compat`` because attention is where a graph can parse fine and still fail
+or run badly. Two forms reach TensorRT:
+
+* **ONNX ``Attention``** (TensorRT >= 10.14) becomes ``IAttention``. The onnx-tensorrt
+  importer leaves it non-decomposable (``TRT_decomposable`` defaults to 0), and "by default,
+  IAttention is not decomposable and TensorRT will try to use a single fused kernel"
+  (NvInfer.h, release/10.14 and release/11.0): an ``Attention`` node with no fused kernel
+  (fp32, int8 under strong typing, a head size outside the kernels' range) most likely
+  fails the build. ``trt_attention_form`` therefore picks the decomposed form at export
+  time for those cases and says why, and the static check reports such a node as an error.
+* **Decomposed** MatMul -> Softmax -> MatMul always builds; TensorRT fuses it into one MHA
+  kernel only for head sizes of 16-256 in multiples of 8 (fp16), or 16/32/64 with sequences
+  up to 512 (int8), and a fp32 softmax island pinned between the two BMMs of a strongly
+  typed fp16 graph stops the fusion. Those are warnings: the engine runs, slower.
+
+The importer does not read ``Attention``'s ``softmax_precision`` attribute, so nothing here
+claims a fp32 softmax inside IAttention; the decomposed form keeps its softmax in fp32 by
+construction (Cast -> Softmax -> Cast).
 """
 
 from __future__ import annotations
@@ -15,15 +27,99 @@ from dataclasses import dataclass
 
 import onnx_ir as ir
 
+from attn_export.errors import ConfigError
 from attn_export.export.trt_support import Finding
-from attn_export.runtime.trt_spec import ShapeProfile, TrtVersion
+from attn_export.runtime.trt_spec import ShapeProfile, TrtVersion, parse_trt_version
 
-__all__ = ["AttentionBlock", "find_attention_blocks", "attention_findings", "mha_fusion_findings"]
+__all__ = [
+    "AttentionBlock",
+    "FUSED_FP16_HEAD_SIZES",
+    "attention_findings",
+    "find_attention_blocks",
+    "iattention_kernel",
+    "mha_fusion_findings",
+    "trt_attention_form",
+]
 
 log = logging.getLogger(__name__)
 
 _PASS_UP = ("Cast", "Add", "Where", "Mul", "Div", "Sub")
 _PASS_DOWN = ("Cast", "Where", "Mul")
+ATTENTION_IMPORTER = TrtVersion(10, 14)  # TensorRT CHANGELOG, 10.14 GA: "Added support for the `Attention` operator"
+_NO_DECOMPOSE = "IAttention is not decomposable as the ONNX importer creates it, so the build most likely fails"
+
+
+def _fused_fp16_head(head_dim: int) -> bool:
+    return 16 <= head_dim <= 256 and head_dim % 8 == 0
+
+
+FUSED_FP16_HEAD_SIZES = "16-256 in multiples of 8"
+
+
+def iattention_kernel(
+    dtype: str | None,
+    head_dim: int | None,
+    trt_version: TrtVersion | str,
+    strongly_typed: bool,
+    quantized: bool = False,
+) -> tuple[bool | None, str]:
+    """Whether TensorRT has a fused kernel for an ``IAttention`` of this kind, and why.
+
+    dtype: ONNX type name of Q (``FLOAT``, ``FLOAT16``, ``BFLOAT16``); quantized: Q/K/V come
+    from DequantizeLinear. Returns (True, why) when a fused kernel exists, (False, why) when
+    none does (the build most likely fails), (None, why) when the builder decides (a weakly
+    typed build picks the attention's precision itself).
+    """
+    ver = trt_version if isinstance(trt_version, TrtVersion) else parse_trt_version(str(trt_version))
+    if ver < ATTENTION_IMPORTER:
+        return False, f"TensorRT {ver} has no ONNX Attention importer (it arrived in {ATTENTION_IMPORTER})"
+    strongly = strongly_typed or ver.major >= 11
+    if quantized and strongly:
+        return False, f"int8 Q/K/V into IAttention under strong typing has no fused kernel; {_NO_DECOMPOSE}"
+    if dtype == "FLOAT" and not strongly:
+        return None, (
+            "a weakly typed build chooses the attention's precision itself; IAttention only builds if it "
+            "picks a fp16 fused kernel, since it is not decomposable as imported"
+        )
+    if dtype not in ("FLOAT16", "BFLOAT16"):
+        kind = {"FLOAT": "fp32", None: "unknown-type"}.get(dtype, str(dtype))
+        return False, f"{kind} IAttention has no fused kernel (TensorRT's fused attention kernels are fp16/bf16); {_NO_DECOMPOSE}"
+    if head_dim is None:
+        return None, "head size unknown; fused IAttention kernels need a static head size"
+    if not _fused_fp16_head(head_dim):
+        return False, f"head size {head_dim} is outside the fused kernels' {FUSED_FP16_HEAD_SIZES}; {_NO_DECOMPOSE}"
+    return True, f"fp16 IAttention with head size {head_dim} has a fused kernel ({FUSED_FP16_HEAD_SIZES})"
+
+
+def trt_attention_form(
+    precision: str,
+    head_dim: int | None,
+    trt_version: TrtVersion | str,
+    strongly_typed: bool,
+    quantize_attention_bmm: bool = False,
+) -> tuple[str, str]:
+    """The attention form to export for TensorRT: ``("onnx-attention" | "decomposed", reason)``.
+
+    precision: the engine precision (``fp32``/``fp16``/``int8``); strongly_typed: the build
+    runs the graph's own types (the ``tensorrt`` target; always so on TensorRT 11). A fp16
+    strongly typed graph carries fp16 Q/K/V; fp32 and int8 graphs carry fp32 Q/K/V (the
+    quantizer starts from the fp32 graph and leaves the attention BMMs in float unless
+    ``quantize_attention_bmm``). ONNX ``Attention`` is chosen only where IAttention has a
+    fused kernel; everywhere else the decomposed form, which always builds.
+    """
+    if precision not in ("fp32", "fp16", "int8"):
+        raise ConfigError(f"expected precision fp32, fp16 or int8, got {precision!r}")
+    ver = trt_version if isinstance(trt_version, TrtVersion) else parse_trt_version(str(trt_version))
+    # fp32 engines run the graph's fp32 whatever the typing; only fp16/int8 weak builds pick precisions
+    strongly = strongly_typed or ver.major >= 11 or precision == "fp32"
+    dtype = "FLOAT16" if precision == "fp16" and strongly else "FLOAT"
+    quantized = precision == "int8" and quantize_attention_bmm
+    has_kernel, why = iattention_kernel(dtype, head_dim, trt_version, strongly, quantized)
+    if precision == "int8" and not quantized and ver >= ATTENTION_IMPORTER:
+        why = f"the int8 graph keeps the attention itself in fp32 (Q/DQ on the projections only): {why}"
+    if has_kernel:
+        return "onnx-attention", why
+    return "decomposed", f"{why}; exporting the decomposed form (MatMul -> fp32 Softmax -> MatMul), which TensorRT always builds"
 
 
 @dataclass(frozen=True)
@@ -103,8 +199,9 @@ def _int(d: int | str | None) -> int | None:
     return d if isinstance(d, int) and d > 0 else None
 
 
-def attention_findings(model: ir.Model, version: TrtVersion) -> list[Finding]:
-    """The ONNX ``Attention`` op as TensorRT's importer takes it (4D Q/K/V, mask [B|1,H|1,Lq,Lk])."""
+def attention_findings(model: ir.Model, version: TrtVersion, strongly_typed: bool = True, precision: str = "fp16") -> list[Finding]:
+    """The ONNX ``Attention`` op as TensorRT's importer takes it (4D Q/K/V, mask [B|1,H|1,Lq,Lk]),
+    and whether IAttention has a fused kernel for it (none: an error, since it cannot decompose)."""
     out: list[Finding] = []
     for node in model.graph.all_nodes():
         if node.op_type != "Attention" or node.domain:
@@ -128,9 +225,15 @@ def attention_findings(model: ir.Model, version: TrtVersion) -> list[Finding]:
         mask = node.inputs[3] if len(node.inputs) > 3 else None
         if mask is not None:
             out.extend(_mask_findings(name, op, q, k, mask))
-        sp = node.attributes.get("softmax_precision")
-        if _dtype(q) in ("FLOAT16", "BFLOAT16") and (sp is None or sp.as_int() != 1):
-            out.append(Finding("warning", name, op, "softmax runs in the input precision; set softmax_precision=1 (FLOAT) for a fp32 softmax inside IAttention"))
+        if version >= ATTENTION_IMPORTER:
+            quantized = all(_from_dq(v) for v in node.inputs[:3])
+            head = _int(_dim(q.shape, -1)) if q is not None else None
+            fixed_types = strongly_typed or precision == "fp32"  # no reduced-precision flag: the graph's types run
+            has_kernel, why = iattention_kernel(_dtype(q), head, version, fixed_types, quantized)
+            if has_kernel is False:
+                out.append(Finding("error", name, op, f"{why}; export with --attention decomposed"))
+            elif has_kernel is None:
+                out.append(Finding("warning", name, op, f"{why}; export with --attention decomposed to be sure it builds"))
     return out
 
 
@@ -161,7 +264,9 @@ def mha_fusion_findings(model: ir.Model, version: TrtVersion, precision: str, pr
     """Warnings for attention blocks TensorRT will probably not fuse into an MHA kernel."""
     out: list[Finding] = []
     for blk in find_attention_blocks(model):
-        op = "Attention" if blk.form == "onnx-attention" else "Softmax"
+        if blk.form == "onnx-attention":
+            continue  # IAttention either has a fused kernel or fails: attention_findings decides
+        op = "Softmax"
         dh = blk.head_size
         if blk.quantized:
             max_seq = profiles.max[1] if profiles is not None else blk.seq
@@ -179,6 +284,10 @@ def mha_fusion_findings(model: ir.Model, version: TrtVersion, precision: str, pr
         if dh is not None and not (16 <= dh <= 256 and dh % 8 == 0):
             out.append(Finding("warning", blk.node, op, f"head size {dh}: fused fp16 MHA needs 16-256 in multiples of 8; this attention will run unfused"))
         if blk.form == "decomposed" and blk.bmm_dtype in ("FLOAT16", "BFLOAT16") and blk.softmax_dtype == "FLOAT":
-            hint = "export --attention onnx-attention (IAttention keeps the softmax in fp32 inside the kernel)" if version >= TrtVersion(10, 14) else "build a fp32 graph with --fp16 instead (--target jetson)"
+            hint = (
+                f"export --attention onnx-attention (IAttention, fused for head sizes {FUSED_FP16_HEAD_SIZES})"
+                if version >= ATTENTION_IMPORTER
+                else "build a fp32 graph with --fp16 instead (--target jetson)"
+            )
             out.append(Finding("warning", blk.node, op, f"fp32 softmax island between fp16 BMMs: a strongly typed build will not fuse this attention into an MHA kernel; {hint}"))
     return out

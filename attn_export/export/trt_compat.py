@@ -108,7 +108,9 @@ def check_trt_compat(
         report.findings.extend(_check_io(value, profiles))
     for node in model.graph.all_nodes():
         report.findings.extend(_check_node(node, version))
-    report.findings.extend(attention_findings(model, version))
+    graph_fp16 = any(v.dtype == ir.DataType.FLOAT16 for v in [*model.graph.inputs, *model.graph.initializers.values()])
+    strongly_typed = version.major >= 11 or graph_fp16  # plan_build's default: the precision lives in the graph
+    report.findings.extend(attention_findings(model, version, strongly_typed, precision))
     report.findings.extend(mha_fusion_findings(model, version, precision, profiles))
     report.findings.sort(key=lambda f: SEVERITIES.index(f.severity))
     log.info("check-trt %s for TensorRT %s: %d error(s), %d warning(s)", name, version, len(report.errors), len(report.warnings))
@@ -178,21 +180,32 @@ def _check_node(node: ir.Node, version: TrtVersion) -> list[Finding]:
     out: list[Finding] = []
     if sup.types is not None:
         idx = range(len(node.inputs)) if sup.inputs == "all" else sup.inputs
-        tensors = [(f"input {i}", node.inputs[i]) for i in idx if i < len(node.inputs)]
+        tensors = [(f"input {i}", i, node.inputs[i]) for i in idx if i < len(node.inputs)]
         if sup.outputs:
-            tensors += [(f"output {i}", v) for i, v in enumerate(node.outputs[:1])]
-        for where, v in tensors:
+            tensors += [(f"output {i}", None, v) for i, v in enumerate(node.outputs[:1])]
+        for where, index, v in tensors:
+            allowed = sup.types_at(version, index if sup.inputs != "all" else 0) or frozenset()
             dt = _dtype(v)
-            if dt is None or dt in sup.types:
+            if dt is None or dt in allowed or (op == "DequantizeLinear" and index == 0 and _from_zero_point_free_q(v)):
                 continue
-            if dt == "DOUBLE":
+            later = [f"{t} from TensorRT {since}" for since, types, inputs, _ in sup.later for t in sorted(types)
+                     if since > version and dt == t and (index if index is not None else 0) in inputs]
+            if later:
+                out.append(Finding("error", name, op, f"{where} ({v.name}) is {dt}: {op} takes {', '.join(later)}, target is {version}"))
+            elif dt == "DOUBLE":
                 out.append(Finding("warning", name, op, f"{where} ({v.name}) is DOUBLE; TensorRT casts it to FLOAT"))
             elif dt == "INT64":
-                out.append(Finding("error", name, op, f"int64 tensor {v.name!r} ({where}) into {op}, which TensorRT runs on {', '.join(sorted(sup.types))} only; Cast it to int32 or float first"))
+                out.append(Finding("error", name, op, f"int64 tensor {v.name!r} ({where}) into {op}, which TensorRT {version} runs on {', '.join(sorted(allowed))} only; Cast it to int32 or float first"))
             else:
-                out.append(Finding("error", name, op, f"{where} ({v.name}) is {dt}; TensorRT's {op} takes {', '.join(sorted(sup.types))}"))
+                out.append(Finding("error", name, op, f"{where} ({v.name}) is {dt}; TensorRT {version}'s {op} takes {', '.join(sorted(allowed))}"))
     out.extend(_op_rules(node, op, name, version))
     return out
+
+
+def _from_zero_point_free_q(value: ir.Value) -> bool:
+    """Output of a QuantizeLinear without a zero point: uint8 by ONNX's rule, int8 in TensorRT's importer."""
+    q = value.producer()
+    return q is not None and q.op_type == "QuantizeLinear" and (len(q.inputs) < 3 or q.inputs[2] is None)
 
 
 def _unsupported_hint(op: str) -> str:
@@ -240,15 +253,10 @@ def _qdq_rules(node: ir.Node, op: str, name: str) -> list[Finding]:
     out: list[Finding] = []
     scale = node.inputs[1] if len(node.inputs) > 1 else None
     zp_value = node.inputs[2] if len(node.inputs) > 2 else None
-    scale_arr = const_array(scale)
-    if scale_arr is None:
-        out.append(Finding("error", name, op, "Q/DQ scale must be a build-time constant (initializer)"))
-    elif np.any(scale_arr <= 0):
+    scale_arr = const_array(scale)  # a computed (non-constant) scale is accepted by TensorRT's Q/DQ importers
+    if scale_arr is not None and np.any(scale_arr <= 0):
         out.append(Finding("error", name, op, "Q/DQ scale must be positive"))
-    if zp_value is None:
-        if op == "QuantizeLinear" and "output_dtype" not in node.attributes:
-            out.append(Finding("error", name, op, "QuantizeLinear without a zero point outputs uint8; TensorRT quantizes to int8: add an int8 zero point of 0"))
-    else:
+    if zp_value is not None:
         zp = const_array(zp_value)
         zdt = _dtype(zp_value)
         if zdt == "UINT8":

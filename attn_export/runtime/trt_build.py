@@ -5,10 +5,16 @@
 sees the model), then: parse (every parser error is listed), one optimization profile
 over (batch, seq), fp16/int8 the way the version wants it (builder flags on weakly typed
 10.x, strong typing on 11), workspace limit, timing cache reused across builds, hardware
-and version compatibility, optimisation level, DLA with GPU fallback. It writes the
-engine atomically with its sidecar and the inspector's layer list, and reports whether
-attention became a fused MHA kernel; an unfused attention is a warning with the likely
-reason from the static check.
+and version compatibility, optimisation level, DLA with GPU fallback, all on the GPU
+``device`` selects. The engine is deserialised and inspected before anything is written,
+then written atomically with its sidecar and the inspector's layer list; the result says
+whether attention became a fused MHA kernel (an unfused attention is a warning with the
+likely reason from the static check).
+
+The timing cache follows trtexec (release/10.3 samples/utils/timingCache.cpp): loaded with
+``ignore_mismatch=True``, the result of ``set_timing_cache`` checked, and a cache that
+TensorRT refuses (another TensorRT version, or corrupt) is a warning and a fresh cache,
+never a failed build.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from attn_export._lazy import require
 from attn_export.errors import ConfigError, EngineError
 from attn_export.export.trt_attention import find_attention_blocks
 from attn_export.export.trt_compat import CompatReport, check_trt_compat
-from attn_export.runtime.trt_runner import gpu_identity
+from attn_export.runtime.trt_runner import deserialize, gpu_identity, select_device
 from attn_export.runtime.trt_sidecar import (
     EngineSidecar,
     detect_fused_attention,
@@ -44,7 +50,7 @@ from attn_export.runtime.trt_spec import (
     plan_build,
 )
 
-__all__ = ["EngineBuildResult", "Preflight", "build_engine", "preflight", "unfused_warning"]
+__all__ = ["EngineBuildResult", "Preflight", "attach_timing_cache", "build_engine", "preflight", "save_timing_cache", "unfused_warning"]
 
 log = logging.getLogger(__name__)
 
@@ -118,18 +124,56 @@ def _parser_errors(parser: Any) -> list[str]:
     out = []
     for i in range(parser.num_errors):
         err = parser.get_error(i)
-        node = getattr(err, "node_name", lambda: "")() or f"node {err.node()}"
-        op = getattr(err, "node_operator", lambda: "")()
-        out.append(f"{node} ({op}): {err.desc()}")
+        out.append(f"{err.node_name() or f'node {err.node()}'} ({err.node_operator()}): {err.desc()}")
     return out
 
 
+def attach_timing_cache(config: Any, cache_path: Path | None) -> list[str]:
+    """Give ``config`` a timing cache (the file's, else a fresh one); returns warnings.
+
+    Mirrors trtexec's buildTimingCacheFromFile: ``create_timing_cache`` may return None for
+    a blob TensorRT cannot read, and ``set_timing_cache`` returns False for a cache it
+    refuses. ``ignore_mismatch=True`` (as trtexec passes) accepts a cache recorded on a GPU
+    with other CUDA device properties; NvInfer.h warns that such a cache may lead to
+    functional or performance bugs, so keep one cache file per GPU model.
+    """
+    if cache_path is None:
+        return []
+    warnings: list[str] = []
+    blob = cache_path.read_bytes() if cache_path.is_file() else b""
+    cache = config.create_timing_cache(blob)
+    if cache is not None and config.set_timing_cache(cache, ignore_mismatch=True):
+        return warnings
+    if blob:
+        warnings.append(
+            f"timing cache {cache_path} was refused by this TensorRT (another TensorRT version, or a damaged file); "
+            f"building with a fresh cache, which replaces it"
+        )
+        cache = config.create_timing_cache(b"")
+        if cache is not None and config.set_timing_cache(cache, ignore_mismatch=True):
+            return warnings
+    warnings.append(f"TensorRT could not create or attach a timing cache; building without one and leaving {cache_path} untouched")
+    return warnings
+
+
+def save_timing_cache(config: Any, cache_path: Path | None) -> list[str]:
+    """Write the config's (updated) timing cache back; ``get_timing_cache`` may return None."""
+    if cache_path is None:
+        return []
+    cache = config.get_timing_cache()
+    if cache is None:
+        return [f"TensorRT returned no timing cache after the build; {cache_path} not updated"]
+    cache_path.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_write_bytes(cache_path, memoryview(cache.serialize()))
+    return []
+
+
 def build_engine(onnx_path: str | os.PathLike[str], engine_path: str | os.PathLike[str], spec: EngineSpec, device: int = 0) -> EngineBuildResult:
-    """Build, save (engine + sidecar + layer list) and inspect a TensorRT engine."""
+    """Build, save (engine + sidecar + layer list) and inspect a TensorRT engine on GPU ``device``."""
     trt = require("tensorrt", "tensorrt", what="TensorRT", extra="gpu")
     pre = preflight(onnx_path, spec, trt.__version__)
     engine_path = Path(engine_path)
-    engine_path.parent.mkdir(parents=True, exist_ok=True)
+    select_device(device)  # the builder times tactics on, and the sidecar names, this GPU
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
     net_flags = 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED) if pre.plan.strongly_typed else 0
@@ -152,23 +196,22 @@ def build_engine(onnx_path: str | os.PathLike[str], engine_path: str | os.PathLi
         config.DLA_core = spec.dla_core
     profiles = _add_profile(builder, network, config, spec)
     cache_path = Path(spec.timing_cache) if spec.timing_cache else None
-    blob = cache_path.read_bytes() if cache_path is not None and cache_path.is_file() else b""
-    config.set_timing_cache(config.create_timing_cache(blob), ignore_mismatch=False)
+    warnings = attach_timing_cache(config, cache_path)
     t0 = time.perf_counter()
     serialized = builder.build_serialized_network(network, config)
     seconds = time.perf_counter() - t0
     if serialized is None:
         raise EngineError(f"TensorRT failed to build {onnx_path} (see the TensorRT log above); try a larger --workspace or --precision fp32")
-    if cache_path is not None:
-        cache_path.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write_bytes(cache_path, memoryview(config.get_timing_cache().serialize()))
-    _atomic_write_bytes(engine_path, memoryview(serialized))
-    engine = trt.Runtime(logger).deserialize_cuda_engine(serialized)
+    warnings += save_timing_cache(config, cache_path)
+    engine = deserialize(trt, serialized, spec.version_compatible, f"the engine just built from {onnx_path}")
     info = json.loads(engine.create_engine_inspector().get_engine_information(trt.LayerInformationFormat.JSON))
+    engine_path.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_write_bytes(engine_path, memoryview(serialized))
     layers_path = layers_path_for(engine_path)
     _atomic_write_bytes(layers_path, (json.dumps(info, indent=1) + "\n").encode())
     fusion = detect_fused_attention(info, pre.attention_blocks)
-    warnings = [] if fusion.all_fused else [unfused_warning(fusion.fused, pre.attention_blocks, fusion.softmax_layers, pre.report)]
+    if not fusion.all_fused:
+        warnings.append(unfused_warning(fusion.fused, pre.attention_blocks, fusion.softmax_layers, pre.report))
     for w in warnings:
         log.warning("%s", w)
     gpu, cc = gpu_identity(device)

@@ -1,7 +1,8 @@
 """Load a TensorRT engine safely and run it with the same ``infer`` contract as ONNX Runtime.
 
-``TrtRunner(EngineFromPath("model.engine"))`` deserialises the engine only after its
-sidecar says it was built for this GPU and TensorRT version, sets input shapes (refusing
+``TrtRunner(EngineFromPath("model.engine"))`` selects the GPU (``cudaSetDevice``), deserialises
+the engine only after its sidecar says it was built for this GPU and TensorRT version
+(opting into the embedded lean runtime of a version-compatible engine), sets input shapes (refusing
 shapes outside the engine's profile with the profile in the message), binds buffers with
 ``set_tensor_address`` and runs ``execute_async_v3``. Device memory goes through
 cuda-python, so a Jetson needs neither torch nor pycuda; torch tensors are accepted when
@@ -28,7 +29,18 @@ from attn_export.runtime.trt_sidecar import (
     verify_engine_file,
 )
 
-__all__ = ["EngineFromPath", "TrtRunner", "load_engine", "ensure_runnable", "check_shape_in_profile", "gpu_identity", "cudart"]
+__all__ = [
+    "deserialize",
+    "EngineFromPath",
+    "TrtRunner",
+    "load_engine",
+    "ensure_runnable",
+    "check_shape_in_profile",
+    "gpu_identity",
+    "select_device",
+    "cudart",
+    "io_numpy_dtype",
+]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +67,14 @@ def _check(result: Any) -> Any:
     if err != rt.cudaError_t.cudaSuccess:
         raise EngineError(f"CUDA call failed: {err}; check the GPU and driver (nvidia-smi)")
     return values[0] if len(values) == 1 else tuple(values)
+
+
+def select_device(device: int = 0) -> None:
+    """Make ``device`` current: TensorRT builds and deserialises on the current device
+    (trtexec calls ``cudaSetDevice`` first too: release/10.3 samples/common/sampleDevice.cpp)."""
+    if device < 0:
+        raise EngineError(f"expected a CUDA device index >= 0, got {device}")
+    _check(cudart().cudaSetDevice(device))
 
 
 def gpu_identity(device: int = 0) -> tuple[str, str]:
@@ -89,16 +109,39 @@ def load_engine(path: str | os.PathLike[str], device: int = 0) -> Any:
     sidecar = read_sidecar(path)
     verify_engine_file(path, sidecar)
     trt = require("tensorrt", "tensorrt", what="TensorRT", extra="gpu")
+    select_device(device)
     gpu, cc = gpu_identity(device)
     ensure_runnable(path, sidecar, trt.__version__, gpu, cc)
-    logger = trt.Logger(trt.Logger.WARNING)
-    runtime = trt.Runtime(logger)
-    if sidecar.version_compatible:
-        runtime.engine_host_code_allowed = True  # the plan embeds its lean runtime; we built it, so trust it
-    engine = runtime.deserialize_cuda_engine(Path(path).read_bytes())
+    return deserialize(trt, Path(path).read_bytes(), sidecar.version_compatible, str(path))
+
+
+def deserialize(trt: Any, blob: bytes | memoryview | Any, version_compatible: bool, what: str) -> Any:
+    """``Runtime.deserialize_cuda_engine`` with the opt-in a version-compatible plan needs.
+
+    Such a plan embeds its lean runtime, and TensorRT returns None unless the application
+    allows host code (trtexec: ``setEngineHostCodeAllowed(true)``, release/10.3
+    samples/common/sampleEngines.cpp). The engine was built by us from a checked sidecar,
+    so we allow it for those engines only.
+    """
+    runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
+    if version_compatible:
+        runtime.engine_host_code_allowed = True
+    engine = runtime.deserialize_cuda_engine(blob)
     if engine is None:
-        raise EngineError(f"TensorRT could not deserialise {path} (see the TensorRT log above); rebuild it on this machine")
+        raise EngineError(f"TensorRT could not deserialise {what} (see the TensorRT log above); rebuild it on this machine")
     return engine
+
+
+def io_numpy_dtype(trt: Any, name: str, dtype: Any) -> np.dtype:
+    """numpy dtype of an engine I/O tensor; EngineError for types numpy lacks (bf16, fp8, fp4, int4)."""
+    try:
+        return np.dtype(trt.nptype(dtype))
+    except TypeError:
+        kind = getattr(dtype, "name", str(dtype))
+        raise EngineError(
+            f"engine I/O tensor {name!r} is {kind}, which has no numpy type, so TrtRunner cannot feed or read it; "
+            f"export the model with float32/float16 inputs and outputs (keep {kind} inside the graph)"
+        ) from None
 
 
 class EngineFromPath:
@@ -117,15 +160,17 @@ class TrtRunner(Runner):
 
     name = "tensorrt"
 
-    def __init__(self, engine_loader: EngineFromPath | Any, name: str | None = None) -> None:
+    def __init__(self, engine_loader: EngineFromPath | Any, name: str | None = None, device: int | None = None) -> None:
         super().__init__()
         self._loader = engine_loader
+        self._device = getattr(engine_loader, "device", 0) if device is None else device
         if name:
             self.name = name
 
     def _activate(self) -> None:
         self._trt = require("tensorrt", "tensorrt", what="TensorRT", extra="gpu")
         self._rt = cudart()
+        select_device(self._device)  # streams, buffers and the context live on the engine's GPU
         self.engine = self._loader() if callable(self._loader) else self._loader
         self.context = self.engine.create_execution_context()
         if self.context is None:
@@ -135,7 +180,7 @@ class TrtRunner(Runner):
         is_input = {n: self.engine.get_tensor_mode(n) == self._trt.TensorIOMode.INPUT for n in names}
         self._inputs = [n for n in names if is_input[n]]
         self._outputs = [n for n in names if not is_input[n]]
-        self._dtypes = {n: np.dtype(self._trt.nptype(self.engine.get_tensor_dtype(n))) for n in names}
+        self._dtypes = {n: io_numpy_dtype(self._trt, n, self.engine.get_tensor_dtype(n)) for n in names}
         self._profiles = {n: self._profile(n) for n in self._inputs}
         self._buffers: dict[str, tuple[int, int]] = {}  # name -> (device pointer, capacity bytes)
 

@@ -7,6 +7,10 @@ the TensorRT version, GPU name, compute capability, precision, profiles, the ONN
 sha256, the engine's own size and sha256, and the build flags. ``check_compatible``
 compares it with the running machine and says "rebuild on the target" when they differ.
 
+The sidecar is read back before an engine is trusted, so it is validated with a schema
+(pydantic, strict types, no unknown keys): a hand-edited, truncated or non-UTF-8 sidecar is
+one line saying which field is wrong, never a traceback.
+
 The inspector's layer list is also read here, to tell whether attention became a fused
 MHA kernel.
 """
@@ -18,12 +22,14 @@ import json
 import logging
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from attn_export.errors import EngineError
-from attn_export.runtime.trt_spec import parse_trt_version
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from attn_export.errors import ConfigError, EngineError
+from attn_export.runtime.trt_spec import HARDWARE_COMPATIBILITY, parse_trt_version
 
 __all__ = [
     "SIDECAR_SCHEMA",
@@ -64,31 +70,45 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
     return h.hexdigest()
 
 
-@dataclass
-class EngineSidecar:
+_SHA256 = r"^[0-9a-f]{64}$"
+Shape = list[int]
+
+
+class EngineSidecar(BaseModel):
     """Everything needed to decide, without deserialising, whether an engine can run here."""
 
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
     tensorrt_version: str
-    gpu_name: str
-    compute_capability: str  # "9.0"
-    precision: str
+    gpu_name: str = Field(min_length=1)
+    compute_capability: str = Field(pattern=r"^\d+\.\d+$")  # "9.0"
+    precision: Literal["fp32", "fp16", "int8"]
     strongly_typed: bool
     builder_flags: list[str]
-    profiles: dict[str, dict[str, list[int]]]  # input -> {"min": [...], "opt": [...], "max": [...]}
-    onnx_sha256: str
-    engine_sha256: str
-    engine_size_bytes: int
-    hardware_compatibility: str = "none"
+    profiles: dict[str, dict[Literal["min", "opt", "max"], Shape]]  # input -> {"min": [...], "opt": [...], "max": [...]}
+    onnx_sha256: str = Field(pattern=_SHA256)
+    engine_sha256: str = Field(pattern=_SHA256)
+    engine_size_bytes: int = Field(ge=0)
+    hardware_compatibility: Literal[tuple(HARDWARE_COMPATIBILITY)] = "none"  # type: ignore[valid-type]
     version_compatible: bool = False
-    dla_core: int | None = None
-    input_names: list[str] = field(default_factory=list)
-    output_names: list[str] = field(default_factory=list)
-    attention_fused: int | None = None
-    attention_blocks: int | None = None
-    schema: int = SIDECAR_SCHEMA
+    dla_core: int | None = Field(default=None, ge=0)
+    input_names: list[str] = Field(default_factory=list)
+    output_names: list[str] = Field(default_factory=list)
+    attention_fused: int | None = Field(default=None, ge=0)
+    attention_blocks: int | None = Field(default=None, ge=0)
+    schema_version: int = Field(default=SIDECAR_SCHEMA, alias="schema", ge=1)
+
+    @field_validator("tensorrt_version")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        try:
+            parse_trt_version(value)
+        except ConfigError as err:
+            raise ValueError(str(err)) from None
+        return value
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return self.model_dump(by_alias=True)
 
 
 def write_sidecar(engine_path: str | os.PathLike[str], sidecar: EngineSidecar) -> Path:
@@ -97,22 +117,40 @@ def write_sidecar(engine_path: str | os.PathLike[str], sidecar: EngineSidecar) -
     return atomic_write_text(sidecar_path_for(engine_path), json.dumps(sidecar.to_dict(), indent=2) + "\n")
 
 
+def _first_error(err: ValidationError) -> str:
+    first = err.errors()[0]
+    where = ".".join(str(p) for p in first.get("loc", ())) or "<top level>"
+    more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    return f"{where}: {first.get('msg', 'invalid')}{more}"
+
+
 def read_sidecar(engine_path: str | os.PathLike[str]) -> EngineSidecar:
+    """The engine's sidecar, validated; EngineError with one line when missing or malformed."""
     path = sidecar_path_for(engine_path)
     if not path.is_file():
         raise EngineError(
             f"no sidecar {path} next to engine {engine_path}; engines are tied to a GPU and TensorRT version, "
             f"so rebuild it with attn-export (which writes the sidecar) on the target"
         )
+    raw = path.read_bytes()
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        known = {k: data[k] for k in EngineSidecar.__dataclass_fields__ if k in data}
-        sidecar = EngineSidecar(**known)
-    except (json.JSONDecodeError, TypeError) as err:
-        raise EngineError(f"sidecar {path} is not a valid engine sidecar ({err}); rebuild the engine") from err
-    if sidecar.schema > SIDECAR_SCHEMA:
-        raise EngineError(f"sidecar {path} has schema {sidecar.schema}, newer than this attn-export ({SIDECAR_SCHEMA}); upgrade attn-export")
-    return sidecar
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise EngineError(
+            f"sidecar {path} is not UTF-8 text (byte 0x{raw[err.start]:02x} at offset {err.start}); "
+            f"expected the JSON attn-export writes; rebuild the engine"
+        ) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise EngineError(f"sidecar {path} is not valid JSON ({err.msg} at line {err.lineno}); rebuild the engine") from None
+    schema = data.get("schema") if isinstance(data, dict) else None
+    if isinstance(schema, int) and not isinstance(schema, bool) and schema > SIDECAR_SCHEMA:
+        raise EngineError(f"sidecar {path} has schema {schema}, newer than this attn-export ({SIDECAR_SCHEMA}); upgrade attn-export")
+    try:
+        return EngineSidecar.model_validate(data)
+    except ValidationError as err:
+        raise EngineError(f"sidecar {path} is not a valid engine sidecar: {_first_error(err)}; rebuild the engine") from None
 
 
 def verify_engine_file(engine_path: str | os.PathLike[str], sidecar: EngineSidecar) -> None:

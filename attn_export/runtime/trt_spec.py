@@ -17,6 +17,8 @@ from attn_export.errors import ConfigError
 
 __all__ = [
     "BuildPlan",
+    "DLA_RELEASES",
+    "dla_supported",
     "EngineSpec",
     "HARDWARE_COMPATIBILITY",
     "ShapeProfile",
@@ -46,15 +48,38 @@ class TrtVersion:
         return f"{self.major}.{self.minor}"
 
 
+# "10.3", "11", "10.14.1.48", and what pip-installed bindings report: "10.14.1.48.post1"
+# (the only 10.14 wheel on PyPI), "10.7.0.post1", "11.0.0rc1", "10.0.0b6", "10.3.0+cuda12.5".
+_VERSION = re.compile(r"\s*(\d+)(?:\.(\d+))?(?:\.\d+)*(?:[.-]?(?:post|rc|a|b|dev)\d*)*(?:\+[0-9A-Za-z.]+)?\s*")
+
+
 def parse_trt_version(text: str) -> TrtVersion:
-    """'10.3', '10.14.1.48' or '11' -> TrtVersion; anything older than 10.0 is refused."""
-    m = re.fullmatch(r"\s*(\d+)(?:\.(\d+))?(?:\.\d+)*\s*", str(text))
+    """'10.3', '10.14.1.48.post1' or '11' -> TrtVersion; anything older than 10.0 is refused.
+
+    Only major.minor matter to the toolkit; patch, build, ``.postN``/``rcN`` and local
+    (``+cuda12.5``) suffixes are accepted and dropped.
+    """
+    m = _VERSION.fullmatch(str(text))
     if not m:
-        raise ConfigError(f"expected a TensorRT version like 10.3 or 11, got {text!r}")
+        raise ConfigError(f"expected a TensorRT version like 10.3, 11 or 10.14.1.48.post1, got {text!r}")
     ver = TrtVersion(int(m.group(1)), int(m.group(2) or 0))
     if ver.major < 10:
         raise ConfigError(f"expected TensorRT 10.x or 11.x, got {text}; JetPack 6 ships 10.3, use --trt 10.3")
     return ver
+
+
+def dla_supported(version: TrtVersion) -> bool:
+    """Whether TensorRT ``version`` ships DLA at all.
+
+    NVIDIA's 10.x -> 11.x Jetson migration guide (11.3.0 and 11.4.1 editions): "TensorRT 10.7
+    was the last release that supported DLA", "DLA was unavailable in TensorRT 11.0 through
+    11.3", and 11.4.1 restores it on Jetson AGX Orin with JetPack 7.2.2 or later (11.4.0 only
+    on Windows on ARM).
+    """
+    return version <= TrtVersion(10, 7) or version >= TrtVersion(11, 4)
+
+
+DLA_RELEASES = "TensorRT 10.0-10.7 (JetPack 6 ships 10.3) or 11.4+ (JetPack 7.2.2 on Jetson AGX Orin)"
 
 
 def parse_shape(text: str, what: str = "--opt-shape") -> tuple[int, int]:
@@ -227,6 +252,11 @@ def plan_build(spec: EngineSpec, trt_version: str | TrtVersion, graph_float: str
             flags += ["INT8", "FP16"]
             notes.append("Q/DQ regions run int8, the rest fp16 (weakly typed)")
     if spec.dla_core is not None:
+        if not dla_supported(ver):
+            raise ConfigError(
+                f"--dla-core needs a TensorRT with DLA, got {ver}: DLA exists in {DLA_RELEASES}, "
+                f"not in 10.8-11.3; drop --dla-core or build with the device's own TensorRT"
+            )
         flags.append("GPU_FALLBACK")
     if spec.version_compatible:
         flags.append("VERSION_COMPATIBLE")

@@ -1,8 +1,10 @@
 """The ``trtexec`` command line equivalent to an ``EngineSpec``, for building on the device.
 
 Jetson bundles and users without the Python API build with ``trtexec``; this module spells
-the same decisions ``build_engine`` makes with the flags trtexec takes (checked against
-trtexec's help for 10.x and the 10.x -> 11.x migration guide): ``--fp16``/``--int8`` on
+the same decisions ``build_engine`` makes with the flags trtexec takes (every line the
+toolkit can write is tested against the option lists of trtexec 10.3, 10.14 and 11.0,
+recorded from each release branch's samples/common/sampleOptions.cpp in
+tests/fixtures/trtexec/): ``--fp16``/``--int8`` on
 weakly typed 10.x, ``--stronglyTyped`` when the precision lives in the graph (always on
 11, where the precision flags are gone), ``--minShapes/--optShapes/--maxShapes`` per
 input, ``--memPoolSize=workspace:<N>M``, ``--timingCacheFile``, ``--useDLACore`` with

@@ -122,3 +122,77 @@ def test_bad_reference_and_rewrite(model, tmp_path) -> None:  # type: ignore[no-
     first = write_jetson_bundle(path, tmp_path / "b", SPEC, feed, ref, {"max_abs": 1e-4})
     again = write_jetson_bundle(path, tmp_path / "b", SPEC, feed, ref, {"max_abs": 1e-3})
     assert first == again and json.loads((again / "bundle.json").read_text())["tolerance"] == {"max_abs": 1e-3}
+
+
+def test_build_script_uses_only_flags_of_jetpack_trtexec(model, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """build_engine.sh against the option list of trtexec 10.3 (release/10.3 sampleOptions.cpp)."""
+    import shlex
+
+    from trt_fakes import unknown_flags
+
+    path, feed, ref = model
+    static = ShapeProfile((2, 16), (2, 16), (2, 16))
+    for spec in (SPEC, EngineSpec(precision="fp16", profiles=static, dla_core=0, version_compatible=True, timing_cache="t.cache")):
+        bundle = write_jetson_bundle(path, tmp_path / "b", spec, feed, ref, tolerance_for("fp32"))
+        line = (bundle / "build_engine.sh").read_text().strip().splitlines()[-1]
+        argv = shlex.split(line.replace('"$TRTEXEC"', "trtexec"))
+        assert argv[0] == "trtexec" and unknown_flags(argv, "10.3") == [], line
+    meta = json.loads((bundle / "bundle.json").read_text())
+    assert meta["version_compatible"] is True and meta["dla_core"] == 0
+    assert "engine_host_code_allowed" in (bundle / "README.md").read_text()
+
+
+def _device_script():  # type: ignore[no-untyped-def]
+    from attn_export.export import jetson_bundle
+
+    spec = importlib.util.spec_from_file_location("validate_on_device_fake", jetson_bundle._SCRIPT)
+    vod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vod)  # type: ignore[union-attr]
+    return vod
+
+
+def _double_onnx(path) -> str:  # type: ignore[no-untyped-def]
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", 4])
+    two = helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])
+    graph = helper.make_graph([helper.make_node("Mul", ["x", "two"], ["y"])], "double", [x],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", "S", 4])], initializer=[two])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10), path)
+    return str(path)
+
+
+from trt_fakes import World, install, major_minor, manifest_versions  # noqa: E402
+
+
+@pytest.mark.parametrize("version", manifest_versions())
+def test_validate_on_device_tensorrt_path_against_strict_fakes(tmp_path, monkeypatch, capsys, version: str) -> None:  # type: ignore[no-untyped-def]
+    """The device script's TensorRT backend: version-compatible engines, the selected GPU, and its report."""
+    from attn_export.runtime.trt_build import build_engine
+
+    world = World()
+    install(monkeypatch, version, world)
+    precision = "fp32" if major_minor(version) >= (11, 0) else "fp16"
+    onnx_path = _double_onnx(tmp_path / "model.onnx")
+    build_engine(onnx_path, tmp_path / "model.engine", EngineSpec(precision=precision, profiles=ShapeProfile((1, 8), (2, 8), (4, 16)), version_compatible=True))
+    vod = _device_script()
+    with pytest.raises(RuntimeError, match="could not deserialise"):
+        vod.TensorRTBackend(str(tmp_path / "model.engine"))  # without the opt-in TensorRT refuses the lean runtime
+    x = np.arange(2 * 8 * 4, dtype=np.float32).reshape(2, 8, 4)
+    np.savez(tmp_path / "reference.npz", **{"input/x": x, "output/y": 2 * x})
+    (tmp_path / "bundle.json").write_text(json.dumps({"tolerance": {"max_abs": 1e-6}, "version_compatible": True, "precision": precision}))
+    code = vod.main(["--engine", str(tmp_path / "model.engine"), "--onnx", onnx_path, "--reference", str(tmp_path / "reference.npz"),
+                     "--bundle-json", str(tmp_path / "bundle.json"), "--backend", "tensorrt", "--device", "1", "--warmup", "0", "--repeats", "2"])
+    out = capsys.readouterr().out
+    assert code == 0 and "y: PASS max_abs=0" in out and "latency_ms (tensorrt)" in out, out
+    assert world.called("cudaSetDevice")[-1] == 1 and world.called("deserialize")[-1] == {"device": 1, "host_code_allowed": True}
+
+
+def test_validate_on_device_refuses_bf16_io(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from attn_export.runtime.trt_build import build_engine
+
+    version = manifest_versions()[0]
+    install(monkeypatch, version, World(io_dtype="BF16"))
+    build_engine(_double_onnx(tmp_path / "m.onnx"), tmp_path / "m.engine", EngineSpec(precision="fp16", profiles=ShapeProfile((1, 8), (2, 8), (4, 16))))
+    with pytest.raises(RuntimeError, match="engine I/O tensor 'x' is BF16, which numpy cannot hold"):
+        _device_script().TensorRTBackend(str(tmp_path / "m.engine"))

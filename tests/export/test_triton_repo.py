@@ -76,3 +76,30 @@ def test_batch_must_fit_the_profile(models, tmp_path) -> None:  # type: ignore[n
         write_triton_repo(tmp_path / "r", "attn", models["dynamic"], engine, profiles=ShapeProfile((2, 8), (4, 16), (8, 16)))
     with pytest.raises(ConfigError, match="plain model name"):
         write_triton_repo(tmp_path / "r", "../x", models["dynamic"])
+
+
+def test_version_compatible_plan_needs_the_server_flag(models, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Triton's TensorRT backend loads a version-compatible plan only with --backend-config=tensorrt,version-compatible=true."""
+    from attn_export.export.triton_repo import VERSION_COMPATIBLE_FLAG
+    from attn_export.runtime.trt_sidecar import EngineSidecar, sha256_file, write_sidecar
+
+    engine = tmp_path / "model.engine"
+    engine.write_bytes(b"plan")
+
+    def sidecar(vc: bool) -> None:
+        write_sidecar(engine, EngineSidecar(
+            tensorrt_version="10.14.1.48.post1", gpu_name="NVIDIA H200", compute_capability="9.0", precision="fp16",
+            strongly_typed=True, builder_flags=["VERSION_COMPATIBLE"] if vc else [], profiles={}, onnx_sha256=sha256_file(models["dynamic"]),
+            engine_sha256=sha256_file(engine), engine_size_bytes=4, version_compatible=vc))
+
+    sidecar(True)
+    repo = write_triton_repo(tmp_path / "vc", "attn", models["dynamic"], engine, profiles=PROFILE)
+    readme = (repo / "README.md").read_text()
+    assert VERSION_COMPATIBLE_FLAG == "--backend-config=tensorrt,version-compatible=true"
+    assert f"tritonserver --model-repository={repo} {VERSION_COMPATIBLE_FLAG}" in readme and "version-compatible" in readme
+    _parse(repo / "attn_trt" / "config.pbtxt")  # the config itself stays a valid ModelConfig
+    sidecar(False)
+    repo = write_triton_repo(tmp_path / "plain", "attn", models["dynamic"], engine, profiles=PROFILE)
+    assert VERSION_COMPATIBLE_FLAG not in (repo / "README.md").read_text()
+    repo = write_triton_repo(tmp_path / "explicit", "attn", models["dynamic"], engine, profiles=PROFILE, version_compatible=True)
+    assert VERSION_COMPATIBLE_FLAG in (repo / "README.md").read_text()

@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from attn_export.errors import CompatibilityError, ConfigError
 from attn_export.export import export_onnx
 from attn_export.export.targets import export_spec_for
+from attn_export.export.trt_attention import trt_attention_form
 from attn_export.export.trt_compat import check_trt_compat
 from attn_export.runtime.trt_spec import ShapeProfile
 
@@ -80,12 +81,31 @@ def test_mask_dtype_and_rank() -> None:
     assert any("attn_mask is FLOAT but Q is FLOAT16" in m for m in _errors(check_trt_compat(model, "10.14")))
 
 
-def test_head_size_warning_for_fused_mha() -> None:
+def test_attention_without_a_fused_kernel_is_an_error() -> None:
+    """IAttention is not decomposable as imported: no fused kernel means no engine (an ERROR, not a warning)."""
     good = check_trt_compat(_attention_model(None, head=64), "10.14")
     assert good and not [w for w in good.warnings if w.op == "Attention"]
     assert not [w for w in good.warnings if "IR version" in w.message]
-    odd = check_trt_compat(_attention_model(None, head=12), "10.14")
-    assert odd and any("head size 12" in w.message for w in odd.warnings)
+    for version in ("10.14", "11"):
+        odd = check_trt_compat(_attention_model(None, head=12), version)
+        (err,) = [f for f in odd.errors if f.op == "Attention"]
+        assert "head size 12" in err.message and "not decomposable" in err.message and "--attention decomposed" in err.message
+        fp32 = check_trt_compat(_attention_model(None, head=64, dtype=TensorProto.FLOAT), version, precision="fp32")
+        assert any("fp32 IAttention has no fused kernel" in f.message for f in fp32.errors), str(fp32)
+
+
+def test_weakly_typed_fp32_attention_is_a_warning() -> None:
+    """A fp32 graph built with --fp16 on 10.x: the builder picks the precision, so it may or may not build."""
+    report = check_trt_compat(_attention_model(None, head=64, dtype=TensorProto.FLOAT), "10.14", precision="fp16")
+    assert report and any(w.op == "Attention" and "weakly typed" in w.message for w in report.warnings), str(report)
+
+
+def test_no_softmax_precision_claim() -> None:
+    """The importer never reads softmax_precision: no finding may promise a fp32 softmax inside IAttention."""
+    model = _attention_model(None, head=64)
+    del model.graph.node[0].attribute[:]
+    report = check_trt_compat(model, "10.14")
+    assert report and not any("softmax_precision" in f.message or "fp32 inside" in f.message for f in report.findings), str(report)
 
 
 @pytest.mark.parametrize(
@@ -93,7 +113,6 @@ def test_head_size_warning_for_fused_mha() -> None:
     [
         (3, TensorProto.INT8, None, "asymmetric quantization (zero point 3 != 0)"),
         (128, TensorProto.UINT8, None, "uint8 (asymmetric) quantization"),
-        (None, TensorProto.INT8, None, "QuantizeLinear without a zero point outputs uint8"),
         (0, TensorProto.INT8, [0.1] * 8, "per-channel Q/DQ on an activation"),
     ],
 )
@@ -106,6 +125,16 @@ def test_symmetric_qdq_passes() -> None:
     report = check_trt_compat(_qdq_model(0), "10.3")
     assert report, str(report)
     assert report.precision == "int8"
+
+
+def test_qdq_without_zero_point_or_with_a_computed_scale_passes() -> None:
+    """TensorRT takes a QuantizeLinear without a zero point, and a scale computed in the graph."""
+    assert check_trt_compat(_qdq_model(None), "10.3"), str(check_trt_compat(_qdq_model(None), "10.3"))
+    model = _qdq_model(0)
+    model.graph.node.insert(0, helper.make_node("Abs", ["s0"], ["s"], name="scale_from_graph"))
+    model.graph.initializer[0].name = "s0"
+    report = check_trt_compat(model, "10.3")
+    assert report and not any("scale" in f.message for f in report.findings), str(report)
 
 
 def test_unsupported_ops() -> None:
@@ -148,10 +177,11 @@ def test_bad_inputs() -> None:
 def own_exports(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], str]:
     out = {}
     layer = small_layer("transformer", "padding", d_model=32, heads=2)
-    for target in ("tensorrt", "jetson"):
+    for target in ("tensorrt", "jetson", "tensorrt-decomposed"):
         for precision in ("fp32", "fp16"):
             path = tmp_path_factory.mktemp(f"{target}-{precision}") / "model.onnx"
-            export_onnx(layer, path, export_spec_for(target, precision))
+            spec = export_spec_for("tensorrt", precision, attention="decomposed") if target == "tensorrt-decomposed" else export_spec_for(target, precision)
+            export_onnx(layer, path, spec)
             out[(target, precision)] = str(path)
     return out
 
@@ -160,8 +190,16 @@ def own_exports(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
 def test_own_exports_pass_their_target(own_exports: dict, target: str, versions: tuple[str, ...], precision: str) -> None:
     for version in versions:
-        report = check_trt_compat(own_exports[(target, precision)], version, PROFILE, precision)
+        key = (target, precision)
+        if target == "tensorrt" and trt_attention_form(precision, 16, version, strongly_typed=True)[0] == "decomposed":
+            key = ("tensorrt-decomposed", precision)  # the form the export picks where IAttention has no kernel
+        report = check_trt_compat(own_exports[key], version, PROFILE, precision)
         assert report, str(report)
+
+
+def test_tensorrt_fp32_attention_export_is_refused(own_exports: dict) -> None:
+    report = check_trt_compat(own_exports[("tensorrt", "fp32")], "10.14", PROFILE, "fp32")
+    assert not report and any(f.op == "Attention" and "no fused kernel" in f.message for f in report.errors), str(report)
 
 
 def test_tensorrt_export_fails_on_jetson(own_exports: dict) -> None:
@@ -212,3 +250,52 @@ def _write(tmp_path, model: onnx.ModelProto):  # type: ignore[no-untyped-def]
     path = tmp_path / "m.onnx"
     onnx.save(model, path)
     return path
+
+
+# --- the support table: every row with its version and source; version-gated types --------
+
+
+def test_every_row_says_what_it_was_checked_against() -> None:
+    from attn_export.export.trt_support import OP_SUPPORT, OPSET_SOURCES
+    from attn_export.runtime.trt_spec import TrtVersion
+
+    for op, row in OP_SUPPORT.items():
+        assert isinstance(row.checked, TrtVersion) and row.source, op
+        if row.since is not None and row.since > TrtVersion(10, 0):
+            assert str(row.since) in row.source and ("CHANGELOG" in row.source or "Changelog" in row.source or "release notes" in row.source), (op, row.source)
+            assert row.checked >= row.since, op
+        for since, types, _, source in row.later:
+            assert types and str(since) in source and "CHANGELOG" in source, (op, source)
+    assert all(src for src in OPSET_SOURCES.values())
+
+
+def _single_op(op: str, inputs: list[tuple[str, int]], opset: int, out_type: int = TensorProto.FLOAT, **attrs: object) -> onnx.ModelProto:
+    vis = [helper.make_tensor_value_info(n, t, [2, 4]) for n, t in inputs]
+    node = helper.make_node(op, [n for n, _ in inputs], ["y"], name="n", **attrs)
+    graph = helper.make_graph([node], "g", vis, [helper.make_tensor_value_info("y", out_type, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
+
+
+@pytest.mark.parametrize(
+    ("model", "too_old", "new_enough", "match"),
+    [
+        (lambda: _single_op("Pow", [("x", TensorProto.FLOAT), ("e", TensorProto.INT32)], 18), "10.3", "10.8", "INT32 from TensorRT 10.8"),
+        (lambda: _single_op("Pow", [("x", TensorProto.INT32), ("e", TensorProto.INT32)], 18, TensorProto.INT32), "10.8", "10.12", "INT32 from TensorRT 10.12"),
+        (lambda: _single_op("Swish", [("x", TensorProto.FLOAT)], 24), "10.14", "11.0", "Swish needs TensorRT >= 11.0"),
+        (lambda: _single_op("DFT", [("x", TensorProto.FLOAT)], 20), "11.0", "11.2", "DFT needs TensorRT >= 11.2"),
+    ],
+)
+def test_version_gated_rows(model, too_old: str, new_enough: str, match: str) -> None:  # type: ignore[no-untyped-def]
+    old, new = check_trt_compat(model(), too_old), check_trt_compat(model(), new_enough)
+    assert any(match in m for m in _errors(old)), str(old)
+    assert not [f for f in new.errors if f.op in ("Pow", "Swish", "DFT")], str(new)
+
+
+def test_fp4_dequantize_needs_10_8() -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT4E2M1, [2, 4])
+    s = numpy_helper.from_array(np.array(0.5, np.float32), "s")
+    graph = helper.make_graph([helper.make_node("DequantizeLinear", ["x", "s"], ["y"], name="dq4")], "g", [x],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=[s])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)], ir_version=11)
+    assert any("FLOAT4E2M1 from TensorRT 10.8" in m for m in _errors(check_trt_compat(model, "10.3")))
+    assert not [f for f in check_trt_compat(model, "10.8").errors if f.op == "DequantizeLinear"]  # (opset 23 is a separate finding)

@@ -96,3 +96,61 @@ def test_reads_inputs_from_onnx(tmp_path) -> None:  # type: ignore[no-untyped-de
     cmd = trtexec_command(path, tmp_path / "m.engine", EngineSpec(precision="fp16", profiles=PROFILE), "10.14")
     assert "--stronglyTyped" in cmd and "--minShapes=x:1x16x8" in cmd
     assert shell_line(["trtexec", "--onnx=a b.onnx"]) == "trtexec '--onnx=a b.onnx'"
+
+
+# --- every line against the option list of the target's trtexec ---------------------------
+
+import itertools  # noqa: E402
+
+from trt_fakes import TRTEXEC_VERSIONS, trtexec_options, unknown_flags  # noqa: E402
+
+
+def test_fixtures_record_their_source() -> None:
+    for version in TRTEXEC_VERSIONS:
+        data = trtexec_options(version)
+        src = data["source"]
+        assert src["repository"] == "https://github.com/NVIDIA/TensorRT" and src["branch"] == f"release/{version}"
+        assert len(src["commit"]) == 40 and src["path"] == "samples/common/sampleOptions.cpp"
+        assert {"--onnx", "--saveEngine", "--stronglyTyped", "--timingCacheFile", "--memPoolSize"} <= set(data["options"])
+    assert "--fp16" in trtexec_options("10.3")["options"] and "--fp16" not in trtexec_options("11.0")["options"]
+
+
+def test_a_flag_the_target_lacks_is_caught() -> None:
+    assert unknown_flags(["trtexec", "--fp16", "--int8", "--stronglyTyped"], "11.0") == ["--fp16", "--int8"]
+    assert unknown_flags(["trtexec", "--hardwareCompatibilityLevel=sameComputeCapability"], "10.3") == ["--hardwareCompatibilityLevel=sameComputeCapability"]
+    assert unknown_flags(["trtexec", "--decomposableAttentions=attn"], "10.3") == ["--decomposableAttentions"]
+
+
+def _specs(version: str):  # type: ignore[no-untyped-def]
+    static = ShapeProfile((1, 128), (1, 128), (1, 128))
+    for precision, hw, vc, dla, cache, workspace in itertools.product(
+        ("fp32", "fp16", "int8"), ("none", "ampere+", "same-compute-capability"), (False, True), (None, 0), (None, "t.cache"), (None, 1 << 30)
+    ):
+        try:
+            spec = EngineSpec(precision=precision, profiles=static if dla is not None else PROFILE, hardware_compatibility=hw,
+                              version_compatible=vc, dla_core=dla, timing_cache=cache, workspace_bytes=workspace)
+        except ConfigError:
+            continue
+        yield spec
+
+
+@pytest.mark.parametrize("version", TRTEXEC_VERSIONS)
+def test_every_line_uses_flags_the_target_trtexec_has(version: str) -> None:
+    lines = 0
+    for spec in _specs(version):
+        for graph_float, has_qdq in (("fp32", False), ("fp16", False), ("fp32", True)):
+            try:
+                cmd = _cmd(spec, version, graph_float=graph_float, has_qdq=has_qdq)
+            except ConfigError:
+                continue
+            lines += 1
+            assert unknown_flags(cmd, version) == [], shell_line(cmd)
+    assert lines > 50
+
+
+def test_dla_lines_only_for_a_trtexec_with_dla() -> None:
+    static = ShapeProfile((1, 128), (1, 128), (1, 128))
+    assert "--useDLACore=0" in _cmd(EngineSpec(precision="fp16", profiles=static, dla_core=0), "10.3")
+    for version in ("10.14", "11.0"):
+        with pytest.raises(ConfigError, match="--dla-core needs a TensorRT with DLA"):
+            _cmd(EngineSpec(precision="fp16", profiles=static, dla_core=0), version, graph_float="fp16")
