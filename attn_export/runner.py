@@ -314,6 +314,9 @@ def run(cfg: Any, progress: Progress | None = None) -> RunResult:
                 f"{'PASS' if stage.passed else 'FAIL'}")  # fmt: skip
             if step.required and not stage.passed:
                 report.verdict.setdefault("failures", []).append(f"{step.name}: {'; '.join(report_j[step.name].violations)}")
+        stand_ins = {a.details["runtime"]["stand_in"] for a in artifacts.values() if (a.details.get("runtime") or {}).get("stand_in")}
+        for why in sorted(stand_ins):
+            report.notes.append(f"stand-in: {cfg.target} artifacts were validated on ONNX Runtime's CPUExecutionProvider: {why}")
         for stage in stages.values():
             prof = stage.details.get("profitability") or {}
             if prof.get("faster_than_dense") is False:

@@ -134,3 +134,25 @@ def test_tensorrt_target_exports_decomposed_where_iattention_has_no_kernel():
     assert fp16.steps[0].config.spec.attention == "onnx-attention"  # head size 64 in fp16: IAttention's fused kernel
     explicit = make_plan(PipelineConfig(target="tensorrt", attention="onnx-attention"), Subject())
     assert explicit.steps[0].config.spec.attention == "onnx-attention" and not explicit.attention  # the user's choice stands
+
+
+def test_ort_cuda_on_a_cpu_machine_names_its_stand_in(tmp_path):
+    """No silent stand-ins: the terminal, the stage and the notes say where an ort-cuda graph really ran."""
+    from attn_export.runtime import available_providers
+
+    if "CUDAExecutionProvider" in available_providers():
+        pytest.skip("this onnxruntime has CUDA: no stand-in to name")
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "attn_export.cli", "--target", "ort-cuda", "--layer", "self-attention", "--d-model", "64",
+                           "--heads", "4", "--seq-len", "16", "--batch", "2", "--repeats", "2", "--warmup", "0", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, env={**__import__("os").environ, "COLUMNS": "250"})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "onnx-fp32 (validated on CPUExecutionProvider)" in proc.stdout
+    report = _report(out)
+    stage = report["stages"][0]
+    assert stage["details"]["label"] == "onnx-fp32 (validated on CPUExecutionProvider)"
+    assert "CUDAExecutionProvider is not in this onnxruntime build" in stage["details"]["runtime"]["stand_in"]
+    assert any(n.startswith("stand-in: ort-cuda artifacts were validated on ONNX Runtime's CPUExecutionProvider") for n in report["notes"])

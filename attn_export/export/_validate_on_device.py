@@ -6,10 +6,14 @@ purpose: it needs only numpy, tensorrt and cuda-python (all on JetPack), not att
 or torch. It runs ``model.engine`` on the inputs stored in ``reference.npz``, compares the
 outputs with the stored eager-PyTorch outputs, and prints the same figures as
 attn-export's report: max_abs, mean_abs, rel_l2, cosine and sqnr_db per output, then
-latency p50/p90/p99 in ms. Exit status: 0 within tolerance, 1 outside it, 2 setup error.
+latency p50/p90/p99 in ms. The first line names the backend that ran.
 
 Without tensorrt it runs ONNX Runtime on ``model.onnx`` as a stand-in backend and says so
 (useful to check the bundle itself on a workstation, meaningless for the engine).
+
+Exit status: 0 the engine is within tolerance; 1 outside it; 2 setup error (one line, e.g.
+neither tensorrt nor onnxruntime is installed); 3 only the ONNX Runtime stand-in ran (the
+engine was not checked), unless ``--allow-stand-in`` is given, which makes that 0 or 1.
 """
 
 from __future__ import annotations
@@ -163,6 +167,16 @@ class OnnxRuntimeBackend:
         return dict(zip(self.outputs, self.session.run(None, cast)))
 
 
+def _stand_in(args: argparse.Namespace, why: str):
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        raise SystemExit(f"error: {why}, and onnxruntime (the stand-in) is not installed either; "
+                         "install JetPack's python3-libnvinfer, or pip install onnxruntime to check the bundle alone") from None
+    print(f"backend: onnxruntime (stand-in): {why}; running ONNX Runtime on {args.onnx}: these figures check the bundle, not the engine")
+    return OnnxRuntimeBackend(args.onnx)
+
+
 def _backend(args: argparse.Namespace, meta: dict):
     want = args.backend
     if want in ("auto", "tensorrt"):
@@ -170,15 +184,14 @@ def _backend(args: argparse.Namespace, meta: dict):
             import tensorrt  # noqa: F401
         except ImportError:
             if want == "tensorrt":
-                raise SystemExit("error: tensorrt is not importable; install JetPack's python3-libnvinfer (or pip install tensorrt)")
-            print(f"note: tensorrt is not installed: running ONNX Runtime on {args.onnx} as a stand-in backend; "
-                  f"these figures check the bundle, not the engine")
-            return OnnxRuntimeBackend(args.onnx)
+                raise SystemExit("error: tensorrt is not importable; install JetPack's python3-libnvinfer (or pip install tensorrt)") from None
+            return _stand_in(args, "tensorrt is not installed")
         if not os.path.isfile(args.engine):
             raise SystemExit(f"error: engine {args.engine} does not exist; build it first with ./build_engine.sh")
-        return TensorRTBackend(args.engine, bool(meta.get("version_compatible", False)), args.device)
-    print(f"note: running ONNX Runtime on {args.onnx} as a stand-in backend")
-    return OnnxRuntimeBackend(args.onnx)
+        backend = TensorRTBackend(args.engine, bool(meta.get("version_compatible", False)), args.device)
+        print(f"backend: tensorrt ({args.engine})")
+        return backend
+    return _stand_in(args, "--backend onnxruntime was asked for")
 
 
 def fused_attention_layers(layers_json: str) -> int | None:
@@ -205,6 +218,7 @@ def main(argv: list | None = None) -> int:
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--repeats", type=int, default=100)
     p.add_argument("--json", default=None, help="also write the stage (report.json schema) here")
+    p.add_argument("--allow-stand-in", action="store_true", help="exit 0/1 on the stand-in's figures instead of 3")
     args = p.parse_args(argv)
     try:
         with open(args.bundle_json, encoding="utf-8") as f:
@@ -252,6 +266,10 @@ def main(argv: list | None = None) -> int:
                  "passed": passed, "tolerance": tol, "details": {"per_output": accs, "backend": backend.name}}
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(stage, f, indent=2)
+    stand_in = backend.name != "tensorrt"
+    if stand_in and not args.allow_stand_in:
+        print(f"{'PASS' if passed else 'FAIL'} on the stand-in only: the engine was not checked (exit 3; --allow-stand-in accepts it)")
+        return 3
     print("PASS" if passed else "FAIL")
     return 0 if passed else 1
 

@@ -97,8 +97,10 @@ numpy, and cuda-python (`pip install cuda-python`). No torch, no attn-export.
     python3 validate_on_device.py    # accuracy vs reference.npz, then latency p50/p90/p99
 
 `TRTEXEC=/path/to/trtexec ./build_engine.sh` picks another trtexec. `validate_on_device.py`
-exits 0 within tolerance, 1 outside it, 2 on a setup error; `--json stage.json` also writes
-the result in attn-export's report.json stage format.
+names the backend it used on its first line and exits 0 within tolerance, 1 outside it, 2 on a
+setup error, and 3 when TensorRT is missing and only the ONNX Runtime stand-in ran (the engine
+was not checked; `--allow-stand-in` turns that into 0/1); `--json stage.json` also writes the
+result in attn-export's report.json stage format.
 
 ## Precision
 {_precision_note(spec, cmd, attention_blocks)}

@@ -63,9 +63,10 @@ def test_bundle_files(bundle) -> None:  # type: ignore[no-untyped-def]
 
 def test_validate_on_device_stand_in_passes(bundle, tmp_path) -> None:  # type: ignore[no-untyped-def]
     stage_path = tmp_path / "stage.json"
-    run = _validate(bundle, "--json", str(stage_path))
+    run = _validate(bundle, "--json", str(stage_path), "--allow-stand-in")
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "stand-in" in run.stdout and "y: PASS max_abs=" in run.stdout and "sqnr=" in run.stdout
+    assert run.stdout.splitlines()[0].startswith("backend: onnxruntime (stand-in)")
+    assert "y: PASS max_abs=" in run.stdout and "sqnr=" in run.stdout
     assert "latency_ms (onnxruntime (stand-in)): p50=" in run.stdout and " p99=" in run.stdout
     stage = json.loads(stage_path.read_text())
     assert set(stage["accuracy"]) == {"max_abs", "mean_abs", "rel_l2", "cosine", "sqnr_db"} and stage["passed"] is True
@@ -76,7 +77,22 @@ def test_validate_on_device_auto_without_tensorrt(bundle) -> None:  # type: igno
     if HAS_TRT:
         pytest.skip("TensorRT is installed: auto picks the engine")
     run = subprocess.run([sys.executable, str(bundle / "validate_on_device.py"), "--repeats", "2", "--warmup", "0"], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0 and "tensorrt is not installed: running ONNX Runtime" in run.stdout
+    # only the stand-in ran: never a plain PASS with exit 0
+    assert run.returncode == 3, run.stdout + run.stderr
+    assert run.stdout.splitlines()[0] == f"backend: onnxruntime (stand-in): tensorrt is not installed; running ONNX Runtime on {bundle / 'model.onnx'}: these figures check the bundle, not the engine"
+    assert "on the stand-in only: the engine was not checked (exit 3" in run.stdout.splitlines()[-1]
+
+
+def test_validate_on_device_without_any_backend_is_one_line_exit_2(bundle, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    if HAS_TRT:
+        pytest.skip("TensorRT is installed")
+    blocker = tmp_path / "no_ort"
+    blocker.mkdir()
+    (blocker / "onnxruntime.py").write_text("raise ImportError('onnxruntime is not installed')\n")  # shadows the real package
+    run = subprocess.run([sys.executable, str(bundle / "validate_on_device.py")], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(blocker)})  # fmt: skip
+    err = run.stderr.strip()
+    assert run.returncode == 2 and len(err.splitlines()) == 1 and "onnxruntime (the stand-in) is not installed either" in err, run.stderr
 
 
 def test_perturbed_model_fails(bundle, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -88,7 +104,7 @@ def test_perturbed_model_fails(bundle, tmp_path) -> None:  # type: ignore[no-unt
     biggest = max(proto.graph.initializer, key=lambda t: int(np.prod(t.dims)))
     biggest.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(biggest) * 1.05, biggest.name))
     onnx.save(proto, copy / "model.onnx")
-    run = _validate(copy)
+    run = _validate(copy, "--allow-stand-in")
     assert run.returncode == 1 and "y: FAIL (" in run.stdout and run.stdout.strip().endswith("FAIL")
 
 
