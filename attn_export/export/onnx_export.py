@@ -23,6 +23,7 @@ from torch import nn
 from attn_export._atomic import atomic_path
 from attn_export.errors import ExportError
 from attn_export.export.inspect import GraphSummary, summarize_graph
+from attn_export.export.long_seq import lower_long_seq
 from attn_export.export.spec import ExportSpec
 from attn_export.layers.projections import fuse_qkv_, set_attention_form_
 from attn_export.layers.registry import MaskedLayer
@@ -47,6 +48,7 @@ class ExportResult:
     input_names: list[str] = field(default_factory=list)
     output_names: list[str] = field(default_factory=list)
     size_bytes: int = 0
+    attention_kernels: dict[str, int] = field(default_factory=dict)  # long-seq: kernel -> blocks
     summary: GraphSummary | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -57,10 +59,12 @@ class ExportResult:
     def describe(self) -> str:
         islands = ", ".join(f"{i['op']}[{i['input_dtype']}->{i['output_dtype']}]" for i in self.fp32_islands[:4])
         more = f" (+{len(self.fp32_islands) - 4})" if len(self.fp32_islands) > 4 else ""
+        kernels = ", ".join(f"{n} x {k}" for k, n in sorted(self.attention_kernels.items()))
         return (
             f"{self.attention} attention, opset {self.opset}, {self.precision}: "
             f"{self.fused_attention}/{self.attention_blocks} attention blocks fused, "
-            f"QKV fused in {self.qkv_fused}, islands: {islands or 'none'}{more}"
+            + (f"lowered to {kernels}, " if kernels else "")
+            + f"QKV fused in {self.qkv_fused}, islands: {islands or 'none'}{more}"
         )
 
 
@@ -139,6 +143,9 @@ def export_module(
                 )
             if program is None:
                 raise ExportError("torch.onnx.export returned no program")
+            lowering = None
+            if spec.attention == "long-seq":  # placeholders -> ONNX Runtime kernels (export/long_seq.py)
+                lowering = lower_long_seq(program.model, query_block=spec.long_seq_block, strategy=spec.long_seq_strategy)
             program.save(str(tmp), external_data=False)
             proto = onnx.load(str(tmp))
             proto.producer_name = "attn-export"
@@ -166,9 +173,12 @@ def export_module(
         input_names=[i.name for i in proto.graph.input],
         output_names=[o.name for o in proto.graph.output],
         size_bytes=path.stat().st_size,
+        attention_kernels=dict(lowering.kernels) if lowering is not None else {},
         summary=summary,
     )
-    if spec.attention != "decomposed" and result.fused_attention == 0 and result.attention_blocks:
+    if spec.attention == "long-seq" and lowering is not None and lowering.replaced == 0:
+        log.warning("attention form long-seq requested but the model has no attention block to lower")
+    elif spec.attention not in ("decomposed", "long-seq") and result.fused_attention == 0 and result.attention_blocks:
         log.warning("attention form %s requested but no fused attention op was emitted", spec.attention)
     log.info("exported %s: %s", path, result.describe())
     return result
