@@ -63,6 +63,7 @@ class LongSeqLowering:
     """What ``lower_long_seq`` did: how many placeholders became which kernel."""
 
     replaced: int = 0
+    fused: int = 0  # blocks lowered to a single-node flash kernel (not the chunked Loop)
     kernels: dict[str, int] = field(default_factory=dict)
 
     def describe(self) -> str:
@@ -82,6 +83,7 @@ def lower_long_seq(model: ir.Model, *, query_block: int = 256, strategy: str = "
     for index, node in enumerate(placeholders):
         kernel = _lower_one(node, query_block, strategy, f"long_seq{index}")
         report.replaced += 1
+        report.fused += not kernel.startswith("chunked")
         report.kernels[kernel] = report.kernels.get(kernel, 0) + 1
     if placeholders:
         model.opset_imports.pop(LONG_SEQ_DOMAIN, None)
@@ -110,7 +112,7 @@ def _lower_one(node: ir.Node, query_block: int, strategy: str, prefix: str) -> s
         kernel = "GroupQueryAttention (causal flash)"
         out = _gqa_causal(b, q, k, v, heads, scale)
     elif key_keep is not None:
-        kernel = "Loop over batch + MultiHeadAttention (unpadded flash)"
+        kernel = "unpadded MultiHeadAttention (flash; Loop over the batch when B > 1)"
         out = _unpadded_mha(b, q, k, v, key_keep, heads, scale)
     else:
         kernel = "MultiHeadAttention (flash)"
@@ -164,6 +166,11 @@ class _Builder:
         scan_out.type = ir.TensorType(ir.DataType.FLOAT)  # contrib kernels have no schema to infer it from
         return ir.Graph([i, cond], [cond_out, scan_out], nodes=self.nodes, name=name)
 
+    def graph(self, inputs: list[ir.Value], output: ir.Value, name: str) -> ir.Graph:
+        """The recorded nodes as an If branch with one float output."""
+        output.type = ir.TensorType(ir.DataType.FLOAT)
+        return ir.Graph(inputs, [output], nodes=self.nodes, name=name)
+
     def const(self, value: object, dtype: np.dtype | type = np.int64) -> ir.Value:
         return self.op("Constant", [], value=ir.tensor(np.asarray(value, dtype=dtype)))
 
@@ -187,31 +194,53 @@ def _gqa_causal(b: _Builder, q: ir.Value, k: ir.Value, v: ir.Value, heads: int, 
 def _unpadded_mha(
     b: _Builder, q: ir.Value, k: ir.Value, v: ir.Value, key_keep: ir.Value, heads: int, scale: float
 ) -> ir.Value:
-    """Key padding without a mask: per sequence, attend over its kept keys only (MHA flash)."""
-    k_len = b.dim(k, 1)  # (1,)
-    k_rows = b.op("Flatten", [k], axis=2)  # (B*Lk, D), no copy
-    v_rows = b.op("Flatten", [v], axis=2)
-    zero1, one1 = b.const([0]), b.const([1])
+    """Key padding without a mask: each sequence attends over its kept keys only (MHA flash).
 
+    The kept key/value rows of the whole batch are gathered once, packed (N, D), before the
+    branch, so the full k and v die before attention runs. B == 1 calls MHA directly on the
+    packed rows; B > 1 loops over the sequences, slicing each one's rows out of the packing.
+    """
+    zero1, one1 = b.const([0]), b.const([1])
+    out_shape = b.op("Shape", [q])  # (3,) taken first, so q is not kept alive for its shape
+    batch, k_len = b.dim(q, 0), b.dim(k, 1)  # (1,)
+    kept = b.op("NonZero", [key_keep])  # (2, N): (sequence, position) of every kept key
+    rows = b.op("Add", [b.op("Mul", [b.op("Gather", [kept, b.const(0)], axis=0), k_len]),
+                        b.op("Gather", [kept, b.const(1)], axis=0)])  # (N,) rows of (B*Lk, D)
+    # No kept key at all still gathers one row (MHA needs Lk >= 1); those outputs are zeroed.
+    n_rows = b.op("Max", [b.op("Shape", [rows]), one1])  # (1,) N' = max(N, 1)
+    rows = b.op("Slice", [b.op("Concat", [rows, zero1], axis=0), zero1, n_rows])
+    k_packed = b.op("Gather", [b.op("Flatten", [k], axis=2), rows], axis=0)  # (N', D)
+    v_packed = b.op("Gather", [b.op("Flatten", [v], axis=2), rows], axis=0)
+    counts = b.op("ReduceSum", [b.op("Cast", [key_keep], to=int(ir.DataType.INT64)), one1], keepdims=0)  # (B,)
+    has_keys = b.op("Cast", [b.op("Greater", [counts, b.const(0)])], to=int(ir.DataType.FLOAT))  # (B,) 1.0 / 0.0
+
+    one = _Builder(f"{b.prefix}_b1")  # B == 1: the packed rows are this sequence's keys
+    out_1 = one.op(
+        "MultiHeadAttention", [q, one.op("Unsqueeze", [k_packed, zero1]), one.op("Unsqueeze", [v_packed, zero1])],
+        domain=MS_DOMAIN, num_heads=heads, scale=scale,
+    )  # (1, Lq, D)
+    out_1 = one.op("Mul", [out_1, has_keys])  # in place; zeros for an all-padding sequence
+    then_branch = one.graph([], out_1, "long_seq_unpadded_single")
+
+    many = _Builder(f"{b.prefix}_bn")  # B > 1: a Loop over the sequences
+    starts = many.op("Sub", [many.op("CumSum", [counts, b.const(0)]), counts])  # (B,) offsets into the packing
     body = _Builder(f"{b.prefix}_body")
     i, cond = body.value(ir.DataType.INT64), body.value(ir.DataType.BOOL)
     i1 = body.op("Unsqueeze", [i, zero1])  # (1,)
+    start = body.op("Min", [body.op("Gather", [starts, i1], axis=0), body.op("Sub", [n_rows, one1])])
+    end = body.op("Add", [start, body.op("Max", [body.op("Gather", [counts, i1], axis=0), one1])])
+    k_b = body.op("Unsqueeze", [body.op("Slice", [k_packed, start, end, zero1]), zero1])  # (1, n, D)
+    v_b = body.op("Unsqueeze", [body.op("Slice", [v_packed, start, end, zero1]), zero1])
     q_b = body.op("Slice", [q, i1, body.op("Add", [i1, one1]), zero1])  # (1, Lq, D)
-    keep_b = body.op("Gather", [key_keep, i], axis=0)  # (Lk,) bool
-    idx = body.op("Reshape", [body.op("NonZero", [keep_b]), body.const([-1])])  # (n,) kept key positions
-    n = body.op("Shape", [idx])  # (1,)
-    # A sequence with no kept key still gathers one row (MHA needs Lk >= 1); its output is zeroed below.
-    idx = body.op("Slice", [body.op("Concat", [idx, zero1], axis=0), zero1, body.op("Max", [n, one1])])
-    rows = body.op("Add", [idx, body.op("Mul", [i1, k_len])])  # rows of (B*Lk, D)
-    k_b = body.op("Unsqueeze", [body.op("Gather", [k_rows, rows], axis=0), zero1])  # (1, n, D)
-    v_b = body.op("Unsqueeze", [body.op("Gather", [v_rows, rows], axis=0), zero1])
     out_b = body.op("MultiHeadAttention", [q_b, k_b, v_b], domain=MS_DOMAIN, num_heads=heads, scale=scale)
-    out_b = body.op("Where", [body.op("Greater", [n, zero1]), out_b, body.const(0.0, np.float32)])  # (1, Lq, D)
+    out_b = body.op("Mul", [out_b, body.op("Gather", [has_keys, i1], axis=0)])  # (1, Lq, D)
     loop_body = body.loop_body(cond, i, out_b, "long_seq_unpadded_batch")
+    outs = many.op("Loop", [many.op("Squeeze", [batch, zero1]), many.const(True, np.bool_)], body=loop_body)  # (B, 1, Lq, D)
+    out_n = many.op("Reshape", [outs, out_shape])  # (B, Lq, D)
+    else_branch = many.graph([], out_n, "long_seq_unpadded_batch_loop")
 
-    trips = b.op("Squeeze", [b.dim(q, 0), zero1])  # () B
-    outs = b.op("Loop", [trips, b.const(True, np.bool_)], body=loop_body)  # (B, 1, Lq, D)
-    return b.op("Reshape", [outs, b.op("Shape", [q])])  # (B, Lq, D)
+    is_single = b.op("Squeeze", [b.op("Equal", [batch, one1]), zero1])  # () bool
+    return b.op("If", [is_single], then_branch=then_branch, else_branch=else_branch)  # (B, Lq, D)
 
 
 def _chunked(

@@ -23,6 +23,7 @@ from torch import nn
 from attn_export._atomic import atomic_path
 from attn_export.errors import ExportError
 from attn_export.export.inspect import GraphSummary, summarize_graph
+from attn_export.export.linear_gemm import linear_to_gemm
 from attn_export.export.long_seq import lower_long_seq
 from attn_export.export.spec import ExportSpec
 from attn_export.layers.projections import fuse_qkv_, set_attention_form_
@@ -49,6 +50,7 @@ class ExportResult:
     output_names: list[str] = field(default_factory=list)
     size_bytes: int = 0
     attention_kernels: dict[str, int] = field(default_factory=dict)  # long-seq: kernel -> blocks
+    linear_gemms: int = 0  # row-wise Linears written as 2-D Gemm (export.linear_gemm)
     summary: GraphSummary | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -64,6 +66,7 @@ class ExportResult:
             f"{self.attention} attention, opset {self.opset}, {self.precision}: "
             f"{self.fused_attention}/{self.attention_blocks} attention blocks fused, "
             + (f"lowered to {kernels}, " if kernels else "")
+            + (f"{self.linear_gemms} Linears as Gemm, " if self.linear_gemms else "")
             + f"QKV fused in {self.qkv_fused}, islands: {islands or 'none'}{more}"
         )
 
@@ -146,6 +149,7 @@ def export_module(
             lowering = None
             if spec.attention == "long-seq":  # placeholders -> ONNX Runtime kernels (export/long_seq.py)
                 lowering = lower_long_seq(program.model, query_block=spec.long_seq_block, strategy=spec.long_seq_strategy)
+            linear_gemms = linear_to_gemm(program.model) if spec.resolved_linear_gemm else 0
             program.save(str(tmp), external_data=False)
             proto = onnx.load(str(tmp))
             proto.producer_name = "attn-export"
@@ -161,19 +165,24 @@ def export_module(
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ExportError(f"ONNX export failed ({type(err).__name__}: {first}); try --attention decomposed") from err
     summary = summarize_graph(proto)
+    blocks, fused = summary.attention_blocks, summary.fused_attention
+    if lowering is not None and lowering.replaced:
+        # One block may lower to several kernel nodes (If branches, Loop bodies): count blocks.
+        blocks, fused = lowering.replaced, lowering.fused
     result = ExportResult(
         path=str(path),
         attention=spec.attention,
         opset=summary.opset,
         precision=spec.precision,
         qkv_fused=qkv_fused,
-        attention_blocks=summary.attention_blocks,
-        fused_attention=summary.fused_attention,
+        attention_blocks=blocks,
+        fused_attention=fused,
         fp32_islands=[asdict(i) for i in summary.islands],
         input_names=[i.name for i in proto.graph.input],
         output_names=[o.name for o in proto.graph.output],
         size_bytes=path.stat().st_size,
         attention_kernels=dict(lowering.kernels) if lowering is not None else {},
+        linear_gemms=linear_gemms,
         summary=summary,
     )
     if spec.attention == "long-seq" and lowering is not None and lowering.replaced == 0:

@@ -28,6 +28,9 @@ class ExportSpec:
     ``long_seq_block`` / ``long_seq_strategy`` tune the ``long-seq`` form only: the query
     rows per Loop iteration of its chunked fallback (window masks), and ``"chunked"`` to
     force that fallback for every mask instead of the flash kernels (for measurements).
+    ``linear_gemm`` writes row-wise Linears as 2-D Gemm with the bias fused
+    (``export.linear_gemm``); ``None`` = on for ``long-seq`` only. Turn it off for a graph
+    that ONNX Runtime's dynamic int8 quantizer will process (it quantizes MatMul, not Gemm).
     """
 
     attention: str = "decomposed"
@@ -40,6 +43,7 @@ class ExportSpec:
     example_seq: int = 16
     long_seq_block: int = 256
     long_seq_strategy: str = "auto"
+    linear_gemm: bool | None = None
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTION_FORMS:
@@ -63,6 +67,10 @@ class ExportSpec:
             raise ConfigError(
                 f"expected positive example shapes, got batch={self.example_batch}, seq={self.example_seq}"
             )
+
+    @property
+    def resolved_linear_gemm(self) -> bool:
+        return self.linear_gemm if self.linear_gemm is not None else self.attention == "long-seq"
 
     @property
     def resolved_opset(self) -> int:
