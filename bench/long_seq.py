@@ -3,7 +3,8 @@
     python bench/long_seq.py [--quick] [--seqs 128,...,8192] [--batch8-seq 4096] [--threads 2] [--out DIR]
 
 The default TransformerLayer (d_model 512, 8 heads, padding mask, 1/8 of every sequence
-padded) at B=1 for each L, and at B=8 for --batch8-seq. Variants:
+padded; --mask causal|window|none for the other kinds) at B=1 for each L, and at B=8 for
+--batch8-seq. Variants:
 
 * ``eager-math``  PyTorch eager, explicit attention math (the ground truth);
 * ``eager-sdpa``  PyTorch eager, ``F.scaled_dot_product_attention`` with the same mask: the peer;
@@ -25,7 +26,7 @@ bench``. Ratios are to ``eager-sdpa`` (latency ratio < 1 and memory ratio < 1 = 
 Writes ``long_seq.json`` and ``long_seq.png`` (memory and latency vs L) to --out.
 
 A variant whose estimated peak exceeds --max-peak-gib or 80% of MemAvailable is skipped
-and listed with the reason, never silently dropped. --quick: L 128, 1024, 4096 at B=1 only.
+and listed with the reason, never silently dropped. --quick: L 256 and 2048 at B=1 only.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ FORMS: dict[str, tuple[str, str]] = {  # variant -> (attention form, long-seq st
 }
 EAGER = ("eager-math", "eager-sdpa")
 PEER = "eager-sdpa"
+WINDOW = 16  # the window mask's half-width (build_layer's default)
+MASK_TEXT = {"padding": "padding mask, last L/8 padded", "causal": "causal mask", "window": f"window mask w={WINDOW}", "none": "no mask"}
 # Score-sized fp32 tensors alive at the peak, per variant (B*H*L*L*4 bytes each): measured
 # at B=1, L=4096 (2.09, 2.06, 1.23, 1.25) and rounded up; used only to skip a run that would
 # not fit in memory.
@@ -69,33 +72,41 @@ class Point:
     seq: int
 
 
-def feed_for(batch: int, seq: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """x (B, L, D) and a key_padding_mask (B, L) with the last L/8 positions of every row padded."""
+def feed_for(batch: int, seq: int, mask: str = "padding", seed: int = 0) -> dict[str, np.ndarray]:
+    """x (B, L, D) and, for the padding mask, a key_padding_mask (B, L) with the last L/8 of every row padded."""
     rng = np.random.default_rng(seed)
-    kpm = np.ones((batch, seq), dtype=np.int32)
-    kpm[:, seq - seq // 8 :] = 0
-    return {"x": rng.standard_normal((batch, seq, D_MODEL)).astype(np.float32), "key_padding_mask": kpm}
+    feed = {"x": rng.standard_normal((batch, seq, D_MODEL)).astype(np.float32)}
+    if mask == "padding":
+        kpm = np.ones((batch, seq), dtype=np.int32)
+        kpm[:, seq - seq // 8 :] = 0
+        feed["key_padding_mask"] = kpm
+    return feed
 
 
-def build_runner(variant: str, onnx_dir: Path, threads: int) -> Any:
+def _layer(mask: str) -> Any:
+    from attn_export.layers import MaskedLayer, build_layer
+
+    return MaskedLayer(build_layer("transformer", D_MODEL, HEADS, mask=mask, window=WINDOW, seed=0), mask)
+
+
+def build_runner(variant: str, onnx_dir: Path, threads: int, mask: str = "padding") -> Any:
     """One runner per variant; eager layers are rebuilt from the same seed in every process."""
-    from attn_export.layers import MaskedLayer, build_layer, set_attention_impl_
+    from attn_export.layers import set_attention_impl_
     from attn_export.runtime import EagerRunner, OrtRunner, SessionFromOnnx
 
     if variant in EAGER:
-        layer = MaskedLayer(build_layer("transformer", D_MODEL, HEADS, mask="padding", seed=0), "padding")
+        layer = _layer(mask)
         set_attention_impl_(layer, "sdpa" if variant == "eager-sdpa" else "math")
         return EagerRunner(layer, layer.input_names, ["y"], name=variant)
     session = SessionFromOnnx(onnx_dir / f"{variant}.onnx", intra_op_threads=threads, cpu_mem_arena=False)
     return OrtRunner(session, name=variant)
 
 
-def export_all(onnx_dir: Path) -> dict[str, str]:
+def export_all(onnx_dir: Path, mask: str) -> dict[str, str]:
     """Export the layer once per form (dynamic batch and sequence); returns variant -> describe()."""
     from attn_export.export import ExportSpec, export_onnx
-    from attn_export.layers import MaskedLayer, build_layer
 
-    layer = MaskedLayer(build_layer("transformer", D_MODEL, HEADS, mask="padding", seed=0), "padding")
+    layer = _layer(mask)
     done = {}
     for variant, (form, strategy) in FORMS.items():
         result = export_onnx(layer, onnx_dir / f"{variant}.onnx", ExportSpec(attention=form, long_seq_strategy=strategy))
@@ -128,22 +139,22 @@ def skip_reason(variant: str, point: Point, max_peak_gib: float) -> str | None:
     return None
 
 
-def measure_memory_here(variant: str, point: Point, onnx_dir: Path, threads: int) -> dict[str, Any]:
+def measure_memory_here(variant: str, point: Point, onnx_dir: Path, threads: int, mask: str) -> dict[str, Any]:
     """Run in the fresh subprocess: the first inference's peak RSS delta."""
     from attn_export.benchmark.memory import memory_method, peak_memory_delta
     from attn_export.validate import set_threads
 
     set_threads(threads)
-    runner = build_runner(variant, onnx_dir, threads)
+    runner = build_runner(variant, onnx_dir, threads, mask)
     runner.activate()
-    feed = feed_for(point.batch, point.seq)
+    feed = feed_for(point.batch, point.seq, mask)
     peak = peak_memory_delta(lambda: runner.infer(feed))
     return {"peak_mem_bytes": peak, "method": memory_method()}
 
 
-def measure_memory(variant: str, point: Point, onnx_dir: Path, threads: int, fixed_mmap: bool) -> dict[str, Any]:
+def measure_memory(variant: str, point: Point, onnx_dir: Path, threads: int, mask: str, fixed_mmap: bool) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--memory-of", variant, "--batch", str(point.batch), "--seq", str(point.seq),
-           "--onnx-dir", str(onnx_dir), "--threads", str(threads)]
+           "--onnx-dir", str(onnx_dir), "--threads", str(threads), "--mask", mask]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     if fixed_mmap:
         env["MALLOC_MMAP_THRESHOLD_"] = "131072"
@@ -154,11 +165,13 @@ def measure_memory(variant: str, point: Point, onnx_dir: Path, threads: int, fix
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def time_point(runners: dict[str, Any], point: Point, budget_s: float, min_repeats: int, max_repeats: int) -> dict[str, Any]:
+def time_point(
+    runners: dict[str, Any], point: Point, mask: str, budget_s: float, min_repeats: int, max_repeats: int
+) -> dict[str, Any]:
     """Accuracy vs eager-math, then round-robin latency with repeats sized to the time budget."""
     from attn_export.validate import accuracy, time_runners
 
-    feed = feed_for(point.batch, point.seq)
+    feed = feed_for(point.batch, point.seq, mask)
     first: dict[str, float] = {}
     outs: dict[str, np.ndarray] = {}
     for name, runner in runners.items():  # warm-up run doubles as the accuracy run
@@ -179,10 +192,10 @@ def time_point(runners: dict[str, Any], point: Point, budget_s: float, min_repea
 def render(results: list[dict[str, Any]]) -> str:
     lines = []
     for res in results:
-        b, l = res["batch"], res["seq"]
+        batch, seq = res["batch"], res["seq"]
         peer = res["variants"].get(PEER, {})
         p_ms, p_mem = peer.get("latency_ms_p50"), peer.get("peak_mem_bytes")
-        lines.append(f"\nB={b} L={l}  (ratios to {PEER}; < 1 = better)")
+        lines.append(f"\nB={batch} L={seq}  (ratios to {PEER}; < 1 = better)")
         lines.append(f"{'variant':<22}{'peak MiB':>10}{'mem ratio':>11}{'p50 ms':>10}{'lat ratio':>11}{'max abs':>10}")
         for name, row in res["variants"].items():
             if "skipped" in row:
@@ -199,7 +212,24 @@ def render(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def plot(results: list[dict[str, Any]], path: Path) -> None:
+def crossover(results: list[dict[str, Any]], form: str = "ort-long-seq", default: str = "ort-decomposed") -> str:
+    """Where the long-seq form starts to beat ORT CPU's default form (B=1): the auto threshold."""
+    lines = [f"\n{form} vs {default} (ORT CPU default form), B=1: latency and memory ratios (< 1 = long-seq better)"]
+    wins = []
+    for res in (r for r in results if r["batch"] == 1):
+        a, b = res["variants"].get(form, {}), res["variants"].get(default, {})
+        if not (a.get("latency_ms_p50") and b.get("latency_ms_p50")):
+            continue
+        lat = a["latency_ms_p50"] / b["latency_ms_p50"]
+        mem = (a["peak_mem_bytes"] / b["peak_mem_bytes"]) if a.get("peak_mem_bytes") and b.get("peak_mem_bytes") else float("nan")
+        wins.append((res["seq"], lat <= 1.0 and not mem > 1.0))
+        lines.append(f"  L={res['seq']:<6} latency {lat:5.2f}x  memory {mem:5.2f}x")
+    first = next((seq for i, (seq, _) in enumerate(wins) if all(w for _, w in wins[i:])), None)
+    lines.append(f"  long-seq is no slower and no larger from L={first} on" if first else "  long-seq never wins at every larger L")
+    return "\n".join(lines)
+
+
+def plot(results: list[dict[str, Any]], path: Path, mask_text: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -228,7 +258,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
         ax.set_ylabel(ylabel)
         ax.grid(True, which="both", alpha=0.3)
     ax_lat.legend(fontsize=8)
-    fig.suptitle("TransformerLayer d512 h8, padding mask 1/8, ONNX Runtime CPU vs PyTorch eager")
+    fig.suptitle(f"TransformerLayer d512 h8, {mask_text}, ONNX Runtime CPU vs PyTorch eager")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -236,7 +266,8 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="L 128,1024,4096 at B=1 only (about 2 minutes)")
+    ap.add_argument("--quick", action="store_true", help="L 256,2048 at B=1 only (about 2 minutes)")
+    ap.add_argument("--mask", default="padding", choices=("padding", "causal", "window", "none"))
     ap.add_argument("--seqs", default="128,256,512,1024,2048,4096,8192", help="B=1 sequence lengths")
     ap.add_argument("--batch8-seq", type=int, default=4096, help="sequence length of the B=8 point (0 = none)")
     ap.add_argument("--threads", type=int, default=2)
@@ -255,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     if args.memory_of:
-        print(json.dumps(measure_memory_here(args.memory_of, Point(args.batch, args.seq), Path(args.onnx_dir), args.threads)))
+        print(json.dumps(measure_memory_here(args.memory_of, Point(args.batch, args.seq), Path(args.onnx_dir), args.threads, args.mask)))
         return 0
 
     import onnxruntime
@@ -265,21 +296,21 @@ def main(argv: list[str] | None = None) -> int:
 
     set_threads(args.threads)
     torch.set_flush_denormal(True)  # as ORT's pool threads (session.set_denormal_as_zero)
-    points = [Point(1, int(s)) for s in ("128,1024,4096" if args.quick else args.seqs).split(",")]
+    points = [Point(1, int(s)) for s in ("256,2048" if args.quick else args.seqs).split(",")]
     if args.batch8_seq and not args.quick:
         points.append(Point(8, args.batch8_seq))
     variants = [v for v in args.variants.split(",") if v]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     print(f"torch {torch.__version__}, onnxruntime {onnxruntime.__version__}, threads {args.threads}, "
-          f"d_model {D_MODEL}, heads {HEADS}, padding 1/8", flush=True)
+          f"d_model {D_MODEL}, heads {HEADS}, {MASK_TEXT[args.mask]}", flush=True)
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         onnx_dir = Path(tmp)
-        exported = export_all(onnx_dir)
+        exported = export_all(onnx_dir, args.mask)
         for name, text in exported.items():
             print(f"  {name}: {text}")
-        runners = {v: build_runner(v, onnx_dir, args.threads) for v in variants}
+        runners = {v: build_runner(v, onnx_dir, args.threads, args.mask) for v in variants}
         for point in points:
             t0 = time.perf_counter()
             rows: dict[str, dict[str, Any]] = {}
@@ -289,18 +320,19 @@ def main(argv: list[str] | None = None) -> int:
                 if reason:
                     rows[v] = {"skipped": reason}
                     continue
-                rows[v] = measure_memory(v, point, onnx_dir, args.threads, not args.glibc_default_malloc)
+                rows[v] = measure_memory(v, point, onnx_dir, args.threads, args.mask, not args.glibc_default_malloc)
                 live[v] = runners[v]
-            for v, row in time_point(live, point, args.budget_s, args.min_repeats, args.max_repeats).items():
+            for v, row in time_point(live, point, args.mask, args.budget_s, args.min_repeats, args.max_repeats).items():
                 rows[v].update(row)
             results.append({"batch": point.batch, "seq": point.seq, "variants": rows})
             print(render(results[-1:]), f"\n  ({time.perf_counter() - t0:.0f} s)", flush=True)
     meta = {"format": "attn-export-long-seq/1", "threads": args.threads, "d_model": D_MODEL, "heads": HEADS,
-            "padding": "last L/8 of every sequence", "peer": PEER, "exports": exported,
+            "mask": MASK_TEXT[args.mask], "peer": PEER, "exports": exported,
             "malloc_mmap_threshold": None if args.glibc_default_malloc else 131072,
             "torch": torch.__version__, "onnxruntime": onnxruntime.__version__}
+    print(crossover(results))
     (out / "long_seq.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
-    plot(results, out / "long_seq.png")
+    plot(results, out / "long_seq.png", MASK_TEXT[args.mask])
     print(f"\nwrote {out / 'long_seq.json'} and {out / 'long_seq.png'}")
     return 0
 

@@ -24,7 +24,7 @@ from attn_export._atomic import atomic_path
 from attn_export.errors import ExportError
 from attn_export.export.inspect import GraphSummary, summarize_graph
 from attn_export.export.linear_gemm import linear_to_gemm
-from attn_export.export.long_seq import lower_long_seq
+from attn_export.export.long_seq import LongSeqLowering, lower_long_seq
 from attn_export.export.spec import ExportSpec
 from attn_export.layers.projections import fuse_qkv_, set_attention_form_
 from attn_export.layers.registry import MaskedLayer
@@ -158,13 +158,15 @@ def export_module(
                 onnx.checker.check_model(proto, full_check=True)
             except onnx.checker.ValidationError as err:
                 raise ExportError(f"exported graph fails onnx.checker: {str(err).splitlines()[0]}") from err
+            summary = summarize_graph(proto)
+            if lowering is not None:
+                _check_all_lowered(summary, lowering)
             onnx.save(proto, str(tmp))
     except ExportError:
         raise
     except Exception as err:  # torch.export / onnx errors are long; keep the first line
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ExportError(f"ONNX export failed ({type(err).__name__}: {first}); try --attention decomposed") from err
-    summary = summarize_graph(proto)
     blocks, fused = summary.attention_blocks, summary.fused_attention
     if lowering is not None and lowering.replaced:
         # One block may lower to several kernel nodes (If branches, Loop bodies): count blocks.
@@ -185,12 +187,26 @@ def export_module(
         linear_gemms=linear_gemms,
         summary=summary,
     )
-    if spec.attention == "long-seq" and lowering is not None and lowering.replaced == 0:
-        log.warning("attention form long-seq requested but the model has no attention block to lower")
-    elif spec.attention not in ("decomposed", "long-seq") and result.fused_attention == 0 and result.attention_blocks:
+    if spec.attention not in ("decomposed", "long-seq") and result.fused_attention == 0 and result.attention_blocks:
         log.warning("attention form %s requested but no fused attention op was emitted", spec.attention)
     log.info("exported %s: %s", path, result.describe())
     return result
+
+
+def _check_all_lowered(summary: GraphSummary, lowering: LongSeqLowering) -> None:
+    """Every attention block must have become a long-seq kernel: none left decomposed.
+
+    A mask the layer cannot split into key padding / causal / window parts makes ``attend``
+    refuse the placeholder, and torch.onnx then retries with a capture strategy that runs the
+    eager math path: the graph comes back decomposed, O(L^2), with the error swallowed.
+    """
+    chunked = lowering.replaced - lowering.fused  # their Loop bodies hold a Softmax block each
+    left = summary.attention_blocks - summary.fused_attention - chunked
+    if left > 0:
+        raise ExportError(
+            f"expected every attention block lowered to long-seq kernels, got {left} left as O(L^2) MatMul-Softmax; "
+            "a dense (Lq, Lk) mask cannot be split into key padding / causal / window parts; use --attention decomposed"
+        )
 
 
 def _set_metadata(proto: onnx.ModelProto, props: dict[str, str]) -> None:
