@@ -23,7 +23,8 @@ with a fixed threshold every block >= 128 KiB is returned when freed and the fig
 live-set peak, reproducible to ~1%. ``--glibc-default-malloc`` measures without it.
 ONNX Runtime sessions run with the CPU arena and thread spinning off, as in ``attn-export
 bench``. Ratios are to ``eager-sdpa`` (latency ratio < 1 and memory ratio < 1 = better).
-Writes ``long_seq.json`` and ``long_seq.png`` (memory and latency vs L) to --out.
+Writes ``long_seq.json``, ``long_seq.md`` (the table) and ``long_seq.png`` (memory and
+latency vs L) to --out.
 
 A variant whose estimated peak exceeds --max-peak-gib or 80% of MemAvailable is skipped
 and listed with the reason, never silently dropped. --quick: L 256 and 2048 at B=1 only.
@@ -212,6 +213,30 @@ def render(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def render_markdown(results: list[dict[str, Any]]) -> str:
+    """One table for docs: peak MiB and p50 ms per variant and grid point, with ratios to the peer."""
+    names = list(results[0]["variants"]) if results else []
+    head = "| B | L | " + " | ".join(f"`{n}`" for n in names) + " |"
+    lines = [head, "|---|---|" + "---|" * len(names)]
+    for res in results:
+        peer = res["variants"].get(PEER, {})
+        cells = []
+        for name in names:
+            row = res["variants"].get(name, {})
+            if "skipped" in row:
+                cells.append("skipped")
+                continue
+            mem, ms = row.get("peak_mem_bytes"), row.get("latency_ms_p50")
+            mem_s = f"{mem / 2**20:.0f} MiB" if mem is not None else "n/a"
+            ms_s = f"{ms:.0f} ms" if ms is not None else "n/a"
+            if name != PEER and mem is not None and peer.get("peak_mem_bytes") and ms is not None and peer.get("latency_ms_p50"):
+                mem_s += f" ({mem / peer['peak_mem_bytes']:.2f}x)"
+                ms_s += f" ({ms / peer['latency_ms_p50']:.2f}x)"
+            cells.append(f"{mem_s}<br>{ms_s}")
+        lines.append(f"| {res['batch']} | {res['seq']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def crossover(results: list[dict[str, Any]], form: str = "ort-long-seq", default: str = "ort-decomposed") -> str:
     """Where the long-seq form starts to beat ORT CPU's default form (B=1): the auto threshold."""
     lines = [f"\n{form} vs {default} (ORT CPU default form), B=1: latency and memory ratios (< 1 = long-seq better)"]
@@ -224,6 +249,8 @@ def crossover(results: list[dict[str, Any]], form: str = "ort-long-seq", default
         mem = (a["peak_mem_bytes"] / b["peak_mem_bytes"]) if a.get("peak_mem_bytes") and b.get("peak_mem_bytes") else float("nan")
         wins.append((res["seq"], lat <= 1.0 and not mem > 1.0))
         lines.append(f"  L={res['seq']:<6} latency {lat:5.2f}x  memory {mem:5.2f}x")
+    if not wins:
+        return f"\n(no crossover: the run needs both {form} and {default} at B=1)"
     first = next((seq for i, (seq, _) in enumerate(wins) if all(w for _, w in wins[i:])), None)
     lines.append(f"  long-seq is no slower and no larger from L={first} on" if first else "  long-seq never wins at every larger L")
     return "\n".join(lines)
@@ -332,8 +359,9 @@ def main(argv: list[str] | None = None) -> int:
             "torch": torch.__version__, "onnxruntime": onnxruntime.__version__}
     print(crossover(results))
     (out / "long_seq.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    (out / "long_seq.md").write_text(render_markdown(results) + "\n")
     plot(results, out / "long_seq.png", MASK_TEXT[args.mask])
-    print(f"\nwrote {out / 'long_seq.json'} and {out / 'long_seq.png'}")
+    print(f"\nwrote {out / 'long_seq.json'}, {out / 'long_seq.md'} and {out / 'long_seq.png'}")
     return 0
 
 

@@ -16,8 +16,9 @@ from attn_export.layers.registry import LAYER_NAMES, MASK_KINDS
 __all__ = ["LONG_SEQ_MIN_LEN", "choose_attention_form"]
 
 # Smallest sequence-profile maximum for which ort-cpu gets the long-seq form. Measured with
-# bench/long_seq.py (B=1, padding mask, 2 threads): long-seq vs decomposed latency 1.07x at
-# L=128, <= 1x from L=512 on, 0.74x at 1024, 0.42x at 4096; memory <= 0.77x everywhere.
+# bench/long_seq.py (B=1, padding mask, 2 threads, docs/long-sequences.md): long-seq vs
+# decomposed latency 1.31x at L=128, 1.02x at 256, 0.89x at 512, 0.67x at 1024, 0.57x at
+# 4096, 0.43x at 8192; memory 0.74x at 128 down to 0.03x at 8192.
 LONG_SEQ_MIN_LEN = 512
 # Layers whose attention is already O(L) in memory: nothing for the long-seq form to win.
 _LINEAR_MEMORY_LAYERS = frozenset({"linear", "block-sparse"})
