@@ -44,24 +44,30 @@ def _all_nodes(graph: onnx.GraphProto):
                 yield from _all_nodes(attr.g)
 
 
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """One long-seq export per mask kind (d_model 64, 2 heads), shared by the tests below."""
+    cache = {}
+
+    def get(mask: str):
+        if mask not in cache:
+            layer = small_layer("transformer", mask, heads=2)
+            path = tmp_path_factory.mktemp(f"ls_{mask}") / "ls.onnx"
+            cache[mask] = layer, export_onnx(layer, path, ExportSpec(attention="long-seq", long_seq_block=4))
+        return cache[mask]
+
+    return get
+
+
 @pytest.mark.parametrize("mask", ["none", "padding", "causal", "window"])
-def test_matches_eager_short_and_picks_the_kernel(tmp_path, mask):
-    layer = small_layer("transformer", mask)
-    result = _export(tmp_path, layer, long_seq_block=4)
+def test_matches_eager_and_picks_the_kernel(exported, mask):
+    layer, result = exported(mask)
     assert result.attention_blocks == 1 and any(k.startswith(KERNEL[mask]) for k in result.attention_kernels), result.describe()
-    for batch, seq in [(3, 7), (1, 1), (2, 1), (1, 7)]:
+    for batch, seq in [(3, 7), (1, 1), (2, 1), (1, 7), (1, 4096)]:
         feed = feed_for(layer, batch, seq, seed=seq, fully_masked_row=batch - 1 if batch > 1 else None)
+        if mask == "padding" and seq == 4096:
+            feed["key_padding_mask"][:, 3584:] = 0  # right padding, 1/8
         _assert_close(run_onnx(result.path, feed), eager(layer, feed))
-
-
-@pytest.mark.parametrize("mask", ["none", "padding", "causal", "window"])
-def test_matches_eager_at_4096(tmp_path, mask):
-    layer = small_layer("transformer", mask, heads=2)
-    result = _export(tmp_path, layer)
-    feed = feed_for(layer, 1, 4096, seed=3)
-    if mask == "padding":
-        feed["key_padding_mask"][:, 3584:] = 0  # right padding, 1/8
-    _assert_close(run_onnx(result.path, feed), eager(layer, feed))
 
 
 def test_fully_masked_sequences_give_zeros_at_every_batch_size(tmp_path):
@@ -76,9 +82,8 @@ def test_fully_masked_sequences_give_zeros_at_every_batch_size(tmp_path):
         np.testing.assert_array_equal(got[-1], np.broadcast_to(bias, got[-1].shape))  # attention output exactly 0
 
 
-def test_left_padding_and_gaps_are_unpadded_too(tmp_path):
-    layer = small_layer("transformer", "padding")
-    result = _export(tmp_path, layer)
+def test_left_padding_and_gaps_are_unpadded_too(exported):
+    layer, result = exported("padding")
     feed = feed_for(layer, 3, 11, seed=2)
     kpm = np.ones((3, 11), dtype=np.int32)
     kpm[0, :4] = 0  # left padding
@@ -134,10 +139,9 @@ def test_other_layers(tmp_path, name, mask):
     _assert_close(run_onnx(result.path, feed), eager(layer, feed))
 
 
-def test_graph_has_only_documented_ort_ops(tmp_path):
-    for mask in ("padding", "causal", "window"):
-        result = _export(tmp_path, small_layer("transformer", mask))
-        model = onnx.load(result.path)
+def test_graph_has_only_documented_ort_ops(exported):
+    for mask in ("none", "padding", "causal", "window"):
+        model = onnx.load(exported(mask)[1].path)
         domains = {o.domain for o in model.opset_import}
         assert domains <= {"", "ai.onnx", "com.microsoft"}, domains
         for node in _all_nodes(model.graph):
@@ -145,9 +149,8 @@ def test_graph_has_only_documented_ort_ops(tmp_path):
         onnx.checker.check_model(model, full_check=True)
 
 
-def test_linears_become_gemm_for_long_seq_only(tmp_path):
-    layer = small_layer("transformer", "padding")
-    result = _export(tmp_path, layer)
+def test_linears_become_gemm_for_long_seq_only(tmp_path, exported):
+    layer, result = exported("padding")
     assert result.linear_gemms == 4  # QKV, output projection, FFN in, FFN out
     ops = [n.op_type for n in onnx.load(result.path).graph.node]
     assert ops.count("Gemm") == 4 and "MatMul" not in ops
