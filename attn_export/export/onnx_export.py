@@ -23,6 +23,8 @@ from torch import nn
 from attn_export._atomic import atomic_path
 from attn_export.errors import ExportError
 from attn_export.export.inspect import GraphSummary, summarize_graph
+from attn_export.export.linear_gemm import linear_to_gemm
+from attn_export.export.long_seq import LongSeqLowering, lower_long_seq
 from attn_export.export.spec import ExportSpec
 from attn_export.layers.projections import fuse_qkv_, set_attention_form_
 from attn_export.layers.registry import MaskedLayer
@@ -47,6 +49,8 @@ class ExportResult:
     input_names: list[str] = field(default_factory=list)
     output_names: list[str] = field(default_factory=list)
     size_bytes: int = 0
+    attention_kernels: dict[str, int] = field(default_factory=dict)  # long-seq: kernel -> blocks
+    linear_gemms: int = 0  # row-wise Linears written as 2-D Gemm (export.linear_gemm)
     summary: GraphSummary | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -57,10 +61,13 @@ class ExportResult:
     def describe(self) -> str:
         islands = ", ".join(f"{i['op']}[{i['input_dtype']}->{i['output_dtype']}]" for i in self.fp32_islands[:4])
         more = f" (+{len(self.fp32_islands) - 4})" if len(self.fp32_islands) > 4 else ""
+        kernels = ", ".join(f"{n} x {k}" for k, n in sorted(self.attention_kernels.items()))
         return (
             f"{self.attention} attention, opset {self.opset}, {self.precision}: "
             f"{self.fused_attention}/{self.attention_blocks} attention blocks fused, "
-            f"QKV fused in {self.qkv_fused}, islands: {islands or 'none'}{more}"
+            + (f"lowered to {kernels}, " if kernels else "")
+            + (f"{self.linear_gemms} Linears as Gemm, " if self.linear_gemms else "")
+            + f"QKV fused in {self.qkv_fused}, islands: {islands or 'none'}{more}"
         )
 
 
@@ -139,6 +146,10 @@ def export_module(
                 )
             if program is None:
                 raise ExportError("torch.onnx.export returned no program")
+            lowering = None
+            if spec.attention == "long-seq":  # placeholders -> ONNX Runtime kernels (export/long_seq.py)
+                lowering = lower_long_seq(program.model, query_block=spec.long_seq_block, strategy=spec.long_seq_strategy)
+            linear_gemms = linear_to_gemm(program.model) if spec.resolved_linear_gemm else 0
             program.save(str(tmp), external_data=False)
             proto = onnx.load(str(tmp))
             proto.producer_name = "attn-export"
@@ -147,31 +158,55 @@ def export_module(
                 onnx.checker.check_model(proto, full_check=True)
             except onnx.checker.ValidationError as err:
                 raise ExportError(f"exported graph fails onnx.checker: {str(err).splitlines()[0]}") from err
+            summary = summarize_graph(proto)
+            if lowering is not None:
+                _check_all_lowered(summary, lowering)
             onnx.save(proto, str(tmp))
     except ExportError:
         raise
     except Exception as err:  # torch.export / onnx errors are long; keep the first line
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ExportError(f"ONNX export failed ({type(err).__name__}: {first}); try --attention decomposed") from err
-    summary = summarize_graph(proto)
+    blocks, fused = summary.attention_blocks, summary.fused_attention
+    if lowering is not None and lowering.replaced:
+        # One block may lower to several kernel nodes (If branches, Loop bodies): count blocks.
+        blocks, fused = lowering.replaced, lowering.fused
     result = ExportResult(
         path=str(path),
         attention=spec.attention,
         opset=summary.opset,
         precision=spec.precision,
         qkv_fused=qkv_fused,
-        attention_blocks=summary.attention_blocks,
-        fused_attention=summary.fused_attention,
+        attention_blocks=blocks,
+        fused_attention=fused,
         fp32_islands=[asdict(i) for i in summary.islands],
         input_names=[i.name for i in proto.graph.input],
         output_names=[o.name for o in proto.graph.output],
         size_bytes=path.stat().st_size,
+        attention_kernels=dict(lowering.kernels) if lowering is not None else {},
+        linear_gemms=linear_gemms,
         summary=summary,
     )
-    if spec.attention != "decomposed" and result.fused_attention == 0 and result.attention_blocks:
+    if spec.attention not in ("decomposed", "long-seq") and result.fused_attention == 0 and result.attention_blocks:
         log.warning("attention form %s requested but no fused attention op was emitted", spec.attention)
     log.info("exported %s: %s", path, result.describe())
     return result
+
+
+def _check_all_lowered(summary: GraphSummary, lowering: LongSeqLowering) -> None:
+    """Every attention block must have become a long-seq kernel: none left decomposed.
+
+    A mask the layer cannot split into key padding / causal / window parts makes ``attend``
+    refuse the placeholder, and torch.onnx then retries with a capture strategy that runs the
+    eager math path: the graph comes back decomposed, O(L^2), with the error swallowed.
+    """
+    chunked = lowering.replaced - lowering.fused  # their Loop bodies hold a Softmax block each
+    left = summary.attention_blocks - summary.fused_attention - chunked
+    if left > 0:
+        raise ExportError(
+            f"expected every attention block lowered to long-seq kernels, got {left} left as O(L^2) MatMul-Softmax; "
+            "a dense (Lq, Lk) mask cannot be split into key padding / causal / window parts; use --attention decomposed"
+        )
 
 
 def _set_metadata(proto: onnx.ModelProto, props: dict[str, str]) -> None:

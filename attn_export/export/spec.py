@@ -10,10 +10,13 @@ from attn_export.layers.attention import ATTENTION_FORMS
 __all__ = ["ExportSpec", "PRECISIONS", "MIN_OPSET", "DEFAULT_OPSET"]
 
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16")
+# "auto": the flash kernel each mask allows; "chunked": the query-block Loop for every mask.
+LONG_SEQ_STRATEGIES: tuple[str, ...] = ("auto", "chunked")
 # The ONNX Attention op exists from opset 23; the decomposed form runs from opset 17
 # (LayerNormalization) and JetPack 6's TensorRT 10.3 parses up to opset 20.
-MIN_OPSET: dict[str, int] = {"decomposed": 17, "onnx-attention": 23, "ort-contrib": 17}
-DEFAULT_OPSET: dict[str, int] = {"decomposed": 18, "onnx-attention": 23, "ort-contrib": 18}
+# long-seq lowers to com.microsoft kernels plus Loop/Gather/Slice, all in opset 17.
+MIN_OPSET: dict[str, int] = {"decomposed": 17, "onnx-attention": 23, "ort-contrib": 17, "long-seq": 17}
+DEFAULT_OPSET: dict[str, int] = {"decomposed": 18, "onnx-attention": 23, "ort-contrib": 18, "long-seq": 18}
 MAX_OPSET = 24
 
 
@@ -22,6 +25,12 @@ class ExportSpec:
     """How to export: attention form, opset, precision, QKV fusion and dynamic axes.
 
     ``opset=None`` picks the form's default (18, or 23 for ``onnx-attention``).
+    ``long_seq_block`` / ``long_seq_strategy`` tune the ``long-seq`` form only: the query
+    rows per Loop iteration of its chunked fallback (window masks), and ``"chunked"`` to
+    force that fallback for every mask instead of the flash kernels (for measurements).
+    ``linear_gemm`` writes row-wise Linears as 2-D Gemm with the bias fused
+    (``export.linear_gemm``); ``None`` = on for ``long-seq`` only. Turn it off for a graph
+    that ONNX Runtime's dynamic int8 quantizer will process (it quantizes MatMul, not Gemm).
     """
 
     attention: str = "decomposed"
@@ -32,6 +41,9 @@ class ExportSpec:
     dynamic_seq: bool = True
     example_batch: int = 2
     example_seq: int = 16
+    long_seq_block: int = 256
+    long_seq_strategy: str = "auto"
+    linear_gemm: bool | None = None
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTION_FORMS:
@@ -45,10 +57,20 @@ class ExportSpec:
                     f"expected --opset between {lo} and {MAX_OPSET} for attention form {self.attention!r}, "
                     f"got {self.opset}; use --opset {DEFAULT_OPSET[self.attention]}"
                 )
+        if self.long_seq_block < 1:
+            raise ConfigError(f"expected a positive long_seq_block, got {self.long_seq_block}; use 256")
+        if self.long_seq_strategy not in LONG_SEQ_STRATEGIES:
+            raise ConfigError(
+                f"expected long_seq_strategy in {', '.join(LONG_SEQ_STRATEGIES)}, got {self.long_seq_strategy!r}"
+            )
         if self.example_batch < 1 or self.example_seq < 1:
             raise ConfigError(
                 f"expected positive example shapes, got batch={self.example_batch}, seq={self.example_seq}"
             )
+
+    @property
+    def resolved_linear_gemm(self) -> bool:
+        return self.linear_gemm if self.linear_gemm is not None else self.attention == "long-seq"
 
     @property
     def resolved_opset(self) -> int:

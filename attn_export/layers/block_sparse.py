@@ -47,7 +47,7 @@ class BlockSparseAttention(AttentionProjections):
         q, k, v = (t.reshape(b * blocks, bs, d) for t in (q, k, v))  # (B*nb, bs, D)
         keep = padding_to_keep(keep_p.reshape(b * blocks, bs))  # (B*nb, 1, 1, bs)
         out, weights = attend(
-            q, k, v, self.heads, keep, form=self.attention_form, need_weights=need_weights, fast=self.fast
+            q, k, v, self.heads, keep, form=self.attention_form, need_weights=need_weights, impl=self.attention_impl
         )  # (B*nb, bs, D)
         out = out.reshape(b, blocks * bs, d)[:, :length]  # (B, L, D)
         if weights is not None:

@@ -12,9 +12,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from attn_export.errors import ConfigError
-from attn_export.layers.attention import ATTENTION_FORMS
+from attn_export.layers.attention import ATTENTION_FORMS, ATTENTION_IMPLS
 
-__all__ = ["AttentionProjections", "check_heads", "fuse_qkv_", "set_attention_form_"]
+__all__ = ["AttentionProjections", "check_heads", "fuse_qkv_", "set_attention_form_", "set_attention_impl_"]
 
 
 def check_heads(d_model: int, heads: int) -> None:
@@ -33,7 +33,12 @@ def _nearest_divisor(n: int, near: int) -> int:
 
 
 class AttentionProjections(nn.Module):
-    """Holds the projections, the head count and the export-time attention form."""
+    """Holds the projections, the head count, the eager ``attention_impl`` and the export-time form.
+
+    ``attention_impl``: ``"math"`` (explicit formula, the default and ground truth) or
+    ``"sdpa"`` (``F.scaled_dot_product_attention`` with the same mask; calls that return
+    attention weights still run math). ``attention_form``: what ``torch.onnx.export`` emits.
+    """
 
     def __init__(self, d_model: int = 512, heads: int = 8, bias: bool = True) -> None:
         super().__init__()
@@ -46,7 +51,16 @@ class AttentionProjections(nn.Module):
         self.w_v = nn.Linear(d_model, d_model, bias=bias)
         self.w_o = nn.Linear(d_model, d_model, bias=bias)
         self.attention_form = "decomposed"
-        self.fast = False  # eager only: use F.scaled_dot_product_attention when weights are not needed
+        self.attention_impl = "math"  # eager only; "sdpa" = F.scaled_dot_product_attention
+
+    @property
+    def fast(self) -> bool:
+        """Older spelling of ``attention_impl == "sdpa"``, kept for existing scripts."""
+        return self.attention_impl == "sdpa"
+
+    @fast.setter
+    def fast(self, value: bool) -> None:
+        self.attention_impl = "sdpa" if value else "math"
 
     @property
     def is_qkv_fused(self) -> bool:
@@ -100,5 +114,17 @@ def set_attention_form_(model: nn.Module, form: str) -> int:
     for mod in model.modules():
         if hasattr(mod, "attention_form"):
             mod.attention_form = form
+            count += 1
+    return count
+
+
+def set_attention_impl_(model: nn.Module, impl: str) -> int:
+    """Choose the eager attention computation (``math`` or ``sdpa``) for every block; returns how many."""
+    if impl not in ATTENTION_IMPLS:
+        raise ConfigError(f"expected --attention-impl in {', '.join(ATTENTION_IMPLS)}, got {impl!r}")
+    count = 0
+    for mod in model.modules():
+        if hasattr(mod, "attention_impl"):
+            mod.attention_impl = impl
             count += 1
     return count

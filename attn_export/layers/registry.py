@@ -15,7 +15,7 @@ from torch import nn
 from attn_export.errors import ConfigError
 from attn_export.layers.block_sparse import BlockSparseAttention
 from attn_export.layers.linear_attention import LinearAttention
-from attn_export.layers.masks import causal_mask
+from attn_export.layers.masks import AttentionMask
 from attn_export.layers.mha import MultiHeadAttention
 from attn_export.layers.projections import check_heads
 from attn_export.layers.self_attention import SelfAttention
@@ -107,11 +107,10 @@ class MaskedLayer(nn.Module):
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         layer = self.layer
         if isinstance(layer, MultiHeadAttention):
-            m = None
-            if key_padding_mask is not None:
-                m = key_padding_mask[:, None, None, :]  # (B, 1, 1, L)
-            elif self.mask == "causal":
-                m = causal_mask(x.shape[1], device=x.device)  # (L, L)
+            m = AttentionMask(
+                key_keep=None if key_padding_mask is None else key_padding_mask != 0,  # (B, L)
+                causal=self.mask == "causal" and key_padding_mask is None,
+            )
             out, _ = layer(x, x, x, mask=m, need_weights=False)
             return out
         if isinstance(layer, TransformerLayer):

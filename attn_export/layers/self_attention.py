@@ -7,12 +7,7 @@ from torch import nn
 
 from attn_export.errors import ConfigError
 from attn_export.layers.attention import attend
-from attn_export.layers.masks import (
-    causal_mask,
-    combine_keep,
-    padding_to_keep,
-    window_mask,
-)
+from attn_export.layers.masks import AttentionMask, causal_mask, combine_keep, window_mask
 from attn_export.layers.projections import AttentionProjections
 
 __all__ = ["SelfAttention"]
@@ -23,6 +18,8 @@ class SelfAttention(AttentionProjections):
 
     key_padding_mask (B, L): 1 = real token, 0 = padding. ``window=w`` masks |i - j| > w;
     ``causal=True`` masks j > i. Both are built in-graph from L, so exports stay dynamic.
+    The mask travels to ``attend`` in parts (``AttentionMask``), so the long-seq export form
+    never materialises an (L, L) mask.
     """
 
     def __init__(
@@ -52,11 +49,12 @@ class SelfAttention(AttentionProjections):
         self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None, need_weights: bool = True
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         q, k, v = self.project(x, x, x)  # (B, L, D)
-        keep = combine_keep(
-            None if key_padding_mask is None else padding_to_keep(key_padding_mask),  # (B, 1, 1, L)
-            self.structural_keep(x.shape[1], x.device),  # (L, L)
+        keep = AttentionMask(
+            key_keep=None if key_padding_mask is None else key_padding_mask != 0,  # (B, L)
+            causal=self.causal,
+            window=self.window,
         )
         out, weights = attend(
-            q, k, v, self.heads, keep, form=self.attention_form, need_weights=need_weights, fast=self.fast
+            q, k, v, self.heads, keep, form=self.attention_form, need_weights=need_weights, impl=self.attention_impl
         )
         return self.w_o(self.dropout(out)), weights
