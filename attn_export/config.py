@@ -73,7 +73,8 @@ class RunConfig:
     batch: int = 8
     # export
     opset: int | None = None
-    attention: str | None = None
+    attention: str | None = None  # None or "auto": the target's choice for the sequence profile (plan.export_spec)
+    attention_impl: str = "math"  # the eager reference: explicit math, or PyTorch SDPA
     precision: str = "fp32"
     # comparison
     threads: int | None = None
@@ -183,6 +184,8 @@ class RunConfig:
             raise ConfigError(f"expected --int8-encoding in {'|'.join(CPU_INT8_ENCODINGS)}, got {self.int8_encoding!r}")
         if self.calib_method is not None and self.calib_method not in CALIB_METHODS:
             raise ConfigError(f"expected --calib-method in {'|'.join(CALIB_METHODS)}, got {self.calib_method!r}")
+        if self.attention_impl not in ("math", "sdpa"):
+            raise ConfigError(f"expected --attention-impl math|sdpa, got {self.attention_impl!r}")
         if self.low_rank_method not in LOW_RANK_METHODS:
             raise ConfigError(f"expected --low-rank-method in {'|'.join(LOW_RANK_METHODS)}, got {self.low_rank_method!r}")
         targets = self.resolved_low_rank_targets
@@ -297,6 +300,12 @@ class RunConfig:
         return get_target(self.target)
 
     @property
+    def max_seq_len(self) -> int:
+        """The longest sequence the deployment expects: ``--max-shape``'s when given, else ``--seq-len``."""
+        profiles = getattr(self.engine, "profiles", None)
+        return int(profiles.max[1]) if profiles is not None else int(self.seq_len)
+
+    @property
     def resolved_threads(self) -> int:
         return self.threads or os.cpu_count() or 1
 
@@ -310,7 +319,7 @@ class RunConfig:
         from attn_export.export.targets import export_spec_for
 
         overrides: dict[str, object] = {}
-        if self.attention is not None:
+        if self.attention not in (None, "auto"):
             overrides["attention"] = self.attention
         if self.opset is not None:
             overrides["opset"] = self.opset

@@ -153,7 +153,17 @@ def export_spec(cfg: Any, subject: Any, graph_precision: str, engine_precision: 
 
     spec = cfg.export_spec(graph_precision)
     target = cfg.target_info
-    if not target.is_tensorrt or cfg.attention is not None:
+    if cfg.attention not in (None, "auto"):
+        return spec, None  # the user's explicit form
+    if not target.is_tensorrt:
+        from attn_export.export.form_choice import choose_attention_form
+
+        layer = cfg.resolved_layer if not cfg.is_checkpoint else "transformer"
+        mask = cfg.resolved_mask if not cfg.is_checkpoint else "padding"
+        form, reason = choose_attention_form(target, cfg.max_seq_len, mask, layer=layer)
+        if form != spec.attention:
+            spec = dataclasses.replace(spec, attention=form, opset=None)
+            return spec, f"{form} (--attention auto): {reason}"
         return spec, None
     from attn_export.export.trt_attention import trt_attention_form
 
@@ -175,13 +185,22 @@ def make_plan(cfg: Any, subject: Any) -> Plan:
     if why:
         plan.attention[spec.precision] = why
     fp32_spec, why32 = export_spec(cfg, subject, "fp32", "int8" if cfg.quantize else "fp32")
+    if cfg.quantize and fp32_spec.attention == "long-seq":
+        # Static Q/DQ cannot yet rewrite the long-seq graph's Loop/If subgraphs (onnx.checker refuses the
+        # result), so the int8 routes start from the target's decomposed form; model.onnx keeps long-seq.
+        import dataclasses
+
+        fp32_spec = dataclasses.replace(fp32_spec, attention=cfg.target_info.attention, opset=None, linear_gemm=None)
+        why32 = (f"{fp32_spec.attention} for the int8 routes' source graph: static Q/DQ cannot yet quantize the long-seq form's "
+                 "subgraphs (model.onnx keeps long-seq)")  # fmt: skip
     plan.fp32_spec = fp32_spec
     if why32:
-        plan.attention["fp32"] = why32
+        plan.attention["fp32" if spec.precision != "fp32" or fp32_spec == spec else "fp32 (int8 source)"] = why32
     fp32_source = base
-    if cfg.compresses and spec.precision != "fp32":
-        steps.append(Step("onnx-fp32", ExportStep("fp32", fp32_spec), "subject", "model.fp32.onnx"))
-        fp32_source = "onnx-fp32"
+    if cfg.compresses and fp32_spec != spec:
+        name = "onnx-fp32" if spec.precision != "fp32" else f"onnx-fp32-{fp32_spec.attention}"
+        steps.append(Step(name, ExportStep("fp32", fp32_spec), "subject", f"model.{name.removeprefix('onnx-')}.onnx"))
+        fp32_source = name
     source = fp32_source
     if cfg.low_rank is not None:
         low_rank = LowRank(rank_ratio=float(cfg.low_rank), method=cfg.low_rank_method, targets=cfg.resolved_low_rank_targets)

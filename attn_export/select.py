@@ -55,10 +55,12 @@ def select_route(candidates: list[Candidate], preference: tuple[str, ...], band:
     tied = [c for c in ok if c.p50_ms <= fastest.p50_ms * (1.0 + band)]
     rank = {route: i for i, route in enumerate(preference)}
     chosen = min(tied, key=lambda c: (rank.get(c.route, len(rank)), c.p50_ms))
-    if len(tied) > 1:
-        others = ", ".join(f"{c.stage} {c.p50_ms:.2f} ms" for c in tied if c is not chosen)
-        reason = (f"{chosen.stage} ({chosen.p50_ms:.2f} ms) is within {band:.0%} of the fastest ({others}); "
-                  f"the target prefers {' > '.join(preference)}")  # fmt: skip
+    if chosen is not fastest:
+        reason = (f"{chosen.stage} ({chosen.p50_ms:.2f} ms) is within {band:.0%} of the fastest, {fastest.stage} "
+                  f"({fastest.p50_ms:.2f} ms): equally fast within the timing noise, and the target prefers {' > '.join(preference)}")  # fmt: skip
     else:
         reason = f"{chosen.stage} is the fastest route meeting its tolerance ({chosen.p50_ms:.2f} ms)"
+        others = [c for c in tied if c is not chosen]
+        if others:
+            reason += f"; {', '.join(c.stage for c in others)} within {band:.0%}, and the target prefers {' > '.join(preference)}"
     return SelectionResult(chosen, reason, tried)

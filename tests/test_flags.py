@@ -44,6 +44,7 @@ TABLE: dict[str, tuple[object, dict[str, object], str]] = {
     "seed": (7, {}, "config:seed"),
     "opset": (20, {}, "plan"),
     "attention": ("ort-contrib", {}, "plan"),
+    "attention_impl": ("sdpa", {}, "config:attention_impl"),
     "precision": ("fp16", {}, "plan"),
     "out": (Path("elsewhere"), {}, "config:out"),
     "threads": (1, {}, "config:resolved_threads"),

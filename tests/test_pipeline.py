@@ -156,3 +156,16 @@ def test_ort_cuda_on_a_cpu_machine_names_its_stand_in(tmp_path):
     assert stage["details"]["label"] == "onnx-fp32 (validated on CPUExecutionProvider)"
     assert "CUDAExecutionProvider is not in this onnxruntime build" in stage["details"]["runtime"]["stand_in"]
     assert any(n.startswith("stand-in: ort-cuda artifacts were validated on ONNX Runtime's CPUExecutionProvider") for n in report["notes"])
+
+
+def test_attention_auto_picks_the_long_sequence_form_from_the_measured_threshold():
+    from attn_export.plan import make_plan
+
+    short = make_plan(PipelineConfig(), None)
+    assert short.steps[0].config.spec.attention == "decomposed" and not short.attention
+    long = make_plan(PipelineConfig(seq_len=1024, batch=1), None)
+    assert long.steps[0].config.spec.attention == "long-seq" and "--attention auto" in long.attention["fp32"]
+    linear = make_plan(PipelineConfig(seq_len=1024, layer="linear", mask="none"), None)
+    assert linear.steps[0].config.spec.attention == "decomposed"  # already O(L): nothing to win
+    explicit = make_plan(PipelineConfig(seq_len=1024, attention="decomposed"), None)
+    assert explicit.steps[0].config.spec.attention == "decomposed" and not explicit.attention

@@ -15,7 +15,7 @@ def test_routes_within_the_noise_band_pick_the_preferred_one_either_way_round():
     for static_ms, dynamic_ms in ((11.2, 11.5), (11.5, 11.2), (10.0, 10.49)):
         res = select_route([_c("static", static_ms), _c("dynamic", dynamic_ms)], ORT_CPU, band=0.05)
         assert res.chosen is not None and res.chosen.route == "dynamic", (static_ms, dynamic_ms)
-        assert "within 5%" in res.reason
+        assert "within 5%" in res.reason and "prefers dynamic > static" in res.reason
 
 
 def test_a_clearly_faster_route_wins_over_the_preference():

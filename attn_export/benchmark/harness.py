@@ -48,7 +48,7 @@ Progress = Callable[[str, int, int], None]  # (message, done, total)
 class BenchConfig:
     """The grid, the variants and how long to spend; ``BenchConfig.quick()`` fits in ~2 minutes."""
 
-    seqs: tuple[int, ...] = (128, 512, 1024, 2048, 4096)
+    seqs: tuple[int, ...] = (128, 512, 1024, 2048, 4096, 8192)
     batches: tuple[int, ...] = (1, 8)
     variants: tuple[str, ...] = DEFAULT_VARIANTS
     d_model: int = 512
@@ -62,8 +62,8 @@ class BenchConfig:
     point_budget_s: float = 10.0  # timed rounds per grid point, all variants together
     ceiling_size: int = 2048
     ceiling_budget_s: float = 1.0
-    max_gflop_per_run: float = 250.0  # skip grid points whose eager run would take too long
-    max_attention_gib: float = 3.0  # skip points whose B*H*L*L fp32 score tensors would not fit
+    max_gflop_per_run: float = 1000.0  # skip grid points whose eager run would take too long
+    max_attention_gib: float = 4.5  # skip quadratic-memory variants whose B*H*L*L fp32 score tensor would not fit
     workdir: Path | None = None
 
     def __post_init__(self) -> None:
@@ -121,20 +121,33 @@ def _accuracy(prepared: list[PreparedVariant], ctx: BenchContext) -> dict[str, d
     return out
 
 
-def _skip_reason(cfg: BenchConfig, batch: int, seq: int, flops: float) -> str | None:
+def _scores_skip(cfg: BenchConfig, batch: int, seq: int) -> str | None:
+    """Why a quadratic-memory variant cannot run at this point (its B*H*L*L scores), or None."""
     scores_gib = batch * cfg.heads * seq * seq * 4 / 2**30
     if scores_gib > cfg.max_attention_gib:
         return f"attention scores need {scores_gib:.1f} GiB per tensor > max_attention_gib {cfg.max_attention_gib}"
+    return None
+
+
+def _skip_reason(cfg: BenchConfig, batch: int, seq: int, flops: float) -> str | None:
     if flops / 1e9 > cfg.max_gflop_per_run:
         return f"{flops / 1e9:.0f} GFLOP per run > max_gflop_per_run {cfg.max_gflop_per_run}"
     return None
 
 
-def _run_point(cfg: BenchConfig, prepared: list[PreparedVariant], ctx: BenchContext, batch: int, seq: int) -> list[dict[str, Any]]:
+def _run_point(
+    cfg: BenchConfig, prepared: list[PreparedVariant], ctx: BenchContext, batch: int, seq: int, skipped: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    from attn_export.benchmark.variants import LINEAR_MEMORY_VARIANTS
+
     feed = _feed(ctx.layer, batch, seq, cfg.d_model, cfg.seed + 7)
     runners, rows = {}, {}
+    too_big = _scores_skip(cfg, batch, seq)
     for v in prepared:
         if not v.available:
+            continue
+        if too_big and v.name not in LINEAR_MEMORY_VARIANTS:
+            skipped.append({"batch": batch, "seq": seq, "variant": v.name, "reason": too_big})
             continue
         runner = v.make_runner()  # type: ignore[misc]
         try:
@@ -238,7 +251,7 @@ def run_bench(cfg: BenchConfig, progress: Progress | None = None) -> dict[str, A
                 if reason:
                     skipped.append({"batch": batch, "seq": seq, "reason": reason})
                 else:
-                    results.extend(_run_point(cfg, prepared, ctx, batch, seq))
+                    results.extend(_run_point(cfg, prepared, ctx, batch, seq, skipped))
                 step += 1
             say("measuring GEMM ceilings again (the best of both counts)", step, total)
             ceilings = ceilings.merged(measure_ceilings(threads, cfg.ceiling_size, cfg.ceiling_budget_s))

@@ -77,5 +77,6 @@ def markdown_tables(bench: Mapping[str, Any]) -> str:
     lines = [ceilings_line(bench), ""] + md(_RESULT_COLS, _result_rows(bench)) + [""]
     lines += md(("variant", "precision", "cosine", "SQNR dB", "size MiB", "status / notes"), _variant_rows(bench))
     for s in bench.get("skipped", []):
-        lines.append(f"\nskipped batch {s['batch']}, seq {s['seq']}: {s['reason']}")
+        who = f"{s['variant']} at " if s.get("variant") else ""
+        lines.append(f"\nskipped {who}batch {s['batch']}, seq {s['seq']}: {s['reason']}")
     return "\n".join(lines) + "\n"

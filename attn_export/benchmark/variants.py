@@ -30,11 +30,13 @@ LOW_RANK_TARGETS = ("q", "k", "v", "o", "ffn")
 # name -> (runtime, precision, description); the order is the table's order.
 VARIANTS: dict[str, tuple[str, str, str]] = {
     "eager-fp32": ("eager", "fp32", "PyTorch eager, explicit attention math (the reference)"),
+    "eager-sdpa": ("eager", "fp32", "PyTorch eager with F.scaled_dot_product_attention and the same mask (the long-sequence peer)"),
     "eager-int8-torchao": ("eager", "int8", "PyTorch eager, torchao int8 dynamic activations x int8 weights"),
     "compile-fp32": ("torch.compile", "fp32", "torch.compile(dynamic=True), inductor CPU"),
     "ort-fp32-decomposed": ("onnxruntime", "fp32", "ONNX Runtime CPU, MatMul/Softmax/MatMul attention"),
     "ort-fp32-onnx-attention": ("onnxruntime", "fp32", "ONNX Runtime CPU, ONNX Attention op (opset 23)"),
     "ort-fp32-ort-contrib": ("onnxruntime", "fp32", "ONNX Runtime CPU, com.microsoft.MultiHeadAttention"),
+    "ort-fp32-long-seq": ("onnxruntime", "fp32", "ONNX Runtime CPU, the long-seq form (flash kernels, O(L) memory)"),
     "ort-fp16": ("onnxruntime", "fp16", "ONNX Runtime CPU, fp16 weights with fp32 softmax/LayerNorm islands"),
     "ort-int8-dynamic": ("onnxruntime", "int8", "ONNX Runtime CPU, dynamic int8 (the pipeline's int8-dynamic stage)"),
     "ort-int8-static": ("onnxruntime", "int8", "ONNX Runtime CPU, static int8 Q/DQ, minmax calibration (int8-static)"),
@@ -44,6 +46,8 @@ VARIANTS: dict[str, tuple[str, str, str]] = {
 # torchao's CPU int8 runs slower than fp32 on x86 without VNNI-aware kernels (0.04-0.8x measured):
 # it is benchmarked only when named in --variants.
 DEFAULT_VARIANTS: tuple[str, ...] = tuple(v for v in VARIANTS if v != "eager-int8-torchao")
+# Variants whose attention memory grows as O(L): never skipped for the size of a score tensor.
+LINEAR_MEMORY_VARIANTS: frozenset[str] = frozenset({"eager-sdpa", "ort-fp32-long-seq"})
 QUICK_VARIANTS: tuple[str, ...] = DEFAULT_VARIANTS
 
 
@@ -105,7 +109,7 @@ def _steps_for(names: tuple[str, ...]) -> dict[str, list[Any]]:
     base = Step("fp32", ExportStep("fp32", ExportSpec()), "subject", "fp32_decomposed.onnx")
     low = Step("lowrank", LowRank(LOW_RANK_RATIO, "activation", LOW_RANK_TARGETS), "fp32", "lowrank_fp32.onnx")
     forms = {f"ort-fp32-{form}": Step(f"fp32-{form}", ExportStep("fp32", replace(ExportSpec(attention=form), opset=None)), "subject", f"fp32_{form}.onnx")
-             for form in ("onnx-attention", "ort-contrib")}  # fmt: skip
+             for form in ("onnx-attention", "ort-contrib", "long-seq")}  # fmt: skip
     table: dict[str, list[Any]] = {
         "ort-fp32-decomposed": [base],
         **{k: [v] for k, v in forms.items()},
@@ -138,6 +142,14 @@ def prepare_variants(names: tuple[str, ...], ctx: BenchContext, encoding: Any) -
         try:
             if name == "eager-fp32":
                 v.make_runner, v.flops_module = ctx.eager(ctx.layer, name), ctx.layer
+            elif name == "eager-sdpa":
+                import copy
+
+                from attn_export.layers.projections import set_attention_impl_
+
+                sdpa = copy.deepcopy(ctx.layer)
+                set_attention_impl_(sdpa, "sdpa")
+                v.make_runner, v.flops_module = ctx.eager(sdpa, name), ctx.layer
             elif name == "compile-fp32":
                 import torch
 

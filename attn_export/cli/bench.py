@@ -21,7 +21,7 @@ __all__ = ["register"]
 
 
 def bench(
-    quick: Annotated[bool, typer.Option("--quick", help="Small grid (L 128,512 x B 1,8), fewer repeats: under 3 minutes on 2 cores.")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="Small grid (L 128,512 x B 1,8) and fewer repeats (the time it took is printed at the end).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON on stdout (they are always written to OUT/bench.json).")] = False,
     out: Annotated[Path, typer.Option("--out", help="Output folder for bench.json, bench.md and seq_scaling.png.")] = Path("attn-export-bench"),
     seqs: Annotated[str | None, typer.Option("--seqs", help="Sequence lengths, e.g. 128,512,1024,2048,4096.")] = None,
@@ -66,7 +66,8 @@ def bench(
         out_console.print(results_table(result))
         out_console.print(variants_table(result))
         for s in result["skipped"]:
-            out_console.print(f"skipped batch {s['batch']}, seq {s['seq']}: {s['reason']}", highlight=False)
+            who = f"{s['variant']} at " if s.get("variant") else ""
+            out_console.print(f"skipped {who}batch {s['batch']}, seq {s['seq']}: {s['reason']}", highlight=False)
     out_console.print(f"wrote {target}, {out / 'bench.md'}, {out / 'seq_scaling.png'}", highlight=False)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import typer
 
 from attn_export.cli.options import (
+    AttentionImplOpt,
     AttentionOpt,
     BatchOpt,
     BuildEngineOpt,
@@ -126,6 +127,7 @@ def register(app: typer.Typer) -> None:
         seed: SeedOpt = 0,
         opset: OpsetOpt = None,
         attention: AttentionOpt = None,
+        attention_impl: AttentionImplOpt = "math",
         precision: PrecisionOpt = "fp32",
         out: OutOpt = Path("attn-export-out"),
         threads: ThreadsOpt = None,

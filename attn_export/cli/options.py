@@ -82,7 +82,13 @@ OpsetOpt = Annotated[
 ]
 AttentionOpt = Annotated[
     Optional[str],
-    typer.Option("--attention", help="Attention form: decomposed|onnx-attention|ort-contrib.", show_default="the target's (decomposed for ort-cpu)", rich_help_panel=_EXPORT),
+    typer.Option(
+        "--attention", help="Attention form: auto|decomposed|onnx-attention|ort-contrib|long-seq (auto: long-seq on ort-cpu from 512 tokens, TensorRT's fused form where it has a kernel).",
+        show_default="auto", rich_help_panel=_EXPORT,
+    ),
+]
+AttentionImplOpt = Annotated[
+    str, typer.Option("--attention-impl", help="Eager reference attention: math (explicit, the ground truth) | sdpa (PyTorch's fused kernel).", rich_help_panel=_EXPORT)
 ]
 PrecisionOpt = Annotated[str, typer.Option("--precision", help="Export precision: fp32|fp16.", rich_help_panel=_EXPORT)]
 OutOpt = Annotated[Path, typer.Option("--out", help="Output directory.", rich_help_panel=_OUTPUT)]

@@ -236,7 +236,8 @@ def _int8_dynamic(config: Int8Dynamic, ctx: BuildContext, source: Artifact, name
     path = ctx.out / filename
     with tempfile.TemporaryDirectory(prefix="attn_export_dyn_") as tmp:
         unfused = Path(tmp) / "unfused.onnx"
-        ctx.subject.export(source.module, unfused, replace(ctx.fp32_spec, fuse_qkv=False, precision="fp32"))
+        # ONNX Runtime's dynamic quantizer quantizes MatMul, not the Gemm the long-seq form writes for Linears
+        ctx.subject.export(source.module, unfused, replace(ctx.fp32_spec, fuse_qkv=False, precision="fp32", linear_gemm=False))
         result = quantize_dynamic_onnx(unfused, path, per_channel=config.per_channel, reduce_range=config.reduce_range)
     details = {"route": "dynamic", "quantization": result.to_dict()}
     if source.onnx_fp32 is not None:

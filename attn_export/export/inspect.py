@@ -15,7 +15,9 @@ import onnx_ir as ir
 __all__ = ["FUSED_ATTENTION_OPS", "GraphSummary", "Island", "summarize_graph"]
 
 # (domain, op_type) of single-node attention kernels the toolkit emits.
-FUSED_ATTENTION_OPS: frozenset[tuple[str, str]] = frozenset({("", "Attention"), ("com.microsoft", "MultiHeadAttention")})
+FUSED_ATTENTION_OPS: frozenset[tuple[str, str]] = frozenset(
+    {("", "Attention"), ("com.microsoft", "MultiHeadAttention"), ("com.microsoft", "GroupQueryAttention")}
+)
 _ISLAND_OPS = ("Softmax", "LayerNormalization")
 
 

@@ -62,6 +62,10 @@ class EncoderSubject(Subject):
         self.cfg = cfg
         self.path = resolve_checkpoint(cfg.checkpoint)
         self.encoder = load_bert_checkpoint(self.path)
+        if cfg.attention_impl != "math":
+            from attn_export.layers.projections import set_attention_impl_
+
+            set_attention_impl_(self.encoder, cfg.attention_impl)
         conf = self.encoder.config
         self.index = parse_layers(cfg.resolved_layers, len(self.encoder.layers))
         positions = conf.max_position_embeddings

@@ -65,6 +65,10 @@ class LayerSubject(Subject):
             build_layer(cfg.resolved_layer, cfg.resolved_d_model, cfg.resolved_heads, mask=cfg.resolved_mask, seed=cfg.seed),
             cfg.resolved_mask,
         )
+        if cfg.attention_impl != "math":
+            from attn_export.layers.projections import set_attention_impl_
+
+            set_attention_impl_(self._layer, cfg.attention_impl)
         self.data = None
         if cfg.compresses:
             from attn_export.compress import default_calibration_path, load_calibration
