@@ -49,9 +49,12 @@ def bench(
         if val is not None:
             overrides[key] = val
     cfg = BenchConfig.quick(**overrides) if quick else BenchConfig(**overrides)
+    import time
+
     from attn_export.paths import check_output_dir
 
     check_output_dir(out, "--out")
+    started = time.perf_counter()
     with progress_bar(not (quiet or as_json), "bench") as cb:
         result = run_bench(cfg, progress=cb)
     out.mkdir(parents=True, exist_ok=True)
@@ -68,7 +71,7 @@ def bench(
         for s in result["skipped"]:
             who = f"{s['variant']} at " if s.get("variant") else ""
             out_console.print(f"skipped {who}batch {s['batch']}, seq {s['seq']}: {s['reason']}", highlight=False)
-    out_console.print(f"wrote {target}, {out / 'bench.md'}, {out / 'seq_scaling.png'}", highlight=False)
+    out_console.print(f"wrote {target}, {out / 'bench.md'}, {out / 'seq_scaling.png'} ({time.perf_counter() - started:.0f} s)", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
