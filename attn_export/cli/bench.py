@@ -21,15 +21,15 @@ __all__ = ["register"]
 
 
 def bench(
-    quick: Annotated[bool, typer.Option("--quick", help="Small grid (L 128,512 x B 1,8) and fewer repeats (the time it took is printed at the end).")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON on stdout (they are always written to OUT/bench.json).")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="Small grid (L 128,512 x B 1,8) and fewer repeats (the time it took is printed at the end).", show_default="off")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON on stdout (they are always written to OUT/bench.json).", show_default="off")] = False,
     out: Annotated[Path, typer.Option("--out", help="Output folder for bench.json, bench.md and seq_scaling.png.")] = Path("attn-export-bench"),
-    seqs: Annotated[str | None, typer.Option("--seqs", help="Sequence lengths, e.g. 128,512,1024,2048,4096.")] = None,
-    batches: Annotated[str | None, typer.Option("--batches", help="Batch sizes, e.g. 1,8.")] = None,
+    seqs: Annotated[str | None, typer.Option("--seqs", help="Sequence lengths, e.g. 128,512,1024,2048,4096.", show_default="off")] = None,
+    batches: Annotated[str | None, typer.Option("--batches", help="Batch sizes, e.g. 1,8.", show_default="off")] = None,
     variants: Annotated[str | None, typer.Option("--variants", help="Comma-separated variants; eager-int8-torchao only when named.", show_default="all but torchao")] = None,
     d_model: Annotated[int, typer.Option("--d-model", help="Model width of the default TransformerLayer.")] = 512,
     heads: Annotated[int, typer.Option("--heads", help="Attention heads.")] = 8,
-    ceiling_size: Annotated[int | None, typer.Option("--ceiling-size", help="N of the NxN GEMMs that measure the ceilings (default 2048, quick 1024).")] = None,
+    ceiling_size: Annotated[int | None, typer.Option("--ceiling-size", help="N of the NxN GEMMs that measure the ceilings (default 2048, quick 1024).", show_default="off")] = None,
     threads: ThreadsFlag = None,
     quiet: QuietFlag = False,
 ) -> None:

@@ -34,7 +34,7 @@ def generate(
     decay: Annotated[float, typer.Option(help="Covariance spectrum exponent: eigenvalue k ~ k^-decay.")] = 1.0,
     outliers: Annotated[int, typer.Option(help="Outlier channels with large gain and offset.")] = 4,
     dtype: Annotated[str, typer.Option(help="Storage dtype: float16 (half the size) or float32.")] = "float16",
-    overwrite: Annotated[bool, typer.Option(help="Replace an existing file.")] = False,
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing file.", show_default="off")] = False,
 ) -> None:
     """Write a synthetic set of LayerNorm-ed hidden states with padding masks (recipe: attn_export/data/calibration/README.md)."""
     from attn_export.compress.calib_data import generate_calibration, load_calibration
@@ -52,7 +52,7 @@ def generate(
 @calib_app.command("check")
 def check(
     path: Annotated[Path, typer.Argument(help="Calibration file or directory to check.")],
-    d_model: Annotated[int | None, typer.Option(help="Expected feature size (the layer's d_model).")] = None,
+    d_model: Annotated[int | None, typer.Option(help="Expected feature size (the layer's d_model).", show_default="off")] = None,
     max_bytes: Annotated[int, typer.Option(help="Refuse files larger than this.")] = DEFAULT_MAX_BYTES,
 ) -> None:
     """Load a calibration set with all checks (shape, dtype, NaN/Inf, masks, disjoint splits)."""

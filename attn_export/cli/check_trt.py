@@ -68,12 +68,12 @@ def engine_spec_from_options(
 def check_trt(
     model: Path = typer.Argument(..., help="ONNX model to check."),
     trt: str = typer.Option("10.3", "--trt", help="TensorRT version to check against (10.3 = JetPack 6, 10.14+, 11)."),
-    min_shape: Optional[str] = typer.Option(None, "--min-shape", help="Profile min BATCHxSEQ, e.g. 1x16."),
-    opt_shape: Optional[str] = typer.Option(None, "--opt-shape", help="Profile opt BATCHxSEQ, e.g. 8x128."),
-    max_shape: Optional[str] = typer.Option(None, "--max-shape", help="Profile max BATCHxSEQ, e.g. 32x512."),
-    precision: Optional[str] = typer.Option(None, "--precision", help="Engine precision fp32|fp16|int8 (default: from the graph)."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the findings as JSON."),
-    errors_only: bool = typer.Option(False, "--errors-only", help="Print errors only."),
+    min_shape: Optional[str] = typer.Option(None, "--min-shape", help="Profile min BATCHxSEQ, e.g. 1x16.", show_default="off"),
+    opt_shape: Optional[str] = typer.Option(None, "--opt-shape", help="Profile opt BATCHxSEQ, e.g. 8x128.", show_default="off"),
+    max_shape: Optional[str] = typer.Option(None, "--max-shape", help="Profile max BATCHxSEQ, e.g. 32x512.", show_default="off"),
+    precision: Optional[str] = typer.Option(None, "--precision", help="Engine precision fp32|fp16|int8 (default: from the graph).", show_default="off"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the findings as JSON.", show_default="off"),
+    errors_only: bool = typer.Option(False, "--errors-only", help="Print errors only.", show_default="off"),
 ) -> None:
     """Check an ONNX model against what TensorRT's parser and builder accept (no GPU needed)."""
     from attn_export.export.trt_compat import check_trt_compat, report_dict

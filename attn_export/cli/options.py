@@ -78,7 +78,7 @@ BatchOpt = Annotated[int, typer.Option("--batch", help="Batch size of the latenc
 MaskOpt = Annotated[Optional[str], typer.Option("--mask", help="Mask kind: none|padding|causal|window.", show_default="padding", rich_help_panel=_MODEL)]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for weights and inputs (same seed, same weights).", rich_help_panel=_MODEL)]
 OpsetOpt = Annotated[
-    Optional[int], typer.Option("--opset", help="ONNX opset (default: 18, or 23 for onnx-attention).", rich_help_panel=_EXPORT)
+    Optional[int], typer.Option("--opset", help="ONNX opset (default: 18, or 23 for onnx-attention).", show_default="off", rich_help_panel=_EXPORT)
 ]
 AttentionOpt = Annotated[
     Optional[str],
@@ -93,57 +93,57 @@ AttentionImplOpt = Annotated[
 PrecisionOpt = Annotated[str, typer.Option("--precision", help="Export precision: fp32|fp16.", rich_help_panel=_EXPORT)]
 OutOpt = Annotated[Path, typer.Option("--out", help="Output directory.", rich_help_panel=_OUTPUT)]
 ThreadsOpt = Annotated[
-    Optional[int], typer.Option("--threads", help="Threads for eager and ONNX Runtime (default: all cores).", rich_help_panel=_COMPARE)
+    Optional[int], typer.Option("--threads", help="Threads for eager and ONNX Runtime (default: all cores).", show_default="off", rich_help_panel=_COMPARE)
 ]
 WarmupOpt = Annotated[int, typer.Option("--warmup", help="Untimed warm-up runs per variant.", rich_help_panel=_COMPARE)]
 RepeatsOpt = Annotated[int, typer.Option("--repeats", help="Timed runs per variant.", rich_help_panel=_COMPARE)]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.", rich_help_panel=_OUTPUT)]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout instead of a table.", rich_help_panel=_OUTPUT)]
-ProgressOpt = Annotated[bool, typer.Option("--progress", help="Progress lines on stderr even when it is not a terminal (CI logs).", rich_help_panel=_OUTPUT)]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.", show_default="off", rich_help_panel=_OUTPUT)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout instead of a table.", show_default="off", rich_help_panel=_OUTPUT)]
+ProgressOpt = Annotated[bool, typer.Option("--progress", help="Progress lines on stderr even when it is not a terminal (CI logs).", show_default="off", rich_help_panel=_OUTPUT)]
 
 _COMPRESS = "Compression options"
 _DEPLOY = "Deployment options"
 
 LowRankOpt = Annotated[
     Optional[float],
-    typer.Option("--low-rank", metavar="[RATIO]", help="Low-rank factorize Q/K/V/O keeping RATIO of their parameters (alone: 0.5).", rich_help_panel=_COMPRESS),
+    typer.Option("--low-rank", metavar="[RATIO]", help="Low-rank factorize Q/K/V/O keeping RATIO of their parameters (alone: 0.5).", show_default="off", rich_help_panel=_COMPRESS),
 ]
 LowRankMethodOpt = Annotated[str, typer.Option("--low-rank-method", help="activation (whitened, SVD-LLM/ASVD) | svd (plain).", rich_help_panel=_COMPRESS)]
 LowRankTargetsOpt = Annotated[Optional[str], typer.Option("--low-rank-targets", help="Comma list of q,k,v,o,ffn.", show_default="q,k,v,o for a layer; q,k for --checkpoint", rich_help_panel=_COMPRESS)]
 DistillOpt = Annotated[
     Optional[int],
-    typer.Option("--distill", metavar="[STEPS]", help="Distil the low-rank student from the original layer (alone: 200 steps).", rich_help_panel=_COMPRESS),
+    typer.Option("--distill", metavar="[STEPS]", help="Distil the low-rank student from the original (alone: 200 steps).", show_default="off", rich_help_panel=_COMPRESS),
 ]
-QuantizeOpt = Annotated[Optional[str], typer.Option("--quantize", help="int8: quantize and pick the fastest route meeting the int8 tolerance.", rich_help_panel=_COMPRESS)]
+QuantizeOpt = Annotated[Optional[str], typer.Option("--quantize", help="int8: quantize and pick the fastest route meeting the int8 tolerance.", show_default="off", rich_help_panel=_COMPRESS)]
 Int8ModeOpt = Annotated[str, typer.Option("--int8-mode", help="auto (every route the target can deploy) | static (Q/DQ) | dynamic (ORT CPU) | torchao (eager).", rich_help_panel=_COMPRESS)]
 Int8EncodingOpt = Annotated[
     str,
     typer.Option("--int8-encoding", help="ONNX Runtime CPU int8 weights: auto (reduce-range where this CPU's U8S8 GEMM saturates, i.e. x86 without VNNI) | full-range | reduce-range (7-bit, safe on every CPU).", rich_help_panel=_COMPRESS),
 ]
-WithTorchaoOpt = Annotated[bool, typer.Option("--with-torchao", help="Also time torchao's eager int8 (skipped by default where it is slower than fp32 on this CPU).", rich_help_panel=_COMPRESS)]
+WithTorchaoOpt = Annotated[bool, typer.Option("--with-torchao", help="Also time torchao's eager int8 (skipped by default where it is slower than fp32 on this CPU).", show_default="off", rich_help_panel=_COMPRESS)]
 CalibOpt = Annotated[Optional[Path], typer.Option("--calib", help="Calibration data: activations (.npz/.npy/.safetensors) for a layer, a .txt file (one text per line) for a checkpoint.", show_default="the shipped set", rich_help_panel=_COMPRESS)]
 CalibMethodOpt = Annotated[Optional[str], typer.Option("--calib-method", help="Static int8 calibration: minmax | percentile | entropy.", show_default="minmax for a layer; percentile for --checkpoint", rich_help_panel=_COMPRESS)]
-SmoothQuantOpt = Annotated[Optional[float], typer.Option("--smoothquant", metavar="ALPHA", help="SmoothQuant alpha for activation outliers (static int8).", rich_help_panel=_COMPRESS)]
+SmoothQuantOpt = Annotated[Optional[float], typer.Option("--smoothquant", metavar="ALPHA", help="SmoothQuant alpha for activation outliers (static int8).", show_default="off", rich_help_panel=_COMPRESS)]
 
 TargetOpt = Annotated[str, typer.Option("--target", help="ort-cpu | ort-cuda | tensorrt | jetson (fixes opset, attention form, precision).", rich_help_panel=_DEPLOY)]
 TrtVersionOpt = Annotated[Optional[str], typer.Option("--trt-version", help="TensorRT version to check against.", show_default="the target's", rich_help_panel=_DEPLOY)]
-MinShapeOpt = Annotated[Optional[str], typer.Option("--min-shape", help="Engine profile min BATCHxSEQ (default 1x1).", rich_help_panel=_DEPLOY)]
-OptShapeOpt = Annotated[Optional[str], typer.Option("--opt-shape", help="Engine profile opt BATCHxSEQ (default --batch x --seq-len).", rich_help_panel=_DEPLOY)]
-MaxShapeOpt = Annotated[Optional[str], typer.Option("--max-shape", help="Engine profile max BATCHxSEQ (default 4x the opt shape).", rich_help_panel=_DEPLOY)]
-WorkspaceOpt = Annotated[Optional[str], typer.Option("--workspace", help="TensorRT workspace limit, e.g. 4G.", rich_help_panel=_DEPLOY)]
-TimingCacheOpt = Annotated[Optional[str], typer.Option("--timing-cache", help="Timing-cache file reused across builds.", rich_help_panel=_DEPLOY)]
+MinShapeOpt = Annotated[Optional[str], typer.Option("--min-shape", help="Engine profile min BATCHxSEQ (default 1x1).", show_default="off", rich_help_panel=_DEPLOY)]
+OptShapeOpt = Annotated[Optional[str], typer.Option("--opt-shape", help="Engine profile opt BATCHxSEQ (default --batch x --seq-len).", show_default="off", rich_help_panel=_DEPLOY)]
+MaxShapeOpt = Annotated[Optional[str], typer.Option("--max-shape", help="Engine profile max BATCHxSEQ (default 4x the opt shape).", show_default="off", rich_help_panel=_DEPLOY)]
+WorkspaceOpt = Annotated[Optional[str], typer.Option("--workspace", help="TensorRT workspace limit, e.g. 4G.", show_default="off", rich_help_panel=_DEPLOY)]
+TimingCacheOpt = Annotated[Optional[str], typer.Option("--timing-cache", help="Timing-cache file reused across builds.", show_default="off", rich_help_panel=_DEPLOY)]
 HwCompatOpt = Annotated[str, typer.Option("--hardware-compatibility", help="none | ampere+ | same-compute-capability.", rich_help_panel=_DEPLOY)]
-VersionCompatOpt = Annotated[bool, typer.Option("--version-compatible", help="Build a version-compatible engine.", rich_help_panel=_DEPLOY)]
+VersionCompatOpt = Annotated[bool, typer.Option("--version-compatible", help="Build a version-compatible engine.", show_default="off", rich_help_panel=_DEPLOY)]
 OptLevelOpt = Annotated[int, typer.Option("--builder-optimization-level", help="TensorRT builder optimization level 0-5.", rich_help_panel=_DEPLOY)]
-DlaCoreOpt = Annotated[Optional[int], typer.Option("--dla-core", help="DLA core (attention falls back to the GPU; static shapes).", rich_help_panel=_DEPLOY)]
-BuildEngineOpt = Annotated[bool, typer.Option("--build-engine", help="Build and validate a TensorRT engine (needs TensorRT and a GPU).", rich_help_panel=_DEPLOY)]
-BundleOpt = Annotated[Optional[Path], typer.Option("--bundle", help="Write a Jetson bundle (model, build_engine.sh, validate_on_device.py) to DIR.", rich_help_panel=_DEPLOY)]
-TritonOpt = Annotated[Optional[Path], typer.Option("--triton", help="Write a Triton model repository to DIR.", rich_help_panel=_DEPLOY)]
+DlaCoreOpt = Annotated[Optional[int], typer.Option("--dla-core", help="DLA core (attention falls back to the GPU; static shapes).", show_default="off", rich_help_panel=_DEPLOY)]
+BuildEngineOpt = Annotated[bool, typer.Option("--build-engine", help="Build and validate a TensorRT engine (needs TensorRT and a GPU).", show_default="off", rich_help_panel=_DEPLOY)]
+BundleOpt = Annotated[Optional[Path], typer.Option("--bundle", help="Write a Jetson bundle (model, build_engine.sh, validate_on_device.py) to DIR.", show_default="off", rich_help_panel=_DEPLOY)]
+TritonOpt = Annotated[Optional[Path], typer.Option("--triton", help="Write a Triton model repository to DIR.", show_default="off", rich_help_panel=_DEPLOY)]
 
 _CHECKPOINT = "Checkpoint options"
 CheckpointMainOpt = Annotated[
     Optional[str],
-    typer.Option("--checkpoint", help="BERT-family checkpoint dir (config.json, model.safetensors, tokenizer.json) or 'minilm'.", rich_help_panel=_CHECKPOINT),
+    typer.Option("--checkpoint", help="BERT-family checkpoint dir (config.json, model.safetensors, tokenizer.json) or 'minilm'.", show_default="off (a reference layer)", rich_help_panel=_CHECKPOINT),
 ]
 LayersMainOpt = Annotated[Optional[str], typer.Option("--layers", help="With --checkpoint: 'all' (the whole encoder) or a layer index N.", show_default="all", rich_help_panel=_CHECKPOINT)]
 MaxLenOpt = Annotated[Optional[int], typer.Option("--max-len", help="With --checkpoint: token limit of the corpus texts.", show_default="64", rich_help_panel=_CHECKPOINT)]

@@ -24,9 +24,9 @@ __all__ = ["register"]
 
 
 def sweep(
-    quick: Annotated[bool, typer.Option("--quick", help="Small grid: low-rank 1,0.5 x distill 0,40 x int8 none,dynamic,static(minmax) x fp32,fp16.")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="Small grid: low-rank 1,0.5 x distill 0,40 x int8 none,dynamic,static(minmax) x fp32,fp16.", show_default="off")] = False,
     out: Annotated[Path, typer.Option("--out", help="Output folder for sweep.json, pareto.md and pareto.png.")] = Path("attn-export-sweep"),
-    checkpoint: Annotated[str | None, typer.Option("--checkpoint", help="Sweep a checkpoint (DIR or minilm) instead of the reference layer.")] = None,
+    checkpoint: Annotated[str | None, typer.Option("--checkpoint", help="Sweep a checkpoint (DIR or minilm) instead of the reference layer.", show_default="off")] = None,
     layers: Annotated[str | None, typer.Option("--layers", help="With --checkpoint: all, or a layer index N.", show_default="all")] = None,
     max_texts: Annotated[int | None, typer.Option("--max-texts", help="With --checkpoint: texts per corpus split.", show_default="320")] = None,
     low_rank: Annotated[str | None, typer.Option("--low-rank", help="Low-rank ratios to try, 1 = none.", show_default="1,0.75,0.5,0.25")] = None,
