@@ -111,7 +111,7 @@ def test_pipeline_on_one_layer_writes_the_encoder_metrics(tmp_path):
     """``--layers 5``: the layer is exported and compressed alone, judged inside the encoder (one pipeline)."""
     cfg = RunConfig(
         checkpoint="minilm", layers="5", quantize="int8", int8_mode="dynamic", low_rank=0.5, distill=10, out=tmp_path,
-        seq_len=32, batch=2, warmup=0, repeats=1, threads=2, max_texts=96,
+        seq_len=32, batch=2, warmup=0, repeats=1, threads=2, max_texts=32,
     )  # fmt: skip
     report = run(cfg).report
     data = json.loads((tmp_path / "report.json").read_text())
@@ -145,7 +145,7 @@ def test_sweep_over_a_checkpoint(tmp_path):
     from attn_export.sweep import SweepConfig, run_sweep
 
     cfg = SweepConfig(checkpoint="minilm", rank_ratios=(1.0,), distill_steps=(0,), int8_modes=("none", "dynamic"), calib_methods=("minmax",),
-                      precisions=("fp32",), batch=2, seq_len=16, threads=2, repeats=2, warmup=1, max_texts=64)  # fmt: skip
+                      precisions=("fp32",), batch=2, seq_len=16, threads=2, repeats=2, warmup=1, max_texts=32)  # fmt: skip
     result = run_sweep(cfg, workdir=tmp_path)
     keys = [p["key"] for p in result["points"]]
     assert keys == ["full-fp32", "full-dynamic"] and result["subject"]["name"] == "minilm"
