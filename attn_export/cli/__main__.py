@@ -2,6 +2,6 @@
 
 import sys
 
-from attn_export.cli.app import main
+from attn_export.cli import main  # light: the package defers every import to main()
 
 sys.exit(main())

@@ -39,6 +39,7 @@ from attn_export.cli.options import (
     LowRankTargetsOpt,
     MaskOpt,
     MaxLenOpt,
+    MaxMemoryOpt,
     MaxShapeOpt,
     MinShapeOpt,
     OpsetOpt,
@@ -75,10 +76,12 @@ ENGINE_OPTIONS = ("min_shape", "opt_shape", "max_shape", "workspace", "timing_ca
 
 def config_from_options(options: dict[str, Any]) -> Any:
     """The ``RunConfig`` for the main command's parsed options (validated on construction)."""
+    from attn_export.cli._common import parse_bytes
     from attn_export.cli.check_trt import engine_spec_from_options
     from attn_export.config import RunConfig
 
     opts = {k: v for k, v in options.items() if k not in OUTPUT_ONLY}
+    opts["max_memory"] = parse_bytes(opts.get("max_memory"), "--max-memory")
     engine_args = {k: opts.pop(k) for k in ENGINE_OPTIONS}
     engine = engine_spec_from_options(
         precision="int8" if opts.get("quantize") else opts.get("precision", "fp32"),
@@ -132,6 +135,7 @@ def register(app: typer.Typer) -> None:
         quiet: QuietOpt = False,
         as_json: JsonOpt = False,
         progress: ProgressOpt = False,
+        max_memory: MaxMemoryOpt = None,
         low_rank: LowRankOpt = None,
         low_rank_method: LowRankMethodOpt = "activation",
         low_rank_targets: LowRankTargetsOpt = None,
