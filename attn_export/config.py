@@ -294,7 +294,7 @@ class RunConfig:
         high side: refusing a run that would fit wastes a flag, starting one that cannot
         fit wastes the machine.
         """
-        b, l = self.batch, self.seq_len
+        b, seq = self.batch, self.seq_len
         artifacts = 1 + (self.precision == "fp16") + 2 * (self.quantize is not None) + 2 * (self.low_rank is not None)
         if self.is_checkpoint:
             from attn_export.checkpoint.loader import encoder_parameter_count
@@ -302,20 +302,20 @@ class RunConfig:
             conf = self._checkpoint_config()
             d, h, ffn = conf.hidden_size, conf.num_attention_heads, conf.intermediate_size
             params = encoder_parameter_count(conf)
-            scores = b * h * l * l * 4 * 3  # (B, H, L, L): scores, mask added, softmax
+            scores = b * h * seq * seq * 4 * 3  # (B, H, L, L): scores, mask added, softmax
         else:
             d, h, ffn = self.resolved_d_model, self.resolved_heads, 4 * self.resolved_d_model
             params = 4 * d * d + (2 * d * ffn if self.resolved_layer == "transformer" else 0)
             layer = self.resolved_layer
             if layer == "linear":  # (B, H, L, Dh, Dh) running sums when causal, (B, H, Dh, Dh) otherwise
-                scores = b * d * (d // h) * 4 * (l if self.resolved_mask == "causal" else 1) * 2
+                scores = b * d * (d // h) * 4 * (seq if self.resolved_mask == "causal" else 1) * 2
             elif layer == "block-sparse":  # (B * L/bs, H, bs, bs) with bs = 32
-                scores = b * h * l * min(l, 32) * 4 * 3
+                scores = b * h * seq * min(seq, 32) * 4 * 3
             else:
-                scores = b * h * l * l * 4 * 3
+                scores = b * h * seq * seq * 4 * 3
         copies = 3 + artifacts
-        activations = b * l * (8 * d + ffn) * 4  # x, q/k/v, context, output, residual/norm (D each) + FFN hidden
-        data = 3 * self.validation_batches * b * l * d * 4
+        activations = b * seq * (8 * d + ffn) * 4  # x, q/k/v, context, output, residual/norm (D each) + FFN hidden
+        data = 3 * self.validation_batches * b * seq * d * 4
         return MemoryEstimate(params * 4 * copies, (activations + scores) * (1 + artifacts), data, _RUNTIME_OVERHEAD)
 
     # -- resolved values ----------------------------------------------------------------

@@ -34,6 +34,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 import sys
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
@@ -111,6 +112,10 @@ class RunDir:
         self._moved: list[str] = []  # relative paths moved into PREVIOUS_NAME
         self._before: dict[str, _Stat] = {}
         self._before_dirs: set[str] = set()
+        self._touched: set[str] = set()
+        self._inside_before: dict[str, _Stat] = {}
+        self._snapshot: bool | None = None  # set once the folder's files before the run are known
+        self._manifest_written = False
         self._hashes: dict[tuple[str, _Stat], str] = {}
 
     # -- the lock --------------------------------------------------------------------------
@@ -186,23 +191,41 @@ class RunDir:
         self._fd = None
 
     # -- files -----------------------------------------------------------------------------
-    def _walk(self) -> dict[str, _Stat]:
-        """Every regular file under --out (relative POSIX path -> stat), but the lock and the aside folder."""
+    def _top(self) -> dict[str, _Stat]:
+        """The entries directly in --out (name -> stat; folders with size -1), but the lock and the aside folder.
+
+        Only the top level is listed: --out may be a large existing folder, and a run writes its
+        files there; folders are walked only where the run wrote (``_walk``)."""
+        entries: dict[str, _Stat] = {}
+        try:
+            names = os.listdir(self.out)
+        except OSError:
+            return entries
+        for name in names:
+            if name in (LOCK_NAME, PREVIOUS_NAME):
+                continue
+            try:
+                st = os.lstat(self.out / name)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                entries[name] = (st.st_ino, st.st_mtime_ns, st.st_size)
+            elif stat.S_ISDIR(st.st_mode):
+                entries[name] = (st.st_ino, 0, -1)
+        return entries
+
+    def _walk(self, folder: str) -> dict[str, _Stat]:
+        """Every regular file under ``OUT/folder`` (relative POSIX path -> stat)."""
         files: dict[str, _Stat] = {}
-        for root, dirs, names in os.walk(self.out):
-            rel_root = Path(root).relative_to(self.out)
-            if rel_root == Path("."):
-                dirs[:] = [d for d in dirs if d != PREVIOUS_NAME]
+        for root, _dirs, names in os.walk(self.out / folder):
             for name in names:
-                rel = (rel_root / name).as_posix()
-                if rel == LOCK_NAME:
-                    continue
+                path = Path(root) / name
                 try:
-                    st = os.lstat(Path(root) / name)
+                    st = os.lstat(path)
                 except OSError:
                     continue
-                if not os.path.islink(Path(root) / name):
-                    files[rel] = (st.st_ino, st.st_mtime_ns, st.st_size)
+                if stat.S_ISREG(st.st_mode):
+                    files[path.relative_to(self.out).as_posix()] = (st.st_ino, st.st_mtime_ns, st.st_size)
         return files
 
     def _earlier(self) -> list[str]:
@@ -215,14 +238,15 @@ class RunDir:
                 return sorted({*names, MANIFEST_NAME})
         elif not report.is_file():
             return []  # not a folder an attn-export run wrote: leave it alone
-        present = self._walk()
-        return sorted(n for n in present if "/" not in n and any(fnmatch.fnmatch(n, p) for p in ARTIFACT_PATTERNS))
+        present = self._top()
+        return sorted(n for n, st in present.items() if st[2] >= 0 and any(fnmatch.fnmatch(n, p) for p in ARTIFACT_PATTERNS))
 
     def _move_aside(self) -> None:
+        earlier = self._earlier()  # may refuse the folder: before anything is moved
         aside = self.out / PREVIOUS_NAME
         if aside.exists():  # left by a run that was killed: superseded by what is in --out now
             shutil.rmtree(aside, ignore_errors=True)
-        for rel in self._earlier():
+        for rel in earlier:
             src = self.out / rel
             if not src.is_file() or src.is_symlink():
                 continue
@@ -243,7 +267,14 @@ class RunDir:
 
     def _ours(self) -> dict[str, _Stat]:
         """Files written (created or replaced) since the claim."""
-        return {rel: st for rel, st in self._walk().items() if self._before.get(rel) != st}
+        ours: dict[str, _Stat] = {}
+        for name, st in self._top().items():
+            if st[2] >= 0:
+                if self._before.get(name) != st:
+                    ours[name] = st
+            elif self._before.get(name) != st or name in self._touched:  # a folder the run made, or wrote into
+                ours.update({rel: fst for rel, fst in self._walk(name).items() if self._inside_before.get(rel) != fst})
+        return ours
 
     def _hash(self, path: Path) -> str | None:
         try:
@@ -262,9 +293,13 @@ class RunDir:
         try:
             self._move_aside()
             self._write_manifest({"status": "running"})
-            self._before = self._walk()
-            self._before.pop(MANIFEST_NAME, None)
-            self._before_dirs = self._dirs()
+            self._manifest_written = True
+            before = self._top()
+            before.pop(MANIFEST_NAME, None)
+            self._touched = {rel.split("/", 1)[0] for rel in self._moved if "/" in rel}  # folders an earlier run wrote into
+            self._inside_before = {rel: st for name in self._touched for rel, st in self._walk(name).items()}
+            self._before_dirs = {rel for name in self._touched for rel in self._subdirs(name)}
+            self._before, self._snapshot = before, True
         except BaseException:
             self.abort()
             raise
@@ -283,6 +318,10 @@ class RunDir:
                                       "files": {p.relative_to(folder).as_posix(): {"sha256": self._hash(p), "size_bytes": p.stat().st_size} for p in files}}  # fmt: skip
             path = self._write_manifest({"status": "complete", "finished": _now(), "artifacts": artifacts, "deployed": deployed})
             shutil.rmtree(self.out / PREVIOUS_NAME, ignore_errors=True)
+            for rel in self._moved:  # folders the earlier run's files left empty
+                for parent in list(PurePosixPath(rel).parents)[:-1]:
+                    with contextlib.suppress(OSError):
+                        (self.out / parent).rmdir()
             return path
         finally:
             self._unlock()
@@ -292,12 +331,14 @@ class RunDir:
         if self._fd is None:
             return
         try:
-            for rel in self._ours():
+            if self._snapshot is not None:  # only files that appeared or changed since the claim are ours
+                for rel in self._ours():
+                    with contextlib.suppress(OSError):
+                        (self.out / rel).unlink()
+                self._remove_new_dirs()
+            if self._manifest_written:
                 with contextlib.suppress(OSError):
-                    (self.out / rel).unlink()
-            with contextlib.suppress(OSError):
-                (self.out / MANIFEST_NAME).unlink()
-            self._remove_new_dirs()
+                    (self.out / MANIFEST_NAME).unlink()
             self._restore()
         finally:
             self._unlock()
@@ -305,15 +346,19 @@ class RunDir:
                 with contextlib.suppress(OSError):
                     folder.rmdir()
 
-    def _dirs(self) -> set[str]:
-        return {Path(root).relative_to(self.out).as_posix() for root, _d, _n in os.walk(self.out)} - {"."}
+    def _subdirs(self, name: str) -> set[str]:
+        return {Path(root).relative_to(self.out).as_posix() for root, _d, _n in os.walk(self.out / name)}
 
     def _remove_new_dirs(self) -> None:
         """Folders this run created under --out, if it left them empty (innermost first)."""
-        for rel in sorted(self._dirs() - self._before_dirs, key=len, reverse=True):
-            if rel != PREVIOUS_NAME and not rel.startswith(PREVIOUS_NAME + "/"):
-                with contextlib.suppress(OSError):
-                    (self.out / rel).rmdir()
+        for name, st in self._top().items():
+            new = self._before.get(name) != st
+            if st[2] >= 0 or not (new or name in self._touched):
+                continue
+            for rel in sorted(self._subdirs(name), key=len, reverse=True):
+                if new or rel not in self._before_dirs:
+                    with contextlib.suppress(OSError):
+                        (self.out / rel).rmdir()
 
     def _write_manifest(self, fields: Mapping[str, Any]) -> Path:
         from attn_export._atomic import atomic_path

@@ -15,12 +15,13 @@ __all__ = ["fill_optional_values", "main"]
 
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: ``attn_export.cli.app.main`` with the signal handlers in place first."""
-    from attn_export.cli._signals import Terminated, exit_code_for, interrupt_signals
+    from attn_export.cli._signals import Terminated, exit_code_for, interrupt_signals, raise_if_interrupted
 
     with interrupt_signals():
         try:
             from attn_export.cli.app import main as app_main
 
+            raise_if_interrupted()  # a signal some import swallowed
             return app_main(argv)
         except KeyboardInterrupt:
             print("attn-export: interrupted", file=sys.stderr)

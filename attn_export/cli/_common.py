@@ -7,6 +7,8 @@ to stdout.
 
 from __future__ import annotations
 
+import math
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -15,9 +17,6 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-
-import math
-import re
 
 from attn_export.errors import ConfigError
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-__all__ = ["Terminated", "exit_code_for", "interrupt_signals", "received"]
+__all__ = ["Terminated", "exit_code_for", "interrupt_signals", "raise_if_interrupted", "received"]
 
 _received: list[int] = []
 
@@ -38,6 +38,13 @@ def _handler(signum: int, _frame: FrameType | None) -> None:
 def received() -> int | None:
     """The first interrupt signal received inside ``interrupt_signals()``, or None."""
     return _received[0] if _received else None
+
+
+def raise_if_interrupted() -> None:
+    """Raise the interrupt again if a library swallowed it (some ``import`` paths catch everything)."""
+    signum = received()
+    if signum is not None:
+        raise KeyboardInterrupt if signum == signal.SIGINT else Terminated
 
 
 def exit_code_for(signum: int) -> int:

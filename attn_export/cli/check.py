@@ -32,9 +32,8 @@ def run_check(
     as_json: bool = False,
 ) -> int:
     """The ``check`` command: gate ``report`` against ``baseline`` (or update it); returns the exit code."""
-    from attn_export.validate.gate import check_report
+    from attn_export.validate.gate import check_report, verify_artifact_hashes
     from attn_export.validate.gate import update_baseline as record
-    from attn_export.validate.gate import verify_artifact_hashes
     from attn_export.validate.junit import write_junit
     from attn_export.validate.report import atomic_write_text, load_report
     from attn_export.validate.schema import read_json

@@ -96,13 +96,20 @@ def config_from_options(options: dict[str, Any]) -> Any:
 def run_main(options: dict[str, Any]) -> int:
     """Validate, run, print the summary; returns the exit code (1 when a required stage failed)."""
     from attn_export.cli._common import err_console, progress_lines
+    from attn_export.cli._signals import raise_if_interrupted
 
     cfg = config_from_options(options)
     quiet, as_json = options["quiet"], options["as_json"]
     say = progress_lines(not (quiet or as_json) and (options["progress"] or sys.stderr.isatty()))
     from attn_export.runner import run
 
-    result = run(cfg, say)
+    def step(msg: str) -> None:  # every stage boundary: stop if an interrupt was swallowed on the way
+        raise_if_interrupted()
+        if say is not None:
+            say(msg)
+
+    raise_if_interrupted()
+    result = run(cfg, step)
     from attn_export.cli.summary import finish
 
     return finish(result, cfg, as_json, quiet, err_console if say else None)

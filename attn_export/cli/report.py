@@ -26,11 +26,6 @@ def run_report(
     """The ``report`` command: render report.md, report.html and the plots; returns name -> path."""
     from attn_export.validate.render import write_reports
 
-    from attn_export.paths import check_input_file
-
-    check_input_file(report_json, "REPORT_JSON")
-    if bench_json is not None:
-        check_input_file(bench_json, "--bench")
     target = out or report_json.parent
     if target.exists() and not target.is_dir():
         raise ConfigError(f"--out {target}: expected a folder, got a file; pass a folder for report.md and report.html")

@@ -26,8 +26,8 @@ import logging
 import math
 import os
 from collections.abc import Mapping
-from pathlib import Path, PurePath
 from dataclasses import asdict, dataclass, field
+from pathlib import Path, PurePath
 from typing import Any
 
 from attn_export.errors import DataError
