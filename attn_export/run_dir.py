@@ -246,10 +246,11 @@ class RunDir:
         aside = self.out / PREVIOUS_NAME
         if aside.exists():  # left by a run that was killed: superseded by what is in --out now
             shutil.rmtree(aside, ignore_errors=True)
+        root = self.out.resolve()
         for rel in earlier:
             src = self.out / rel
-            if not src.is_file() or src.is_symlink():
-                continue
+            if not src.is_file() or src.is_symlink() or not src.parent.resolve().is_relative_to(root):
+                continue  # only regular files really inside --out (no symlinked folder leads outside)
             dst = aside / rel
             dst.parent.mkdir(parents=True, exist_ok=True)
             os.replace(src, dst)
@@ -289,7 +290,13 @@ class RunDir:
     # -- the run's life --------------------------------------------------------------------
     def acquire(self) -> RunDir:
         self._mkdir()
-        self._lock()
+        try:
+            self._lock()
+        except BaseException:
+            for folder in reversed(self._created):
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+            raise
         try:
             self._move_aside()
             self._write_manifest({"status": "running"})

@@ -132,6 +132,8 @@ CASES: list[Case] = [
     Case("c06-calib-generate-file-too-big", lambda t: ["calib", "generate", "--d-model", "4096", "--n-calib", "100000", "--out", t / "c.npz"], "at most"),
     Case("c06-config-hidden-size-1e9", _ckpt({"hidden_size": 1_200_000_000}), "hidden_size"),
     Case("c06-config-vocab-1e10", _ckpt({"vocab_size": 10_000_000_000}), "vocab_size"),
+    Case("c06-config-hidden-size-1.2e9-float", _ckpt({"hidden_size": 1.2e9}), "hidden_size"),
+    Case("c06-config-vocab-1e10-float", _ckpt({"vocab_size": 1e10}), "vocab_size"),
     Case("c06-config-layers-1e6", _ckpt({"num_hidden_layers": 1_000_000}), "num_hidden_layers"),
     Case("c06-config-larger-than-weights", _ckpt({"hidden_size": 4096, "intermediate_size": 16384, "num_attention_heads": 16}), "weight files"),
     Case("c06-bench-seqs-1e7", lambda t: ["bench", "--seqs", "10000000", "--out", t / "b"], "--seqs"),

@@ -183,3 +183,19 @@ def test_c02_files_in_subfolders_are_tracked_replaced_and_restored(tmp_path: Pat
         (owner.out / "report.json").write_text("{}")
     assert not (out / "triton").exists(), "the earlier run's repository is gone, folders included"
     assert (out / "user" / "keep.txt").read_text() == "mine"
+
+
+def test_c02_a_forged_manifest_cannot_reach_outside_through_a_symlinked_folder(tmp_path: Path) -> None:
+    from attn_export.run_dir import claim
+
+    secret = tmp_path / "elsewhere"
+    secret.mkdir()
+    (secret / "passwd").write_text("root:x:0:0")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "link").symlink_to(secret)
+    files = {"link/passwd": {"sha256": "0" * 64, "size_bytes": 10}}
+    (out / "run.json").write_text(json.dumps({"format": "attn-export-run/1", "status": "complete", "artifacts": files}))
+    with claim(out):
+        pass
+    assert (secret / "passwd").read_text() == "root:x:0:0"
