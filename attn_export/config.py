@@ -37,7 +37,10 @@ __all__ = [
     "LAYER_DEFAULTS",
     "ENCODER_DEFAULTS",
     "LIMITS",
+    "MemoryEstimate",
     "RunConfig",
+    "available_memory",
+    "format_bytes",
 ]
 
 log = logging.getLogger(__name__)
@@ -103,6 +106,8 @@ class RunConfig:
     # output
     out: Path = field(default_factory=lambda: Path("attn-export-out"))
     render: bool = True
+    # resources: the memory budget the estimate is held to (None: what the machine has free)
+    max_memory: int | None = None
 
     def __post_init__(self) -> None:
         self.out = Path(self.out)
@@ -134,6 +139,8 @@ class RunConfig:
             raise ConfigError(f"expected --low-rank RATIO in (0, 1), got {self.low_rank}; use e.g. --low-rank 0.5")
         if self.smoothquant is not None and not (isinstance(self.smoothquant, (int, float)) and 0.0 <= float(self.smoothquant) <= 1.0):
             raise ConfigError(f"expected --smoothquant ALPHA in [0, 1], got {self.smoothquant}; use 0.5")
+        if self.max_memory is not None:
+            _int_in("max_memory", self.max_memory, 1, 2**60)
 
     def _check_subject_flags(self) -> None:
         if self.is_checkpoint:
@@ -228,14 +235,94 @@ class RunConfig:
 
     def check_paths(self) -> None:
         """Refuse output and input paths that cannot work, before any model is built."""
-        from attn_export.paths import check_input_file, check_output_dir
+        from attn_export.paths import check_input_file, check_output_dir, check_output_file
 
         check_output_dir(self.out, "--out")
         for flag, path in (("--bundle", self.bundle), ("--triton", self.triton)):
             if path is not None:
                 check_output_dir(Path(path), flag)
+                if Path(path).absolute() == self.out.absolute():
+                    raise ConfigError(f"{flag} {path} is the --out folder; pass a folder of its own (e.g. {Path(path) / flag[2:]})")
         if self.calib is not None:
             check_input_file(Path(self.calib), "--calib", allow_dir=not self.is_checkpoint)
+        timing_cache = getattr(self.engine, "timing_cache", None)
+        if timing_cache:
+            check_output_file(Path(timing_cache), "--timing-cache")
+
+    def preflight(self) -> None:
+        """Every check that needs the filesystem or the machine, before the first model is built:
+        paths, the subject's own files (a checkpoint's config.json, the default calibration set)
+        and the memory estimate against what is available (``--max-memory`` overrides it)."""
+        self.check_paths()
+        if self.is_checkpoint:
+            self._checkpoint_config()
+        elif self.compresses and self.calib is None:
+            from attn_export.compress.calib_data import default_calibration_path
+
+            default_calibration_path(self.resolved_d_model)  # DataError naming `calib generate` when none ships
+        self.check_memory()
+
+    def _checkpoint_config(self):  # type: ignore[no-untyped-def]
+        """The checkpoint's EncoderConfig, read and schema-checked (no weights loaded)."""
+        if getattr(self, "_encoder_config", None) is None:
+            from attn_export.checkpoint.loader import read_bert_config, resolve_checkpoint
+            from attn_export.layers.encoder import parse_layers
+
+            conf = read_bert_config(resolve_checkpoint(self.checkpoint))  # type: ignore[arg-type]
+            parse_layers(self.resolved_layers, conf.num_hidden_layers)
+            positions = conf.max_position_embeddings
+            if self.resolved_max_len > positions or self.seq_len > positions:
+                raise ConfigError(
+                    f"expected --max-len and --seq-len <= {positions} (the checkpoint's positions), got {self.resolved_max_len} and {self.seq_len}"
+                )
+            self._encoder_config = conf
+        return self._encoder_config  # type: ignore[attr-defined]
+
+    def check_memory(self) -> MemoryEstimate:
+        """Refuse a run whose estimated peak memory exceeds ``--max-memory`` (default: the memory available)."""
+        est = self.estimate_memory()
+        budget = self.max_memory if self.max_memory is not None else available_memory()
+        if budget is not None and est.total > budget:
+            where = "--max-memory" if self.max_memory is not None else "available on this machine"
+            raise ConfigError(
+                f"expected the run to fit in memory, but it needs about {format_bytes(est.total)} ({est.describe()}) and "
+                f"{format_bytes(budget)} is {where}; lower --batch/--seq-len/--d-model, or pass --max-memory SIZE to try anyway"
+            )
+        return est
+
+    def estimate_memory(self) -> MemoryEstimate:
+        """Peak resident memory of this run, estimated from its shapes before anything is allocated.
+
+        weights: every copy a run holds at once (eager, the exporter's working copy, the
+        serialized graph, one ONNX Runtime session per artifact); activations and attention
+        scores: one forward pass, kept by every session's arena after its first run; data:
+        the validation feeds with their reference and artifact outputs. Deliberately on the
+        high side: refusing a run that would fit wastes a flag, starting one that cannot
+        fit wastes the machine.
+        """
+        b, seq = self.batch, self.seq_len
+        artifacts = 1 + (self.precision == "fp16") + 2 * (self.quantize is not None) + 2 * (self.low_rank is not None)
+        if self.is_checkpoint:
+            from attn_export.checkpoint.loader import encoder_parameter_count
+
+            conf = self._checkpoint_config()
+            d, h, ffn = conf.hidden_size, conf.num_attention_heads, conf.intermediate_size
+            params = encoder_parameter_count(conf)
+            scores = b * h * seq * seq * 4 * 3  # (B, H, L, L): scores, mask added, softmax
+        else:
+            d, h, ffn = self.resolved_d_model, self.resolved_heads, 4 * self.resolved_d_model
+            params = 4 * d * d + (2 * d * ffn if self.resolved_layer == "transformer" else 0)
+            layer = self.resolved_layer
+            if layer == "linear":  # (B, H, L, Dh, Dh) running sums when causal, (B, H, Dh, Dh) otherwise
+                scores = b * d * (d // h) * 4 * (seq if self.resolved_mask == "causal" else 1) * 2
+            elif layer == "block-sparse":  # (B * L/bs, H, bs, bs) with bs = 32
+                scores = b * h * seq * min(seq, 32) * 4 * 3
+            else:
+                scores = b * h * seq * seq * 4 * 3
+        copies = 3 + artifacts
+        activations = b * seq * (8 * d + ffn) * 4  # x, q/k/v, context, output, residual/norm (D each) + FFN hidden
+        data = 3 * self.validation_batches * b * seq * d * 4
+        return MemoryEstimate(params * 4 * copies, (activations + scores) * (1 + artifacts), data, _RUNTIME_OVERHEAD)
 
     # -- resolved values ----------------------------------------------------------------
     @property
@@ -357,3 +444,70 @@ def _int_in(name: str, value: object, lo: int, hi: int) -> None:
         raise ConfigError(f"expected {flag} to be an integer, got {value!r}")
     if not lo <= value <= hi:
         raise ConfigError(f"expected {flag} in [{lo}, {hi}], got {value}")
+
+
+# Resident memory of the libraries a run loads (torch, ONNX Runtime, onnx, matplotlib) beyond the model.
+_RUNTIME_OVERHEAD = 768 * 2**20
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """A run's estimated peak memory in bytes, by part."""
+
+    weights: int
+    activations: int  # activations and attention scores of one forward pass, per runner
+    data: int
+    overhead: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.activations + self.data + self.overhead
+
+    def describe(self) -> str:
+        parts = (("weights", self.weights), ("activations and attention scores", self.activations), ("data", self.data))
+        return ", ".join(f"{name} {format_bytes(v)}" for name, v in parts)
+
+
+def format_bytes(n: float) -> str:
+    """1536 -> '1.5 KiB'."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n) < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} EiB"  # pragma: no cover - unreachable
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path, encoding="ascii") as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def available_memory() -> int | None:
+    """Bytes this process can still allocate: MemAvailable (/proc/meminfo, else sysconf), capped by
+    the cgroup's limit (v2 memory.max, v1 memory.limit_in_bytes) minus its usage; None if unknown."""
+    avail: int | None = None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    if avail is None:
+        try:
+            avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            avail = None
+    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes")):  # fmt: skip
+        limit, usage = _read_int(limit_file), _read_int(usage_file)
+        if limit is not None and limit < 2**60 and usage is not None:
+            room = max(0, limit - usage)
+            avail = room if avail is None else min(avail, room)
+            break
+    return avail

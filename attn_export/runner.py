@@ -242,37 +242,24 @@ class _Ctx:
         return getattr(self.build, item)
 
 
-def _clear_stale(out: Path) -> None:
-    """Artifacts of an earlier run into the same folder would sit beside a report that does not
-    mention them (or be mistaken for this run's): remove them before writing anything. Only a
-    folder an earlier run wrote (it holds report.json) is touched."""
-    if not (out / "report.json").is_file():
-        return
-    names = ["report.json", "report.md", "report.html", "model.int8.onnx"]
-    stale = [p for p in out.glob("model*.onnx") if p.is_file()] + [out / n for n in names if (out / n).is_file()]
-    stale += [p for p in out.glob("*.png") if p.is_file()]
-    for p in dict.fromkeys(stale):
-        p.unlink()
-
-
 def run(cfg: Any, progress: Progress | None = None) -> RunResult:
     """Run ``cfg`` (a ``RunConfig``): every stage, side-by-side timing, judging, selection, deploy, report."""
     from attn_export.compress.registry import BuildContext
     from attn_export.environment import capture_environment
     from attn_export.extras import check_extras
     from attn_export.process import ProcessSettings, process_settings
+    from attn_export.run_dir import claim_output
     from attn_export.subjects import make_subject
 
     say = progress or (lambda msg: log.info(msg))
-    cfg.check_paths()
+    cfg.preflight()  # flags, paths, sizes and memory, before anything is built or written
     check_extras(cfg)
     threads = cfg.resolved_threads
-    with process_settings(ProcessSettings(threads=threads)) as proc:
+    # the run owns --out (lock, earlier run's files aside, run.json; cleaned up on failure)
+    with claim_output(cfg) as owner, process_settings(ProcessSettings(threads=threads)) as proc:
         say(f"building the subject ({'checkpoint ' + str(cfg.checkpoint) if cfg.is_checkpoint else cfg.resolved_layer})")
         subject = make_subject(cfg)
         plan = make_plan(cfg, subject)
-        cfg.out.mkdir(parents=True, exist_ok=True)
-        _clear_stale(cfg.out)
         environment = capture_environment(threads, proc)
         environment["target"] = cfg.target
         if plan.encoding is not None:
@@ -327,6 +314,7 @@ def run(cfg: Any, progress: Progress | None = None) -> RunResult:
         chosen = _select(plan, stages, select_j, artifacts, report, cfg.out, say)
         _deploy(cfg, plan, subject, artifacts, chosen, report, ctx, say)
         report.verdict["passed"] = not report.verdict.get("failures")
+        owner.stamp(report)  # the sha256 of each artifact judged, checked by `attn-export check`
         report.write(cfg.out / "report.json")
         if cfg.render:
             from attn_export.validate.render import write_reports

@@ -105,9 +105,9 @@ def test_unknown_variant_is_a_config_error():
 
 def test_bench_command_writes_json_markdown_and_plot(tmp_path):
     import typer
+    from typer.testing import CliRunner
 
     from attn_export.cli.bench import register
-    from typer.testing import CliRunner
 
     args = ["bench", "--quick", "--seqs", "8,16", "--batches", "1", "--variants", "eager-fp32,ort-fp32-decomposed", "--d-model", "32",
             "--heads", "4", "--threads", "1", "--ceiling-size", "128", "--out", str(tmp_path)]  # fmt: skip

@@ -53,6 +53,7 @@ TABLE: dict[str, tuple[object, dict[str, object], str]] = {
     "quiet": (True, {}, "output"),
     "as_json": (True, {}, "output"),
     "progress": (True, {}, "output"),
+    "max_memory": ("16G", {}, "config:max_memory"),
     "low_rank": (0.25, {}, "plan"),
     "low_rank_method": ("svd", {"low_rank": 0.5}, "plan"),
     "low_rank_targets": ("q", {"low_rank": 0.5}, "plan"),

@@ -1,11 +1,38 @@
 """The ``attn-export`` command line: one module per command, all on one typer app.
 
 ``main`` is the console entry point (``attn_export.cli:main``); see ``cli.app`` for the
-exit codes every command shares.
+exit codes every command shares. Importing this package imports nothing else, so Ctrl-C or
+SIGTERM while the command's own imports load (typer, torch) is handled like at any other
+moment: "interrupted", exit 130 or 143. The typer app is ``attn_export.cli.app.app``.
 """
 
 from __future__ import annotations
 
-from attn_export.cli.app import app, fill_optional_values, main
+import sys
 
-__all__ = ["app", "fill_optional_values", "main"]
+__all__ = ["fill_optional_values", "main"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point: ``attn_export.cli.app.main`` with the signal handlers in place first."""
+    from attn_export.cli._signals import Terminated, exit_code_for, interrupt_signals, raise_if_interrupted
+
+    with interrupt_signals():
+        try:
+            from attn_export.cli.app import main as app_main
+
+            raise_if_interrupted()  # a signal some import swallowed
+            return app_main(argv)
+        except KeyboardInterrupt:
+            print("attn-export: interrupted", file=sys.stderr)
+            return exit_code_for(2)
+        except Terminated:
+            print("attn-export: interrupted (terminated)", file=sys.stderr)
+            return exit_code_for(15)
+
+
+def fill_optional_values(argv: list[str], defaults: dict[str, str] | None = None) -> list[str]:
+    """``attn_export.cli.app.fill_optional_values`` (kept here for existing imports)."""
+    from attn_export.cli.app import fill_optional_values as fill
+
+    return fill(argv, defaults)

@@ -13,14 +13,15 @@ input (``attn-export: error: <one line>``); 130 interrupted (Ctrl-C); 143 termin
 
 from __future__ import annotations
 
+import errno
 import importlib
 import logging
+import re
 import signal
 import sys
 import tempfile
 import traceback
 from pathlib import Path
-from types import FrameType
 
 import typer
 
@@ -83,16 +84,11 @@ def _is_number(text: str) -> bool:
     return True
 
 
-class _Terminated(BaseException):
-    """SIGTERM, raised in the main thread so ``finally`` blocks clean up temporary files."""
-
-
-def _on_sigterm(_signum: int, _frame: FrameType | None) -> None:
-    raise _Terminated
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")  # colour codes some libraries put in messages
 
 
 def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
+    return " ".join(_ANSI.sub("", str(text)).split())
 
 
 def _save_traceback() -> Path | None:
@@ -104,49 +100,78 @@ def _save_traceback() -> Path | None:
         return None
 
 
+# OSErrors a user fixes on their side (space, permissions, a read-only disk): one line, exit 2.
+_USER_OS_ERRORS = {errno.ENOSPC: "free some disk space or pass another --out", errno.EDQUOT: "free some quota or pass another --out",
+                   errno.EROFS: "pass a folder on a writable disk", errno.EACCES: "check its permissions or pass another path",
+                   errno.EPERM: "check its permissions or pass another path"}  # fmt: skip
+
+
+def _interrupted(signum: int) -> int:
+    from attn_export.cli._signals import exit_code_for
+
+    print("attn-export: interrupted" + (" (terminated)" if signum == signal.SIGTERM else ""), file=sys.stderr)
+    return exit_code_for(signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point; see the module docstring for the exit codes."""
+    from attn_export.cli._signals import Terminated, interrupt_signals, received
+    from attn_export.run_dir import COMMAND_LINE
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    token = COMMAND_LINE.set(("attn-export", *argv))
+    try:
+        with interrupt_signals():
+            try:
+                return _dispatch(argv)
+            except KeyboardInterrupt:
+                return _interrupted(signal.SIGINT)
+            except Terminated:
+                return _interrupted(signal.SIGTERM)
+            except Exception as e:  # noqa: BLE001 - a signal wrapped into another exception, or an internal error
+                if received() is not None:
+                    return _interrupted(received())  # type: ignore[arg-type]
+                if isinstance(e, OSError) and e.errno in _USER_OS_ERRORS:
+                    where = f" {e.filename}" if e.filename else ""
+                    print(f"attn-export: error: cannot write or read{where}: {e.strerror}; {_USER_OS_ERRORS[e.errno]}", file=sys.stderr)
+                    return 2
+                saved = _save_traceback()
+                where = f"; traceback saved to {saved}" if saved else ""
+                print(f"attn-export: internal error: {type(e).__name__}: {_one_line(str(e))[:300]}{where}", file=sys.stderr)
+                return 1
+    finally:
+        COMMAND_LINE.reset(token)
+
+
+def _dispatch(argv: list[str]) -> int:
+    """Parse and run one command; usage and input errors become one line and exit 2."""
+    from attn_export.cli._signals import received
     from attn_export.process import ProcessSettings, process_settings
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    previous = signal.getsignal(signal.SIGTERM)
-    try:
-        signal.signal(signal.SIGTERM, _on_sigterm)
-    except ValueError:  # not the main thread (e.g. called from a worker): leave signals alone
-        previous = None
-    try:
-        # OpenMP wait policy before any command imports torch; threads are set per run.
-        with process_settings(ProcessSettings(threads=None, flush_denormals=False)):
-            from attn_export.errors import AttnExportError
+    # OpenMP wait policy before any command imports torch; threads are set per run.
+    with process_settings(ProcessSettings(threads=None, flush_denormals=False)):
+        from attn_export.errors import AttnExportError
 
-            argv = fill_optional_values(list(sys.argv[1:] if argv is None else argv))
-            try:
-                _register()
-                rv = app(args=argv, standalone_mode=False, prog_name="attn-export")
-            except typer.Exit as e:
-                return e.exit_code
-            except typer.Abort:
-                print("attn-export: interrupted", file=sys.stderr)
-                return 130
-            except typer.TyperException as e:  # usage errors (bad option, bad value): typer's click
-                text = e.format_message() if hasattr(e, "format_message") else str(e)
-                print(f"attn-export: error: {_one_line(text)}", file=sys.stderr)
-                return 2
-            except AttnExportError as e:
-                print(f"attn-export: error: {_one_line(str(e))}", file=sys.stderr)
-                return 2
-            return rv if isinstance(rv, int) else 0
-    except KeyboardInterrupt:
-        print("attn-export: interrupted", file=sys.stderr)
-        return 130
-    except _Terminated:
-        print("attn-export: interrupted (terminated)", file=sys.stderr)
-        return 143
-    except Exception as e:  # noqa: BLE001 - an internal error: one line, and where the traceback went
-        saved = _save_traceback()
-        where = f"; traceback saved to {saved}" if saved else ""
-        print(f"attn-export: internal error: {type(e).__name__}: {_one_line(str(e))[:300]}{where}", file=sys.stderr)
-        return 1
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        argv = fill_optional_values(argv)
+        try:
+            _register()
+            rv = app(args=argv, standalone_mode=False, prog_name="attn-export")
+        except typer.Exit as e:
+            if received() is not None or isinstance(e.__cause__, KeyboardInterrupt):  # typer turns Ctrl-C into Exit(130)
+                return _interrupted(received() or signal.SIGINT)
+            return e.exit_code
+        except typer.Abort:
+            return _interrupted(received() or signal.SIGINT)
+        except typer.TyperException as e:  # usage errors (bad option, bad value): typer's click
+            text = e.format_message() if hasattr(e, "format_message") else str(e)
+            print(f"attn-export: error: {_one_line(text)}", file=sys.stderr)
+            return 2
+        except AttnExportError as e:
+            if received() is not None:  # an interrupt some library wrapped into its own error
+                return _interrupted(received())  # type: ignore[arg-type]
+            print(f"attn-export: error: {_one_line(str(e))}", file=sys.stderr)
+            return 2
+        if received() is not None or rv == 130:  # typer returns Ctrl-C as exit code 130, without a word
+            return _interrupted(received() or signal.SIGINT)
+        return rv if isinstance(rv, int) else 0

@@ -11,13 +11,18 @@ import typer
 from attn_export.cli._common import (
     QuietFlag,
     ThreadsFlag,
+    int_in,
     ints,
     out_console,
     progress_bar,
     strs,
+    writing,
 )
 
-__all__ = ["register"]
+__all__ = ["CEILING_SIZE", "register"]
+
+# N of the NxN ceiling GEMMs: three N x N float32 matrices (8192: 768 MiB) and seconds per run.
+CEILING_SIZE = (16, 8192)
 
 
 def bench(
@@ -41,27 +46,41 @@ def bench(
         run_bench,
         variants_table,
     )
+    from attn_export.config import LIMITS
+    from attn_export.layers.projections import check_heads
+    from attn_export.paths import check_output_dir
+    from attn_export.run_dir import claim
     from attn_export.validate.plots import plot_seq_scaling
     from attn_export.validate.report import atomic_write_text
 
+    # every flag and the output folder before the first GEMM (the main command's bounds)
+    int_in("--d-model", d_model, 1, LIMITS["d_model"])
+    int_in("--heads", heads, 1, LIMITS["heads"])
+    check_heads(d_model, heads)
+    int_in("--threads", threads, 1, LIMITS["threads"])
+    int_in("--ceiling-size", ceiling_size, CEILING_SIZE[0], CEILING_SIZE[1])
+    seq_list, batch_list = ints(seqs, "--seqs"), ints(batches, "--batches")
+    for flag, values, hi in (("--seqs", seq_list, LIMITS["seq_len"]), ("--batches", batch_list, LIMITS["batch"])):
+        for v in values or ():
+            int_in(flag, v, 1, hi)
     overrides: dict[str, Any] = {"d_model": d_model, "heads": heads, "threads": threads}
-    for key, val in (("seqs", ints(seqs, "--seqs")), ("batches", ints(batches, "--batches")), ("variants", strs(variants)), ("ceiling_size", ceiling_size)):
+    for key, val in (("seqs", seq_list), ("batches", batch_list), ("variants", strs(variants)), ("ceiling_size", ceiling_size)):
         if val is not None:
             overrides[key] = val
     cfg = BenchConfig.quick(**overrides) if quick else BenchConfig(**overrides)
     import time
 
-    from attn_export.paths import check_output_dir
-
     check_output_dir(out, "--out")
     started = time.perf_counter()
-    with progress_bar(not (quiet or as_json), "bench") as cb:
-        result = run_bench(cfg, progress=cb)
-    out.mkdir(parents=True, exist_ok=True)
-    target = out / "bench.json"
-    atomic_write_text(target, json.dumps(result, indent=2) + "\n")
-    atomic_write_text(out / "bench.md", "# attn-export bench\n\n" + markdown_tables(result))
-    plot_seq_scaling(result, out / "seq_scaling.png")
+    config = {k: (list(v) if isinstance(v, tuple) else v) for k, v in overrides.items()}
+    with claim(out, "--out", config={"command": "bench", "quick": quick, **config}, seed=cfg.seed):
+        with progress_bar(not (quiet or as_json), "bench") as cb:
+            result = run_bench(cfg, progress=cb)
+        target = out / "bench.json"
+        with writing(out, "--out"):
+            atomic_write_text(target, json.dumps(result, indent=2) + "\n")
+            atomic_write_text(out / "bench.md", "# attn-export bench\n\n" + markdown_tables(result))
+            plot_seq_scaling(result, out / "seq_scaling.png")
     if as_json:
         print(json.dumps(result, indent=2))
         return

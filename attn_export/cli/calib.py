@@ -37,16 +37,20 @@ def generate(
     overwrite: Annotated[bool, typer.Option(help="Replace an existing file.", show_default="off")] = False,
 ) -> None:
     """Write a synthetic set of LayerNorm-ed hidden states with padding masks (recipe: attn_export/data/calibration/README.md)."""
-    from attn_export.compress.calib_data import generate_calibration, load_calibration
+    from attn_export.cli._common import writing
+    from attn_export.compress.calib_data import check_generate_args, generate_calibration, load_calibration
     from attn_export.paths import check_output_file
 
+    # every argument, the size of the file and the memory it takes, before any work
+    check_generate_args(out, d_model, n_calib, n_val, seq_len, seed, decay, outliers, 0.25, dtype)
+    check_output_file(out, "--out")
     if out.exists() and not overwrite:
         raise ConfigError(f"--out {out} exists; pass --overwrite to replace it")
-    check_output_file(out, "--out")
-    path = generate_calibration(out, d_model, n_calib, n_val, seq_len, seed, decay=decay, n_outliers=outliers, dtype=dtype)
+    with writing(out, "--out"):
+        path = generate_calibration(out, d_model, n_calib, n_val, seq_len, seed, decay=decay, n_outliers=outliers, dtype=dtype)
     data = load_calibration(path, d_model)
     _console.print(f"wrote {path} ({path.stat().st_size} bytes)", markup=False)
-    _console.print(data.describe(), markup=False)
+    _console.print(data.describe(), markup=False, soft_wrap=True)
 
 
 @calib_app.command("check")
@@ -56,10 +60,14 @@ def check(
     max_bytes: Annotated[int, typer.Option(help="Refuse files larger than this.")] = DEFAULT_MAX_BYTES,
 ) -> None:
     """Load a calibration set with all checks (shape, dtype, NaN/Inf, masks, disjoint splits)."""
+    from attn_export.cli._common import int_in
     from attn_export.compress.calib_data import load_calibration
+    from attn_export.config import LIMITS
 
+    int_in("--d-model", d_model, 1, LIMITS["d_model"])
+    int_in("--max-bytes", max_bytes, 1, 2**40)
     data = load_calibration(path, d_model, max_bytes=max_bytes)
-    _console.print(f"ok: {data.describe()}", markup=False)
+    _console.print(f"ok: {data.describe()}", markup=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -32,7 +32,7 @@ def run_check(
     as_json: bool = False,
 ) -> int:
     """The ``check`` command: gate ``report`` against ``baseline`` (or update it); returns the exit code."""
-    from attn_export.validate.gate import check_report
+    from attn_export.validate.gate import check_report, verify_artifact_hashes
     from attn_export.validate.gate import update_baseline as record
     from attn_export.validate.junit import write_junit
     from attn_export.validate.report import atomic_write_text, load_report
@@ -61,6 +61,7 @@ def run_check(
     fix = f"create it with attn-export check {report} --baseline {baseline} --update-baseline"
     result = check_report(data, read_json(baseline, "a baseline", fix), latency_margin, allow_empty=allow_empty,
                           report_name=str(report), baseline_name=str(baseline))  # fmt: skip
+    result.checks.extend(verify_artifact_hashes(data, report.parent))  # the artifacts beside the report are the ones it judged
     if junit is not None:
         with writing(junit, "--junit"):
             write_junit(result, junit)

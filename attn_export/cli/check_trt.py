@@ -21,7 +21,9 @@ import typer
 from attn_export.errors import ConfigError
 from attn_export.runtime.trt_spec import EngineSpec, ShapeProfile
 
-__all__ = ["register", "check_trt", "engine_spec_from_options", "parse_size"]
+__all__ = ["PRECISIONS", "register", "check_trt", "engine_spec_from_options", "parse_size"]
+
+PRECISIONS = ("fp32", "fp16", "int8")
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +78,16 @@ def check_trt(
     errors_only: bool = typer.Option(False, "--errors-only", help="Print errors only.", show_default="off"),
 ) -> None:
     """Check an ONNX model against what TensorRT's parser and builder accept (no GPU needed)."""
+    from attn_export.cli._common import writing
     from attn_export.export.trt_compat import check_trt_compat, report_dict
+    from attn_export.paths import check_input_file, check_output_file
 
+    # the model, the --json path and every option before the check runs
+    check_input_file(model, "MODEL")
+    if json_out is not None:
+        check_output_file(json_out, "--json")
+    if precision is not None and precision not in PRECISIONS:
+        raise ConfigError(f"expected --precision in {'|'.join(PRECISIONS)}, got {precision!r}")
     profiles = ShapeProfile.parse(min_shape, opt_shape, max_shape)
     report = check_trt_compat(model, trt, profiles, precision)
     shown = report.errors if errors_only else report.findings
@@ -88,7 +98,8 @@ def check_trt(
     if json_out is not None:
         from attn_export.validate.report import atomic_write_text
 
-        atomic_write_text(json_out, json.dumps(report_dict(report), indent=2) + "\n")
+        with writing(json_out, "--json"):
+            atomic_write_text(json_out, json.dumps(report_dict(report), indent=2) + "\n")
     raise typer.Exit(0 if report else 1)
 
 

@@ -40,6 +40,7 @@ from attn_export.cli.options import (
     LowRankTargetsOpt,
     MaskOpt,
     MaxLenOpt,
+    MaxMemoryOpt,
     MaxShapeOpt,
     MaxTextsOpt,
     MinShapeOpt,
@@ -77,10 +78,12 @@ ENGINE_OPTIONS = ("min_shape", "opt_shape", "max_shape", "workspace", "timing_ca
 
 def config_from_options(options: dict[str, Any]) -> Any:
     """The ``RunConfig`` for the main command's parsed options (validated on construction)."""
+    from attn_export.cli._common import parse_bytes
     from attn_export.cli.check_trt import engine_spec_from_options
     from attn_export.config import RunConfig
 
     opts = {k: v for k, v in options.items() if k not in OUTPUT_ONLY}
+    opts["max_memory"] = parse_bytes(opts.get("max_memory"), "--max-memory")
     engine_args = {k: opts.pop(k) for k in ENGINE_OPTIONS}
     engine = engine_spec_from_options(
         precision="int8" if opts.get("quantize") else opts.get("precision", "fp32"),
@@ -95,13 +98,20 @@ def config_from_options(options: dict[str, Any]) -> Any:
 def run_main(options: dict[str, Any]) -> int:
     """Validate, run, print the summary; returns the exit code (1 when a required stage failed)."""
     from attn_export.cli._common import err_console, progress_lines
+    from attn_export.cli._signals import raise_if_interrupted
 
     cfg = config_from_options(options)
     quiet, as_json = options["quiet"], options["as_json"]
     say = progress_lines(not (quiet or as_json) and (options["progress"] or sys.stderr.isatty()))
     from attn_export.runner import run
 
-    result = run(cfg, say)
+    def step(msg: str) -> None:  # every stage boundary: stop if an interrupt was swallowed on the way
+        raise_if_interrupted()
+        if say is not None:
+            say(msg)
+
+    raise_if_interrupted()
+    result = run(cfg, step)
     from attn_export.cli.summary import finish
 
     return finish(result, cfg, as_json, quiet, err_console if say else None)
@@ -136,6 +146,7 @@ def register(app: typer.Typer) -> None:
         quiet: QuietOpt = False,
         as_json: JsonOpt = False,
         progress: ProgressOpt = False,
+        max_memory: MaxMemoryOpt = None,
         low_rank: LowRankOpt = None,
         low_rank_method: LowRankMethodOpt = "activation",
         low_rank_targets: LowRankTargetsOpt = None,

@@ -37,6 +37,7 @@ __all__ = [
     "LowRankTargetsOpt",
     "MaskOpt",
     "MaxLenOpt",
+    "MaxMemoryOpt",
     "MaxShapeOpt",
     "MinShapeOpt",
     "OpsetOpt",
@@ -99,6 +100,11 @@ WarmupOpt = Annotated[int, typer.Option("--warmup", help="Untimed warm-up runs p
 RepeatsOpt = Annotated[int, typer.Option("--repeats", help="Timed runs per variant.", rich_help_panel=_COMPARE)]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.", show_default="off", rich_help_panel=_OUTPUT)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout instead of a table.", show_default="off", rich_help_panel=_OUTPUT)]
+MaxMemoryOpt = Annotated[
+    Optional[str],
+    typer.Option("--max-memory", metavar="SIZE", help="Memory the run may use, e.g. 16G: runs whose estimated peak is larger are refused before any work.",
+                 show_default="the memory available", rich_help_panel=_OUTPUT),
+]
 ProgressOpt = Annotated[bool, typer.Option("--progress", help="Progress lines on stderr even when it is not a terminal (CI logs).", show_default="off", rich_help_panel=_OUTPUT)]
 
 _COMPRESS = "Compression options"

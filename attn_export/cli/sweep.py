@@ -14,10 +14,12 @@ from attn_export.cli._common import (
     QuietFlag,
     ThreadsFlag,
     floats,
+    int_in,
     ints,
     out_console,
     progress_bar,
     strs,
+    writing,
 )
 
 __all__ = ["register"]
@@ -64,9 +66,15 @@ def sweep(
     overrides.update(d_model=d_model, heads=heads, seed=seed, batch=batch, seq_len=seq_len, threads=threads,
                      calibration=str(calib) if calib else None, checkpoint=checkpoint, layers=layers, max_texts=max_texts)  # fmt: skip
     cfg = SweepConfig.quick(**overrides) if quick else SweepConfig(**overrides)
-    with progress_bar(not (quiet or as_json), f"sweep ({len(cfg.points())} configs)") as cb:
-        result = run_sweep(cfg, progress=cb)
-    files = write_sweep(result, out)
+    _preflight(cfg, out, calib)
+    from attn_export.run_dir import claim
+
+    config = {k: (list(v) if isinstance(v, tuple) else v) for k, v in overrides.items()}
+    with claim(out, "--out", config={"command": "sweep", "quick": quick, **config}, seed=seed):
+        with progress_bar(not (quiet or as_json), f"sweep ({len(cfg.points())} configs)") as cb:
+            result = run_sweep(cfg, progress=cb)
+        with writing(out, "--out"):
+            files = write_sweep(result, out)
     if as_json:
         print(json.dumps(result, indent=2))
         return
@@ -78,6 +86,21 @@ def sweep(
     out_console.print(table)
     if not quiet:
         out_console.print(f"wrote {', '.join(str(p) for p in files.values())}", highlight=False)
+
+
+def _preflight(cfg: Any, out: Path, calib: Path | None) -> None:
+    """The main command's bounds, paths and memory estimate for the sweep's subject, before any work."""
+    from attn_export.config import LIMITS, RunConfig
+
+    int_in("--repeats", cfg.repeats, 1, LIMITS["repeats"])
+    for steps in cfg.distill_steps:
+        int_in("--distill", steps, 0, LIMITS["distill"])
+    subject: dict[str, Any] = {"checkpoint": cfg.checkpoint, "layers": cfg.layers} if cfg.checkpoint else {"d_model": cfg.d_model, "heads": cfg.heads}
+    probe = RunConfig(**subject, seed=cfg.seed, batch=cfg.batch, seq_len=cfg.seq_len, threads=cfg.threads, out=out, render=False,
+                      quantize="int8", low_rank=0.5 if any(r < 1.0 for r in cfg.rank_ratios) else None,
+                      calib=calib)  # fmt: skip
+    probe.check_paths()
+    probe.check_memory()
 
 
 def register(app: typer.Typer) -> None:

@@ -34,6 +34,8 @@ __all__ = [
     "ActivationSet",
     "CalibrationData",
     "DEFAULT_MAX_BYTES",
+    "GENERATE_LIMITS",
+    "check_generate_args",
     "default_calibration_path",
     "device_of",
     "eval_mode",
@@ -175,28 +177,100 @@ def _read_arrays(path: Path, max_bytes: int) -> dict[str, np.ndarray]:
             size = max(size, sum(i.file_size for i in zf.infolist()))
     if size > max_bytes:
         raise DataError(f"{path}: {size} bytes exceeds the {max_bytes}-byte limit; use fewer sequences or raise max_bytes")
+    if path.is_dir() or path.suffix in (".npy", ".npz"):
+        for f in files:
+            _check_container(f, ".npy" if path.is_dir() else path.suffix)
     try:
         if path.is_dir():
-            return {f.stem: np.load(f, allow_pickle=False) for f in files}
-        if path.suffix == ".safetensors":
+            arrays = {f.stem: _load_npy(f) for f in files}
+        elif path.suffix == ".safetensors":
             from safetensors.numpy import load_file
 
-            return {k: v for k, v in load_file(str(path)).items() if k in _KEYS}
-        if path.suffix == ".npz":
+            arrays = {k: v for k, v in load_file(str(path)).items() if k in _KEYS}
+        elif path.suffix == ".npz":
             with np.load(path, allow_pickle=False) as npz:
-                return {k: npz[k] for k in npz.files if k in _KEYS}
-        if path.suffix == ".npy":
-            return {"x": np.load(path, allow_pickle=False)}
+                arrays = {}
+                for k in npz.files:
+                    if k in _KEYS:
+                        _check_npy_header(path, npz.zip.open(f"{k}.npy"), f"member {k}.npy", npz.zip.getinfo(f"{k}.npy").file_size)
+                        arrays[k] = npz[k]
+        elif path.suffix == ".npy":
+            arrays = {"x": _load_npy(path)}
+        else:
+            raise DataError(f"{path}: unsupported format {path.suffix!r}; use .npz, .safetensors, .npy or a directory of .npy")
+    except DataError:
+        raise
     except ValueError as err:
-        if "pickle" in str(err).lower():
+        if "object arrays" in str(err).lower():
             raise DataError(
                 f"{path} holds a pickled object array, which attn-export never loads; save plain float arrays with np.savez"
             ) from err
-        raise DataError(f"{path} cannot be read ({err}); save it with np.savez or safetensors") from err
+        raise DataError(f"{path} cannot be read ({_first_line(err)}); save it with np.savez or safetensors") from err
+    except MemoryError as err:
+        raise DataError(f"{path} cannot be read: its arrays do not fit in memory; use fewer sequences") from err
     except Exception as err:  # corrupt zip, truncated npy, bad safetensors header
-        what = f"{type(err).__name__}: {err}"
+        what = f"{type(err).__name__}: {_first_line(err)}"
         raise DataError(f"{path} cannot be read ({what}); regenerate it with attn-export calib generate") from err
-    raise DataError(f"{path}: unsupported format {path.suffix!r}; use .npz, .safetensors, .npy or a directory of .npy")
+    for k, v in arrays.items():
+        if not isinstance(v, np.ndarray):  # an .npz member that is not a .npy array comes back as raw bytes
+            raise DataError(f"{path}: {k} is not a NumPy array (its member lacks the .npy header); save plain float arrays with np.savez")
+    return arrays
+
+
+_NPY_MAGIC = b"\x93NUMPY"
+_ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def _check_container(path: Path, kind: str) -> None:
+    """The file starts like the format its name says; else say what it is, without unpickling it.
+
+    ``np.load`` takes any file without the NumPy or zip header for a pickle, so random bytes
+    used to be reported as "a pickled object array".
+    """
+    with open(path, "rb") as f:
+        head = f.read(8)
+    expected = _NPY_MAGIC if kind == ".npy" else _ZIP_MAGICS
+    if head.startswith(expected if isinstance(expected, tuple) else (expected,)):
+        return
+    what = "a .npy array" if kind == ".npy" else "a .npz archive (a zip of .npy arrays)"
+    if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:  # a pickle stream (protocol 2-5)
+        raise DataError(f"{path} is a Python pickle, not {what}; attn-export never unpickles data: save plain float arrays with np.savez")
+    raise DataError(f"{path} is not {what} (it starts with bytes {head[:8].hex(' ')}); save plain float arrays with np.savez")
+
+
+def _check_npy_header(path: Path, f: object, what: str, size: int) -> None:
+    """The shape and dtype an .npy header declares fit in the bytes that follow it (no huge allocation)."""
+    from numpy.lib import format as npy_format
+
+    try:
+        version = npy_format.read_magic(f)  # type: ignore[arg-type]
+    except ValueError:
+        raise DataError(f"{path}: {what} is not a NumPy array (no .npy header); save plain float arrays with np.savez") from None
+    try:
+        read = npy_format.read_array_header_1_0 if version == (1, 0) else npy_format.read_array_header_2_0  # 3.0: utf-8, same layout
+        shape, _fortran, dtype = read(f)  # type: ignore[arg-type]
+        header_end = f.tell()  # type: ignore[attr-defined]
+    except ValueError as err:
+        raise DataError(f"{path}: {what} has a malformed .npy header ({_first_line(err)}); save it with np.save or np.savez") from err
+    if dtype.hasobject:
+        raise DataError(f"{path} holds a pickled object array, which attn-export never loads; save plain float arrays with np.savez")
+    needed = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    if needed > size - header_end:
+        raise DataError(
+            f"{path}: {what} declares shape {tuple(shape)} of {dtype} ({needed:,} bytes) but holds {max(0, size - header_end):,}; "
+            "the file is truncated or forged: regenerate it"
+        )
+
+
+def _load_npy(path: Path) -> np.ndarray:
+    with open(path, "rb") as f:
+        _check_npy_header(path, f, "the array", path.stat().st_size)
+    return np.load(path, allow_pickle=False)
 
 
 def _check_x(path: Path, name: str, x: np.ndarray, d_model: int | None) -> None:
@@ -304,6 +378,53 @@ def synthesize_hidden_states(
     return x.astype(np.float32), kpm
 
 
+# What ``calib generate`` accepts. d_model is bounded by the cost of the random orthonormal basis
+# (a d_model x d_model QR: 4096 takes seconds, 20000 took hours); the file by what the loader
+# accepts (DEFAULT_MAX_BYTES), so a generated set can always be loaded.
+GENERATE_LIMITS = {"d_model": 4096, "n_calib": 100_000, "n_val": 100_000, "seq_len": 65536, "seed": 2**32 - 1}
+MAX_DECAY = 8.0
+
+
+def _int_arg(flag: str, value: object, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ConfigError(f"expected {flag} to be an integer, got {value!r}")
+    if not lo <= int(value) <= hi:
+        raise ConfigError(f"expected {flag} in [{lo}, {hi}], got {value}")
+    return int(value)
+
+
+def check_generate_args(
+    path: Path, d_model: int, n_calib: int, n_val: int, seq_len: int, seed: int, decay: float, n_outliers: int,
+    min_len_fraction: float, dtype: str, max_bytes: int = DEFAULT_MAX_BYTES,
+) -> None:  # fmt: skip
+    """Refuse, before any work, arguments that would fail, hang, or write a set the loader refuses."""
+    if Path(path).suffix not in (".npz", ".safetensors"):
+        raise ConfigError(f"expected an output path ending in .npz or .safetensors, got {path}")
+    for flag, value in (("--d-model", d_model), ("--n-calib", n_calib), ("--n-val", n_val), ("--seq-len", seq_len)):
+        _int_arg(flag, value, 1, GENERATE_LIMITS[flag[2:].replace("-", "_")])
+    _int_arg("--seed", seed, 0, GENERATE_LIMITS["seed"])
+    _int_arg("--outliers", n_outliers, 0, d_model)
+    if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not (0.0 <= float(decay) <= MAX_DECAY):
+        raise ConfigError(f"expected --decay in [0, {MAX_DECAY:g}] (eigenvalue k ~ k^-decay), got {decay}; use 1.0")
+    if not (isinstance(min_len_fraction, (int, float)) and 0.0 < float(min_len_fraction) <= 1.0):
+        raise ConfigError(f"expected min_len_fraction in (0, 1], got {min_len_fraction}")
+    if dtype not in ("float16", "float32"):
+        raise ConfigError(f"expected --dtype float16 or float32, got {dtype!r}; use float16")
+    n = n_calib + n_val
+    size = n * seq_len * d_model * np.dtype(dtype).itemsize
+    if size > max_bytes:
+        raise ConfigError(
+            f"expected a set of at most {max_bytes:,} bytes (what the loader accepts), got {size:,} "
+            f"({n} x {seq_len} x {d_model} {dtype}); use fewer --n-calib/--n-val or a shorter --seq-len"
+        )
+    from attn_export.config import available_memory, format_bytes
+
+    working = n * seq_len * d_model * 8 * 4 + d_model * d_model * 8 * 3  # float64 draws, mixes and LayerNorm; basis and QR
+    free = available_memory()
+    if free is not None and working > free:
+        raise ConfigError(f"generating needs about {format_bytes(working)} of memory and {format_bytes(free)} is available; use fewer sequences")
+
+
 def generate_calibration(
     path: str | os.PathLike[str],
     d_model: int = 512,
@@ -322,16 +443,13 @@ def generate_calibration(
     Both splits come from one draw of one distribution, split by sequence, so they are
     disjoint. ``dtype="float16"`` halves the file; the loader returns float32.
     """
-    if min(n_calib, n_val, seq_len, d_model) < 1:
-        raise ConfigError(f"expected positive n_calib, n_val, seq_len, d_model, got {n_calib}, {n_val}, {seq_len}, {d_model}")
-    if dtype not in ("float16", "float32"):
-        raise ConfigError(f"expected dtype float16 or float32, got {dtype!r}; use float16")
     path = Path(path)
-    if path.suffix not in (".npz", ".safetensors"):
-        raise ConfigError(f"expected an output path ending in .npz or .safetensors, got {path}")
+    check_generate_args(path, d_model, n_calib, n_val, seq_len, seed, decay, n_outliers, min_len_fraction, dtype)
     rng = np.random.default_rng(seed)
     x, kpm = synthesize_hidden_states(n_calib + n_val, seq_len, d_model, rng, decay, n_outliers, min_len_fraction)
     x = x.astype(dtype)
+    if not np.isfinite(x).all():  # never write a set the loader would refuse
+        raise ConfigError(f"the generated activations are not finite (decay {decay}, dtype {dtype}); use a smaller --decay or --dtype float32")
     arrays = {
         "calib_x": x[:n_calib], "calib_key_padding_mask": kpm[:n_calib],
         "val_x": x[n_calib:], "val_key_padding_mask": kpm[n_calib:],

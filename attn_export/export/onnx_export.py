@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
+import re
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -164,9 +165,13 @@ def export_module(
             onnx.save(proto, str(tmp))
     except ExportError:
         raise
-    except Exception as err:  # torch.export / onnx errors are long; keep the first line
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ExportError(f"ONNX export failed ({type(err).__name__}: {first}); try --attention decomposed") from err
+    except Exception as err:
+        _reraise_outside_export(err, path)
+        # torch.export / onnx errors are long and may carry terminal colour codes; keep the first line
+        text = _ANSI.sub("", str(err)).strip()
+        first = text.splitlines()[0] if text else type(err).__name__
+        hint = "; try --attention decomposed" if spec.attention != "decomposed" else "; this is a bug in attn-export or torch.onnx: please report it with the command line"
+        raise ExportError(f"ONNX export failed ({type(err).__name__}: {first}){hint}") from err
     blocks, fused = summary.attention_blocks, summary.fused_attention
     if lowering is not None and lowering.replaced:
         # One block may lower to several kernel nodes (If branches, Loop bodies): count blocks.
@@ -207,6 +212,31 @@ def _check_all_lowered(summary: GraphSummary, lowering: LongSeqLowering) -> None
             f"expected every attention block lowered to long-seq kernels, got {left} left as O(L^2) MatMul-Softmax; "
             "a dense (Lq, Lk) mask cannot be split into key padding / causal / window parts; use --attention decomposed"
         )
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
+def _reraise_outside_export(err: BaseException, path: Path) -> None:
+    """Failures that are not the exporter's: never blamed on the attention form.
+
+    torch.onnx wraps whatever happens while it traces, including a Ctrl-C / SIGTERM (a
+    ``TorchExportError`` whose cause is the ``KeyboardInterrupt``) and a full disk. An
+    interrupt is re-raised as itself; an ``OSError`` (no space, no permission, read-only
+    disk) and a ``MemoryError`` are re-raised as what they are, naming the file.
+    """
+    seen: set[int] = set()
+    cause: BaseException | None = err
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if not isinstance(cause, Exception):  # KeyboardInterrupt, SIGTERM's exception, SystemExit
+            raise cause
+        if isinstance(cause, OSError):
+            what = cause.strerror or type(cause).__name__
+            raise ExportError(f"writing {path} failed: {what}; free disk space or pass a writable --out") from err
+        if isinstance(cause, MemoryError):
+            raise ExportError(f"out of memory while exporting {path.name}; lower --batch/--seq-len or --d-model") from err
+        cause = cause.__cause__ or cause.__context__
 
 
 def _set_metadata(proto: onnx.ModelProto, props: dict[str, str]) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+import onnx.numpy_helper
 import onnx_ir as ir
 
 from attn_export.errors import CompatibilityError, ConfigError
@@ -85,7 +86,17 @@ def check_trt_compat(
     (Q/DQ nodes -> int8, fp16 MatMuls -> fp16, else fp32).
     """
     version = parse_trt_version(trt_version)
+    if version.major not in SUPPORTED_MAJORS:
+        raise ConfigError(
+            f"unknown TensorRT version {trt_version}: the support table covers TensorRT 10.x and 11.x (checked against the bindings of "
+            "10.3 to 11.4); pass e.g. --trt 10.3 (JetPack 6) or --trt 10.14"
+        )
     proto, name = _load(model_or_path)
+    structural = _structural_findings(proto)
+    if structural:  # nothing else can be trusted on a graph ONNX itself rejects: bad input, not a TensorRT verdict
+        first = structural[0]
+        more = f" (and {len(structural) - 1} more)" if len(structural) > 1 else ""
+        raise ConfigError(f"{name} is not a valid ONNX model: {first.node or '<graph>'}: {first.message}{more}; re-export it")
     try:
         proto = onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
     except Exception as err:  # best effort: contrib ops have no schema in onnx
@@ -115,6 +126,68 @@ def check_trt_compat(
     report.findings.sort(key=lambda f: SEVERITIES.index(f.severity))
     log.info("check-trt %s for TensorRT %s: %d error(s), %d warning(s)", name, version, len(report.errors), len(report.warnings))
     return report
+
+
+SUPPORTED_MAJORS = (10, 11)
+_MAX_VOLUME = 2**40  # elements: far beyond any tensor a GPU holds (TensorRT's own limits are lower)
+
+
+def _elements(dims: list[int]) -> int:
+    n = 1
+    for d in dims:
+        n *= int(d)
+    return n
+
+
+def _stored_elements(t: onnx.TensorProto) -> int | None:
+    """How many elements an initializer really holds (None when the data lives elsewhere)."""
+    if t.data_location == onnx.TensorProto.EXTERNAL:
+        return None
+    if t.HasField("raw_data"):
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize if t.data_type else 1
+        return len(t.raw_data) // max(1, itemsize)
+    for field in ("float_data", "int32_data", "int64_data", "double_data", "uint64_data", "string_data"):
+        values = getattr(t, field)
+        if len(values):
+            return len(values) // (2 if t.data_type in (onnx.TensorProto.COMPLEX64, onnx.TensorProto.COMPLEX128) else 1)
+    return 0
+
+
+def _structural_findings(proto: onnx.ModelProto) -> list[Finding]:
+    """What ONNX itself rejects, checked first: an empty graph, onnx.checker, impossible dims,
+    initializers whose data does not match their dims, and Reshapes to impossible volumes.
+
+    onnx.checker runs without ``full_check``: its strict shape inference refuses graphs whose
+    value_info omits shapes, which TensorRT's parser accepts; the checks below cover what the
+    full check would add for the graphs TensorRT could not build anyway."""
+    out: list[Finding] = []
+    if not proto.graph.node:
+        out.append(Finding("error", "", "", "the graph has no nodes: there is nothing for TensorRT to build"))
+    try:
+        onnx.checker.check_model(proto)
+    except Exception as err:  # onnx.checker.ValidationError and friends
+        first = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
+        if "Field 'shape' of 'type' is required" not in first:  # an input of unknown rank: TensorRT's parser takes it
+            out.append(Finding("error", "", "", f"onnx.checker rejects the model: {first}"))
+    for t in proto.graph.initializer:
+        if any(d < 0 for d in t.dims):
+            out.append(Finding("error", t.name, "initializer", f"negative dims {list(t.dims)}"))
+            continue
+        want, have = _elements(list(t.dims)), _stored_elements(t)
+        if have is not None and want != have:
+            out.append(Finding("error", t.name, "initializer", f"declares dims {list(t.dims)} ({want} elements) but holds {have}; the file is corrupt or truncated"))
+    for value in [*proto.graph.input, *proto.graph.output, *proto.graph.value_info]:
+        dims = [d.dim_value for d in value.type.tensor_type.shape.dim if d.HasField("dim_value")]
+        if any(d < 0 for d in dims):
+            out.append(Finding("error", value.name, "value", f"negative dims {dims}"))
+    constants = {t.name: t for t in proto.graph.initializer}
+    for node in proto.graph.node:
+        if node.op_type == "Reshape" and len(node.input) > 1 and node.input[1] in constants:
+            shape = onnx.numpy_helper.to_array(constants[node.input[1]]).astype("int64").ravel().tolist() if _stored_elements(constants[node.input[1]]) else []
+            volume = _elements([d for d in shape if d > 0])
+            if volume > _MAX_VOLUME or any(d < -1 for d in shape):
+                out.append(Finding("error", node.name, "Reshape", f"reshapes to {shape}: an impossible tensor ({volume:.3g} elements)"))
+    return out
 
 
 def _load(model_or_path: onnx.ModelProto | str | os.PathLike[str]) -> tuple[onnx.ModelProto, str]:

@@ -7,6 +7,8 @@ with bit-identical maths, which is what the exporter ships.
 
 from __future__ import annotations
 
+import operator
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -19,6 +21,12 @@ __all__ = ["AttentionProjections", "check_heads", "fuse_qkv_", "set_attention_fo
 
 def check_heads(d_model: int, heads: int) -> None:
     """Validate the head split; raised at construction so a bad CLI flag fails before any work."""
+    try:
+        if isinstance(d_model, bool) or isinstance(heads, bool):
+            raise TypeError
+        d_model, heads = operator.index(d_model), operator.index(heads)
+    except TypeError:
+        raise ConfigError(f"expected integer d_model and heads, got d_model={d_model!r}, heads={heads!r}") from None
     if d_model <= 0 or heads <= 0:
         raise ConfigError(f"d_model and heads must be positive, got d_model={d_model}, heads={heads}")
     if d_model % heads != 0:
@@ -28,8 +36,20 @@ def check_heads(d_model: int, heads: int) -> None:
         )
 
 
+# How far from the requested head count the suggestion looks. Bounded so the error path stays
+# instant for any d_model (a scan of 1..d_model hung on --d-model 999999937); 1 always divides,
+# so a suggestion always exists.
+_DIVISOR_SEARCH = 4096
+
+
 def _nearest_divisor(n: int, near: int) -> int:
-    return min((h for h in range(1, n + 1) if n % h == 0), key=lambda h: abs(h - near))
+    """The divisor of ``n`` closest to ``near`` (the smaller one on a tie), looking at most
+    ``_DIVISOR_SEARCH`` steps either way; 1 when none is that close."""
+    for delta in range(_DIVISOR_SEARCH + 1):
+        for h in (near - delta, near + delta):
+            if 1 <= h <= n and n % h == 0:
+                return h
+    return 1
 
 
 class AttentionProjections(nn.Module):

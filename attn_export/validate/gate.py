@@ -21,10 +21,13 @@ refused with one line. The file format is documented in ``docs/ci-gate.md``.
 from __future__ import annotations
 
 import copy
+import hashlib
 import logging
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from pathlib import Path, PurePath
 from typing import Any
 
 from attn_export.errors import DataError
@@ -52,6 +55,7 @@ __all__ = [
     "cpu_class",
     "make_baseline",
     "update_baseline",
+    "verify_artifact_hashes",
 ]
 
 log = logging.getLogger(__name__)
@@ -462,3 +466,35 @@ def make_baseline(
 ) -> dict[str, Any]:
     """``update_baseline(report, previous, tolerances, prune=prune).baseline``."""
     return update_baseline(report, previous, tolerances, prune=prune).baseline
+
+
+# --- artifact hashes ------------------------------------------------------------------------------
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def verify_artifact_hashes(report: Mapping[str, Any], folder: str | os.PathLike[str]) -> list[GateCheck]:
+    """One check per artifact the report judged (``details.sha256``, ``selection[*].sha256``) whose
+    file is present in ``folder`` (the report's folder): a different file means the outputs of two
+    runs are mixed, and the report's figures are not about the model beside it."""
+    entries: list[tuple[str, Any, Any]] = [(str(s.get("name")), s.get("artifact"), (s.get("details") or {}).get("sha256")) for s in report.get("stages") or []]
+    entries += [(f"selection.{k}", v.get("artifact"), v.get("sha256")) for k, v in (report.get("selection") or {}).items() if isinstance(v, Mapping)]
+    checks: list[GateCheck] = []
+    for name, artifact, expected in entries:
+        if not isinstance(artifact, str) or not isinstance(expected, str):
+            continue
+        path = Path(folder) / PurePath(artifact).name
+        if not path.is_file():
+            continue
+        got = _sha256(path)
+        ok = got == expected
+        msg = "" if ok else (
+            f"{path.name} is not the file this report judged (sha256 {got[:12]}..., the report has {expected[:12]}...): "
+            "the outputs of two runs are mixed; rerun attn-export into its own --out"
+        )
+        checks.append(GateCheck(name, "sha256", None, None, None, ok, "matches the report" if ok else msg))
+    return checks

@@ -39,6 +39,7 @@ __all__ = [
     "BenchSchema",
     "BertConfigSchema",
     "ReportSchema",
+    "RunManifestSchema",
     "SafetensorsIndexSchema",
     "read_json",
     "validate",
@@ -124,6 +125,21 @@ class LatencySchema(_Schema):
     throughput_per_s: NonNegFinite | None = None
 
 
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+class _ArtifactHash(_Schema):
+    """The part of ``details`` (or of a selection entry) the gate reads: the artifact's sha256."""
+
+    sha256: Sha256 | None = None
+
+
+def _artifact_hash(value: dict[str, Any]) -> dict[str, Any]:
+    if "sha256" in value:  # attn_export.run_dir stamps it; ``check`` compares it with the file
+        _ArtifactHash.model_validate({"sha256": value["sha256"]}, strict=True)
+    return value
+
+
 class StageSchema(_Schema):
     name: Annotated[str, Field(min_length=1)]
     artifact: str | None = None
@@ -135,7 +151,7 @@ class StageSchema(_Schema):
     params: NonNegInt | None = None
     passed: bool | None = None
     tolerance: dict[str, Finite | None] | None = None
-    details: dict[str, Any] = Field(default_factory=dict)
+    details: Annotated[dict[str, Any], AfterValidator(_artifact_hash)] = Field(default_factory=dict)
 
 
 def _unique_names(stages: list[StageSchema]) -> list[StageSchema]:
@@ -239,6 +255,27 @@ class BaselineV2(_Schema):
     latency_margin: LatencyMargin | None = None
     cross_class_slack: dict[str, dict[MetricName, SlackSchema]] = Field(default_factory=dict)
     classes: dict[ClassName, ClassEntrySchema]
+
+
+# --- run.json (attn_export.run_dir) ----------------------------------------------------------------
+class ManifestFileSchema(_Schema):
+    sha256: Sha256
+    size_bytes: NonNegInt
+
+
+class RunManifestSchema(_Schema):
+    """``OUT/run.json``: which run wrote the folder, and the sha256 of every file it wrote."""
+
+    format: Literal["attn-export-run/1"]
+    status: Literal["running", "complete"]
+    pid: NonNegInt | None = None
+    command: list[str] | None = None
+    seed: int | None = None
+    versions: dict[str, str | None] = Field(default_factory=dict)
+    started: str | None = None
+    finished: str | None = None
+    artifacts: dict[str, ManifestFileSchema] = Field(default_factory=dict)
+    config: dict[str, Any] = Field(default_factory=dict)
 
 
 # --- bench.json (for ``report --bench``) ---------------------------------------------------------

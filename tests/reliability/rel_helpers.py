@@ -1,0 +1,152 @@
+"""Helpers for the reliability suite: run the CLI in-process or in a subprocess, and check that a
+refusal is clean (exit code, one line starting ``attn-export: error:``, nothing left on disk)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+# The smallest pipeline run (about 5 s in-process once torch.onnx is warm).
+TINY = ["--d-model", "32", "--heads", "4", "--seq-len", "8", "--batch", "2", "--repeats", "1", "--warmup", "0", "--threads", "1"]
+
+
+@dataclass
+class Outcome:
+    code: int
+    out: str
+    err: str
+    seconds: float
+    new_files: list[str] = field(default_factory=list)
+
+    @property
+    def err_lines(self) -> list[str]:
+        return [line for line in self.err.splitlines() if line.strip()]
+
+
+def snapshot(root: Path) -> set[str]:
+    """Every path under ``root`` (files and folders), relative."""
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+def run_cli(args: list[str], capsys: pytest.CaptureFixture[str], root: Path) -> Outcome:
+    """``attn_export.cli.main(args)`` in this process; reports what appeared under ``root``."""
+    from attn_export.cli import main
+
+    before = snapshot(root)
+    capsys.readouterr()
+    t0 = time.perf_counter()
+    code = main([str(a) for a in args])
+    seconds = time.perf_counter() - t0
+    cap = capsys.readouterr()
+    return Outcome(code, cap.out, cap.err, seconds, sorted(snapshot(root) - before))
+
+
+def assert_refused(o: Outcome, expect: str | None = None, code: int = 2, max_seconds: float = 10.0) -> None:
+    """A clean refusal: the exit code, exactly one line ``attn-export: error: ...`` on stderr, no
+    traceback, nothing new on disk, and (bad input is checked before any work) quickly."""
+    assert o.code == code, f"exit {o.code}, expected {code}; stderr: {o.err!r}"
+    assert "Traceback" not in o.err and "Traceback" not in o.out, o.err
+    assert len(o.err_lines) == 1, f"expected one line on stderr, got {o.err_lines}"
+    assert o.err_lines[0].startswith("attn-export: error:"), o.err_lines[0]
+    assert "\x1b[" not in o.err, "ANSI codes in the message"
+    if expect is not None:
+        assert expect.lower() in o.err.lower(), f"expected {expect!r} in {o.err!r}"
+    assert not o.new_files, f"left behind: {o.new_files}"
+    assert o.seconds < max_seconds, f"took {o.seconds:.1f} s: validation should come before work"
+
+
+def assert_one_line_error(err: BaseException, kind: type[BaseException] | None = None, expect: str | None = None) -> None:
+    """A library-level refusal: an AttnExportError (or ``kind``) whose message is one line."""
+    from attn_export.errors import AttnExportError
+
+    assert isinstance(err, kind or AttnExportError), f"{type(err).__name__}: {err}"
+    text = str(err)
+    assert "\n" not in text.strip(), f"message spans lines: {text!r}"
+    if expect is not None:
+        assert expect.lower() in text.lower(), f"expected {expect!r} in {text!r}"
+
+
+# -- subprocesses ----------------------------------------------------------------------------------
+class Proc:
+    """``python -m attn_export.cli ARGS`` in a subprocess, its stderr read line by line in a thread."""
+
+    def __init__(self, args: list[str], cwd: Path, tmpdir: Path | None = None) -> None:
+        env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+        if tmpdir is not None:
+            tmpdir.mkdir(parents=True, exist_ok=True)
+            env["TMPDIR"] = str(tmpdir)  # every temporary file the run makes lands here, to be counted
+        self.started = time.perf_counter()
+        self.p = subprocess.Popen(  # noqa: S603 - our own CLI
+            [sys.executable, "-m", "attn_export.cli", *map(str, args)],
+            cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=_default_sigint,  # a background pytest may ignore SIGINT; the CLI must see it
+        )  # fmt: skip
+        self.lines: list[str] = []
+        self._seen = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.p.stderr is not None
+        for line in iter(self.p.stderr.readline, ""):
+            with self._seen:
+                self.lines.append(line.rstrip("\n"))
+                self._seen.notify_all()
+        with self._seen:
+            self._seen.notify_all()
+
+    def wait_for(self, marker: str, timeout: float = 90.0) -> float:
+        """Block until a stderr line contains ``marker``; returns the seconds since start."""
+        deadline = time.monotonic() + timeout
+        with self._seen:
+            while not any(marker in line for line in self.lines):
+                if self.p.poll() is not None and not self._reader.is_alive():
+                    raise AssertionError(f"exited {self.p.returncode} before {marker!r}: {self.lines}")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"no {marker!r} within {timeout} s: {self.lines}")
+                self._seen.wait(min(left, 0.5))
+        return time.perf_counter() - self.started
+
+    def finish(self, timeout: float = 120.0) -> tuple[int, str, list[str]]:
+        out = self.p.stdout.read() if self.p.stdout else ""  # type: ignore[union-attr]
+        code = self.p.wait(timeout=timeout)
+        self._reader.join(timeout=10)
+        return code, out, list(self.lines)
+
+    def kill(self) -> None:
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait(timeout=30)
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def good_report() -> dict:
+    """A small valid report.json (two stages) as the gate reads it."""
+    from attn_export.validate import Accuracy, Latency, Report, Stage
+
+    r = Report(model={"layer": "transformer", "d_model": 32, "heads": 4}, environment={"cpu": {"isa_class": "x86-avx2", "u8s8_saturates": True}})
+    r.add(Stage("onnx-fp32", "model.onnx", "fp32", Accuracy(2e-6, 3e-7, 1e-6, 0.9999999, 120.0),
+                {"artifact": Latency(1.0, 1.2, 1.3), "eager": Latency(2.0, 2.2, 2.3)}, 2.0, passed=True))  # fmt: skip
+    r.add(Stage("onnx-int8", "model.int8.onnx", "int8", Accuracy(0.05, 0.01, 0.03, 0.9995, 30.5),
+                {"artifact": Latency(0.5, 0.6, 0.7), "eager": Latency(2.0, 2.2, 2.3)}, 4.0, passed=True))  # fmt: skip
+    return json.loads(json.dumps(r.to_dict()))
+
+
+def write_json(path: Path, data: object) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data) if not isinstance(data, str) else data, encoding="utf-8")
+    return path
