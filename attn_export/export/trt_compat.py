@@ -146,8 +146,8 @@ def _stored_elements(t: onnx.TensorProto) -> int | None:
     if t.HasField("raw_data"):
         itemsize = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize if t.data_type else 1
         return len(t.raw_data) // max(1, itemsize)
-    for field in ("float_data", "int32_data", "int64_data", "double_data", "uint64_data", "string_data"):
-        values = getattr(t, field)
+    for name in ("float_data", "int32_data", "int64_data", "double_data", "uint64_data", "string_data"):
+        values = getattr(t, name)
         if len(values):
             return len(values) // (2 if t.data_type in (onnx.TensorProto.COMPLEX64, onnx.TensorProto.COMPLEX128) else 1)
     return 0
