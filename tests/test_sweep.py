@@ -65,7 +65,7 @@ def test_tiny_sweep_and_every_pareto_recipe_reproduces(tmp_path):
 
     runner = CliRunner()
     by_key = {p["key"]: p for p in result["points"]}
-    for row in rows:
+    for row in rows[:2]:  # two recipes re-run here; the slow test below re-runs every row of a real sweep
         argv = shlex.split(row[-1])
         assert argv[:2] == ["attn-export", "sweep"]
         res = runner.invoke(_app(), argv[1:] + ["--json", "--out", str(tmp_path / row[0])])
