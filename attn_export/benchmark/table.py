@@ -15,9 +15,12 @@ _RESULT_COLS = ("variant", "B", "L", "p50 ms", "p90 ms", "x eager", "items/s", "
 def ceilings_line(bench: Mapping[str, Any]) -> str:
     c = bench["ceilings"]
     meas = ", ".join(f"{k} {v:.0f}" if v else f"{k} n/a" for k, v in c["measurements"].items())
+    cpu = (bench.get("environment") or {}).get("cpu") or {}
+    enc = ((bench.get("environment") or {}).get("int8_encoding") or {}).get("encoding")
+    where = f"cpu {cpu.get('isa_class', '?')}" + (f", int8 {enc}" if enc else "") + "; "
     return (
-        f"ceilings ({c['size']}^3 GEMM, {c['threads']} threads): fp32 {c['fp32_gflops']:.1f} GFLOP/s, "
-        f"fp16 {c['fp16_gflops']:.1f} GFLOP/s, int8 {c['int8_gops']:.1f} GOP/s  [{meas}]"
+        f"{where}ceilings ({c['size']}^3 GEMM, {c['threads']} threads): fp32 {c['fp32_gflops']:.1f} GFLOP/s, "
+        f"fp16 {c['fp16_gflops']:.1f} GFLOP/s, int8 (ONNX Runtime MatMulInteger) {c['int8_gops']:.1f} GOP/s  [{meas}]"
     )
 
 
