@@ -115,15 +115,17 @@ def _int8_steps(cfg: Any, source: str, prefix: str, encoding: Any) -> tuple[list
         name, filename = f"{prefix}-{route}", f"model.{prefix}-{route}.onnx"
         if route == "static":
             config: Any = Int8Static(
-                method=cfg.resolved_calib_method, smoothquant_alpha=cfg.smoothquant, quantize_attention_bmm=target.quantize_attention_bmm,
+                method=cfg.resolved_calib_method, smoothquant_alpha=cfg.resolved_smoothquant, quantize_attention_bmm=target.quantize_attention_bmm,
                 reduce_range=bool(encoding.reduce_range) and not target.is_tensorrt, for_tensorrt=target.is_tensorrt,
-                session_u8u8=bool(encoding.session_u8u8) and not target.is_tensorrt,
+                session_u8u8=bool(encoding.session_u8u8) and not target.is_tensorrt, fallback=cfg.int8_fallback,
             )  # fmt: skip
         elif route == "dynamic":
             if target.is_tensorrt:  # --int8-mode dynamic on TensorRT is refused by RunConfig
                 notes[name] = f"int8 route dynamic skipped for target {target.name}: {DYNAMIC_NOT_FOR_TENSORRT}"
                 continue
-            config = Int8Dynamic(per_channel=True, reduce_range=bool(encoding.reduce_range), session_u8u8=bool(encoding.session_u8u8))
+            # int8 embedding rows and ORT's BiasGelu: measured on MiniLM; reference layers have neither embeddings nor GELU
+            config = Int8Dynamic(per_channel=True, reduce_range=bool(encoding.reduce_range), session_u8u8=bool(encoding.session_u8u8),
+                                 smoothquant_alpha=cfg.resolved_smoothquant, quantize_embeddings=cfg.is_checkpoint, fuse=cfg.is_checkpoint)  # fmt: skip
         else:
             if not (cfg.int8_mode == "torchao" or cfg.with_torchao):
                 from attn_export.compress.quant_eager import TORCHAO_OPT_IN_NOTE

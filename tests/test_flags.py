@@ -62,7 +62,8 @@ TABLE: dict[str, tuple[object, dict[str, object], str]] = {
     "with_torchao": (True, {"quantize": "int8"}, "plan"),
     "calib": ("<calib>", {"quantize": "int8"}, "config:calib"),
     "calib_method": ("entropy", {"quantize": "int8"}, "plan"),
-    "smoothquant": (0.5, {"quantize": "int8"}, "plan"),
+    "smoothquant": ("0.5", {"quantize": "int8"}, "plan"),
+    "int8_fallback": ("none", {"quantize": "int8"}, "plan"),
     "target": ("jetson", {}, "plan"),
     "trt_version": ("10.8", {"target": "jetson"}, "config:resolved_trt_version"),
     "min_shape": ("2x8", {"target": "jetson"}, "engine"),
@@ -152,7 +153,7 @@ def test_checkpoint_calib_must_be_text_and_layer_calib_must_not(tmp_path):
 
 
 def test_int8_flags_without_quantize_are_refused(tmp_path):
-    for flag, value in (("int8_mode", "static"), ("int8_encoding", "u8u8"), ("with_torchao", True), ("smoothquant", 0.5)):
+    for flag, value in (("int8_mode", "static"), ("int8_encoding", "u8u8"), ("with_torchao", True), ("smoothquant", "0.5"), ("int8_fallback", "2")):
         with pytest.raises(ConfigError, match="add --quantize int8"):
             config_from_options(_options(LAYER, None, tmp_path) | {flag: value})
 

@@ -24,7 +24,7 @@ from torch import nn
 
 from attn_export.errors import ConfigError, DataError
 from attn_export.runtime.base import Feed, Runner
-from attn_export.subjects.base import Judgement, Split, Subject
+from attn_export.subjects.base import Judgement, Split, Subject, rel_l2
 
 __all__ = ["EncoderSubject", "read_text_file"]
 
@@ -88,6 +88,7 @@ class EncoderSubject(Subject):
         self._feeds: dict[str, list[Feed]] = {}
         self._ref_embeddings: dict[str, np.ndarray] = {}
         self._layer_acts: dict[str, Any] = {}
+        self._quick_refs: dict[str, np.ndarray] = {}
 
     # -- identity -----------------------------------------------------------------------
     @property
@@ -222,6 +223,31 @@ class EncoderSubject(Subject):
             runner = EagerRunner(self.encoder, ENCODER_INPUT_NAMES, ENCODER_OUTPUT_NAMES)
             self._ref_embeddings[split] = embed(runner, self.tokens[split].feeds(_FEED_BATCH, trim=True))
         return self._ref_embeddings[split]
+
+    def quick_error(self, candidate: Runner, split: Split, limit: int) -> float:
+        """Whole encoder: 1 - mean embedding cosine on the first ``limit`` texts; layer N: its output's
+        relative L2 on the real inputs of those texts (the layer's own error, without the eager splice)."""
+        from attn_export.checkpoint.evaluate import embed
+
+        if self.index is None:
+            n = max(1, min(limit, len(self.tokens[split])))
+            ref = self._reference_embeddings(split)[:n].astype(np.float64)
+            emb = embed(candidate, self.tokens[split].feeds(_FEED_BATCH, trim=True, limit=n)).astype(np.float64)
+            cos = (ref * emb).sum(1) / np.maximum(np.linalg.norm(ref, axis=1) * np.linalg.norm(emb, axis=1), 1e-30)
+            return float(1.0 - cos.mean())
+        take, seen = [], 0
+        for f in self.feeds(split):
+            if seen >= limit:
+                break
+            take.append(f)
+            seen += len(f["x"])
+        key = f"{split}:{len(take)}"
+        if key not in self._quick_refs:
+            eager = self.eager_runner()
+            self._quick_refs[key] = np.concatenate([eager.infer(f)["y"].ravel() for f in take])
+        ref = self._quick_refs[key]
+        got = np.concatenate([np.asarray(candidate.infer(f)["y"], dtype=np.float32).ravel() for f in take])
+        return rel_l2(ref, got)
 
     def judge(self, candidate: Runner, split: Split, tolerance_key: str) -> Judgement:
         from attn_export.checkpoint.evaluate import RunnerLayer, SplicedEncoder, embed
