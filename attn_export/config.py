@@ -98,6 +98,8 @@ class RunConfig:
     calib_method: str | None = None
     smoothquant: float | str | None = None
     int8_fallback: str | int = "auto"
+    int8_qat: int | None = None
+    int8_qat_scales: str = "learned"
     # deployment
     target: str = "ort-cpu"
     trt_version: str | None = None
@@ -147,6 +149,10 @@ class RunConfig:
         elif self.smoothquant is not None and not (isinstance(self.smoothquant, (int, float)) and 0.0 <= float(self.smoothquant) <= 1.0):
             raise ConfigError(f"expected --smoothquant ALPHA in [0, 1], auto or none, got {self.smoothquant}; use auto")
         self.int8_fallback = _parse_fallback(self.int8_fallback)
+        if self.int8_qat is not None:
+            _int_in("int8_qat", self.int8_qat, 1, LIMITS["distill"])
+        if self.int8_qat_scales not in ("learned", "frozen"):
+            raise ConfigError(f"expected --int8-qat-scales learned|frozen, got {self.int8_qat_scales!r}")
 
     def _check_subject_flags(self) -> None:
         if self.is_checkpoint:
@@ -213,7 +219,8 @@ class RunConfig:
         if self.quantize is None:
             for flag, value, default in (("--int8-mode", self.int8_mode, "auto"), ("--int8-encoding", self.int8_encoding, "auto"),
                                          ("--with-torchao", self.with_torchao, False), ("--smoothquant", self.smoothquant, None),
-                                         ("--int8-fallback", self.int8_fallback, "auto")):  # fmt: skip
+                                         ("--int8-fallback", self.int8_fallback, "auto"), ("--int8-qat", self.int8_qat, None),
+                                         ("--int8-qat-scales", self.int8_qat_scales, "learned")):  # fmt: skip
                 if value != default:
                     raise ConfigError(f"{flag} configures int8; add --quantize int8 or drop {flag}")
         if self.bundle is not None and self.target != "jetson":
@@ -226,6 +233,10 @@ class RunConfig:
             from attn_export.compress.quant_onnx import DYNAMIC_NOT_FOR_TENSORRT
 
             raise ConfigError(f"--int8-mode dynamic cannot target {target.name}: {DYNAMIC_NOT_FOR_TENSORRT}")
+        if self.int8_qat is not None and self.int8_mode not in ("auto", "static"):
+            raise ConfigError(f"--int8-qat refines the static int8 route; drop --int8-mode {self.int8_mode} or --int8-qat")
+        if self.int8_qat_scales != "learned" and self.int8_qat is None:
+            raise ConfigError("--int8-qat-scales configures QAT-lite; add --int8-qat STEPS or drop --int8-qat-scales")
         if self.int8_mode == "torchao" and self.with_torchao:
             raise ConfigError("--int8-mode torchao already runs the torchao route; drop --with-torchao")
         if self.engine is not None and not target.is_tensorrt:

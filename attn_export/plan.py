@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from attn_export.compress.registry import Distill, Int8Dynamic, Int8Static, LowRank, TorchaoInt8
+from attn_export.compress.registry import Distill, Int8Dynamic, Int8Qat, Int8Static, LowRank, TorchaoInt8
 
 __all__ = ["DeployStep", "ExportStep", "INT8_PREFERENCE", "Plan", "Selection", "Step", "make_plan"]
 
@@ -135,6 +135,9 @@ def _int8_steps(cfg: Any, source: str, prefix: str, encoding: Any) -> tuple[list
             config = TorchaoInt8()
             filename = ""
         steps.append(Step(name, config, source, filename, required=False))
+        if route == "static" and cfg.int8_qat is not None:  # QAT-lite refines the static stage; both compete in the selection
+            qat = Int8Qat(steps=int(cfg.int8_qat), learn_scales=cfg.int8_qat_scales == "learned", static=config)
+            steps.append(Step(f"{name}+qat", qat, name, f"model.{prefix}-static-qat.onnx", required=False))
     return steps, notes
 
 

@@ -64,6 +64,8 @@ TABLE: dict[str, tuple[object, dict[str, object], str]] = {
     "calib_method": ("entropy", {"quantize": "int8"}, "plan"),
     "smoothquant": ("0.5", {"quantize": "int8"}, "plan"),
     "int8_fallback": ("none", {"quantize": "int8"}, "plan"),
+    "int8_qat": (50, {"quantize": "int8"}, "plan"),
+    "int8_qat_scales": ("frozen", {"quantize": "int8", "int8_qat": 50}, "plan"),
     "target": ("jetson", {}, "plan"),
     "trt_version": ("10.8", {"target": "jetson"}, "config:resolved_trt_version"),
     "min_shape": ("2x8", {"target": "jetson"}, "engine"),

@@ -29,6 +29,8 @@ __all__ = [
     "Int8EncodingOpt",
     "Int8FallbackOpt",
     "Int8ModeOpt",
+    "Int8QatOpt",
+    "Int8QatScalesOpt",
     "JsonOpt",
     "LanguagesOpt",
     "LayerOpt",
@@ -119,6 +121,8 @@ WithTorchaoOpt = Annotated[bool, typer.Option("--with-torchao", help="Also time 
 CalibOpt = Annotated[Optional[Path], typer.Option("--calib", help="Calibration data: activations (.npz/.npy/.safetensors) for a layer, a .txt file (one text per line) for a checkpoint.", show_default="the shipped set", rich_help_panel=_COMPRESS)]
 CalibMethodOpt = Annotated[Optional[str], typer.Option("--calib-method", help="Static int8 calibration: minmax | percentile | entropy | per-tensor (each activation the method that quantizes it best).", show_default="minmax for a layer; percentile for --checkpoint", rich_help_panel=_COMPRESS)]
 SmoothQuantOpt = Annotated[Optional[str], typer.Option("--smoothquant", metavar="ALPHA|auto|none", help="SmoothQuant for activation outliers (int8 static and dynamic): an alpha in [0, 1], auto (searched per GEMM input, applied where it helps) or none.", show_default="off for a layer; auto for --checkpoint", rich_help_panel=_COMPRESS)]
+Int8QatOpt = Annotated[Optional[int], typer.Option("--int8-qat", metavar="STEPS", help="Also refine the static int8 route by distillation through fake int8 (QAT-lite) for up to STEPS steps; both routes compete in the selection.", rich_help_panel=_COMPRESS)]
+Int8QatScalesOpt = Annotated[str, typer.Option("--int8-qat-scales", help="QAT-lite activation ranges: learned (trained with the weights) | frozen (as calibrated).", rich_help_panel=_COMPRESS)]
 Int8FallbackOpt = Annotated[str, typer.Option("--int8-fallback", metavar="auto|none|N", help="Static int8: keep the most sensitive GEMM groups in float (fp16 on TensorRT) until the tolerance is met on the select split (auto), none, or exactly N.", rich_help_panel=_COMPRESS)]
 
 TargetOpt = Annotated[str, typer.Option("--target", help="ort-cpu | ort-cuda | tensorrt | jetson (fixes opset, attention form, precision).", rich_help_panel=_DEPLOY)]

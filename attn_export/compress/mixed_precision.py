@@ -56,6 +56,7 @@ __all__ = [
     "SwitchableGraph",
     "fallback_search",
     "find_gemms",
+    "gemm_label",
     "mixed_precision_",
     "sensitivity",
 ]
@@ -111,6 +112,11 @@ class Gemm:
 
 _ROLE = {"w_q": "qkv", "w_k": "qkv", "w_v": "qkv", "w_qkv": "qkv", "in_proj": "qkv", "w_o": "attn_out", "out_proj": "attn_out",
          "ffn_in": "ffn1", "ffn_out": "ffn2"}  # fmt: skip
+
+
+def gemm_label(node: ir.Node) -> str:
+    """The module a GEMM node was exported from (its innermost torch name scope), e.g. ``layers.0.ffn_out``."""
+    return _module_path(node)
 
 
 def _module_path(node: ir.Node) -> str:

@@ -202,11 +202,17 @@ def quantize_static_onnx(
     calib: ActivationLike | list[dict[str, np.ndarray]],
     spec: StaticQuantSpec | None = None,
     float_model_out: str | os.PathLike[str] | None = None,
+    range_overrides: dict[str, float] | None = None,
+    smoothing: dict[str, np.ndarray] | None = None,
 ) -> QuantResult:
     """Calibrate on ``calib`` (the calibration split, never the validation one) and write a Q/DQ model.
 
     ``float_model_out``: also save the float graph the Q/DQ were placed on (pre-processed,
     smoothed), whose MatMul names and weights a later fallback to float restores from.
+    ``range_overrides``: GEMM label (the module path, e.g. ``layers.0.ffn_out``) -> the clip
+    threshold of its input, used instead of calibration (QAT-lite's trained ranges).
+    ``smoothing``: GEMM label -> SmoothQuant scale s of its input, applied as given (instead
+    of ``spec.smoothquant_alpha``); GEMMs that read one tensor must share one s.
     """
     from onnxruntime.quantization import (
         CalibrationMethod,
@@ -232,7 +238,20 @@ def quantize_static_onnx(
         feeds = calibration_feeds(src, calib, spec.max_calib_samples)
         n_samples = sum(len(next(iter(f.values()))) for f in feeds)
         sq_summary: dict[str, Any] = {}
-        if spec.smoothquant_alpha is not None:
+        if smoothing:
+            from attn_export.compress.mixed_precision import gemm_label
+            from attn_export.compress.smoothquant import SmoothQuantPass
+
+            model = ir.load(src)
+            scales = {n.inputs[0].name: smoothing[gemm_label(n)] for n in model.graph
+                      if n.op_type == "MatMul" and gemm_label(n) in smoothing and n.inputs[0] is not None}  # fmt: skip
+            sq = SmoothQuantPass({}, None, scales=scales)  # type: ignore[arg-type]
+            sq(model)
+            src = tmp / "smoothed.onnx"
+            ir.save(model, src)
+            sq_summary = {"searched": False, "given": True, "smoothed": len(sq.smoothed)}
+            notes.append(f"SmoothQuant scales given for {len(sq.smoothed)} activations")
+        elif spec.smoothquant_alpha is not None:
             smoothed, groups, choices = smooth_onnx(src, feeds, spec.smoothquant_alpha, route="static", calib_method=spec.method)
             src = tmp / "smoothed.onnx"
             ir.save(smoothed, src)
@@ -261,6 +280,16 @@ def quantize_static_onnx(
                 notes.append("per-tensor calibration: " + ", ".join(f"{m} x{c}" for m, c in sorted(calib_summary["methods"].items())))
         else:
             ranges = calibrate_ranges(src, feeds, spec, tmp)
+        if range_overrides:
+            from attn_export.compress.mixed_precision import gemm_label
+
+            applied = 0
+            for n in ir.load(src).graph:
+                if n.op_type in ("MatMul", "Gemm") and n.name not in bmm_names and gemm_label(n) in range_overrides:
+                    t = float(range_overrides[gemm_label(n)])
+                    ranges[n.inputs[0].name] = (-t, t)
+                    applied += 1
+            notes.append(f"{applied} GEMM input ranges given (trained), not calibrated")
         overrides = {name: [{"rmin": np.float32(lo), "rmax": np.float32(hi)}] for name, (lo, hi) in ranges.items()}
         quantize_static(
             str(src), str(tmp / "raw.onnx"), calibration_reader(feeds[:1]),  # ranges come from the overrides

@@ -40,7 +40,9 @@ __all__ = [
     "SmoothGroup",
     "SmoothQuantPass",
     "activation_absmax",
+    "choose_alpha",
     "search_alphas",
+    "smoothing_scale",
     "smooth_onnx",
     "smoothable_groups",
 ]
@@ -160,6 +162,29 @@ def _fake_quant_gemm_error(x: np.ndarray, w: np.ndarray, route: str, calib_metho
     return float(np.sum((y - xq.astype(np.float32) @ wq.astype(np.float32)) ** 2) / max(float(np.sum(y * y)), 1e-30))
 
 
+def choose_alpha(
+    name: str, x: np.ndarray, x_absmax: np.ndarray, w: np.ndarray, route: str = "static", calib_method: str = "minmax",
+    alphas: tuple[float, ...] = SEARCH_ALPHAS, min_gain: float = MIN_GAIN,
+) -> AlphaChoice:  # fmt: skip
+    """The alpha for one activation: ``x`` (tokens, K) sampled, ``x_absmax`` (K,) over the calibration data,
+    ``w`` (K, M) every weight that reads it; None when no alpha cuts the error by ``min_gain``."""
+    x = np.asarray(x, dtype=np.float32)
+    w = np.asarray(w, dtype=np.float32)
+    errors = {"none": _fake_quant_gemm_error(x, w, route, calib_method)}
+    w_max = np.abs(w).max(axis=1)
+    for a in alphas:
+        s = _smoothing_scale(x_absmax, w_max, a)
+        errors[f"{a:g}"] = _fake_quant_gemm_error(x / s, w * s[:, None], route, calib_method)
+    best = min(alphas, key=lambda a: errors[f"{a:g}"])
+    helps = errors[f"{best:g}"] <= (1.0 - min_gain) * errors["none"]
+    return AlphaChoice(name, best if helps else None, errors)
+
+
+def smoothing_scale(x_absmax: np.ndarray, w: np.ndarray, alpha: float) -> np.ndarray:
+    """s (K,) for an activation with channel maxima ``x_absmax`` read by the (K, M) weights ``w``."""
+    return _smoothing_scale(np.asarray(x_absmax), np.abs(np.asarray(w)).max(axis=1), alpha)
+
+
 def search_alphas(
     model: ir.Model,
     feeds: list[dict[str, np.ndarray]],
@@ -191,15 +216,7 @@ def search_alphas(
         if st.sample is None or st.channel_absmax is None:
             continue
         w = np.concatenate([_weight_of(nodes[m]).const_value.numpy() for m in g.matmuls], axis=1).astype(np.float32)  # (K, sum M)
-        x = st.sample.astype(np.float32)
-        errors = {"none": _fake_quant_gemm_error(x, w, route, calib_method)}
-        w_max = np.abs(w).max(axis=1)
-        for a in alphas:
-            s = _smoothing_scale(st.channel_absmax, w_max, a)
-            errors[f"{a:g}"] = _fake_quant_gemm_error(x / s, w * s[:, None], route, calib_method)
-        best = min(alphas, key=lambda a: errors[f"{a:g}"])
-        helps = errors[f"{best:g}"] <= (1.0 - min_gain) * errors["none"]
-        out[g.activation] = AlphaChoice(g.activation, best if helps else None, errors)
+        out[g.activation] = choose_alpha(g.activation, st.sample, st.channel_absmax, w, route, calib_method, alphas, min_gain)
     chosen = [c for c in out.values() if c.alpha is not None]
     log.info("SmoothQuant search (%s): %d of %d activations smoothed (%s)", route, len(chosen), len(out),
              ", ".join(f"{c.alpha:g}" for c in chosen))  # fmt: skip
@@ -300,8 +317,11 @@ class SmoothQuantPass(ir.passes.InPlacePass):
     smoothed without a Mul.
     """
 
-    def __init__(self, absmax: dict[str, np.ndarray], alpha: float | Mapping[str, float | None] = 0.5) -> None:
+    def __init__(
+        self, absmax: dict[str, np.ndarray], alpha: float | Mapping[str, float | None] = 0.5, scales: Mapping[str, np.ndarray] | None = None
+    ) -> None:
         super().__init__()
+        self.scales = dict(scales or {})  # activation -> s given outright (QAT-lite's), instead of absmax and alpha
         for a in alpha.values() if isinstance(alpha, Mapping) else [alpha]:
             if a is not None and not 0.0 <= a <= 1.0:
                 raise ConfigError(f"expected a SmoothQuant alpha in [0, 1], got {a}; 0.5 is the paper's default")
@@ -321,15 +341,21 @@ class SmoothQuantPass(ir.passes.InPlacePass):
         self.smoothed, self.folded = [], []
         for group in smoothable_groups(graph):
             alpha = self._alpha_for(group.activation)
-            if group.activation not in self.absmax or alpha is None:
+            given = self.scales.get(group.activation)
+            if given is None and (group.activation not in self.absmax or alpha is None):
                 continue
             matmuls = [nodes[name] for name in group.matmuls]
             weights = [_weight_of(n) for n in matmuls]
             w_max = np.max(np.stack([np.abs(w.const_value.numpy()).max(axis=1) for w in weights]), axis=0)  # (K,)
-            x_max = self.absmax[group.activation].astype(np.float64)
-            if x_max.shape != w_max.shape:
-                raise ConfigError(f"SmoothQuant: activation {group.activation} has {x_max.shape[0]} channels, weights have {w_max.shape[0]}")
-            s = _smoothing_scale(x_max, w_max, alpha)  # (K,)
+            if given is not None:
+                s = np.asarray(given, dtype=np.float32)
+                if s.shape != w_max.shape:
+                    raise ConfigError(f"SmoothQuant: {s.shape[0]} scales for activation {group.activation}, its weights have {w_max.shape[0]} rows")
+            else:
+                x_max = self.absmax[group.activation].astype(np.float64)
+                if x_max.shape != w_max.shape:
+                    raise ConfigError(f"SmoothQuant: activation {group.activation} has {x_max.shape[0]} channels, weights have {w_max.shape[0]}")
+                s = _smoothing_scale(x_max, w_max, alpha)  # type: ignore[arg-type]  # (K,)
             act = matmuls[0].inputs[0]
             only_these = all(user in matmuls for user, _ in act.uses())
             if only_these and _fold_into_value_projection(graph, act, (1.0 / s).astype(np.float32)):
@@ -353,7 +379,7 @@ class SmoothQuantPass(ir.passes.InPlacePass):
         if modified:
             ir_common.RemoveUnusedNodesPass()(model)  # drops the now unused float weights
         log.info("SmoothQuant (alpha %s): smoothed %d activations feeding %d MatMuls (%d folded into the value projection)",
-                 "searched" if isinstance(self.alpha, Mapping) else f"{self.alpha:.2f}", len(self.smoothed),
+                 "given" if self.scales else ("searched" if isinstance(self.alpha, Mapping) else f"{self.alpha:.2f}"), len(self.smoothed),
                  sum(len(g.matmuls) for g in self.smoothed), len(self.folded))  # fmt: skip
         return ir.passes.PassResult(model, modified)
 
