@@ -169,3 +169,26 @@ def test_distill_default_steps_are_the_same_for_both_subjects():
     from attn_export.cli.app import fill_optional_values
 
     assert fill_optional_values(["--low-rank", "--distill"]) == ["--low-rank", "0.5", "--distill", "200"]
+
+
+def test_int8_fallback_smoothquant_and_calibration_values(tmp_path):
+    base = _options(CKPT, None, tmp_path) | {"quantize": "int8"}
+    assert config_from_options(base | {"int8_fallback": "3"}).int8_fallback == 3
+    assert config_from_options(base | {"int8_fallback": "NONE"}).int8_fallback == "none"
+    for bad in ("-1", "some", "1.5"):
+        with pytest.raises(ConfigError, match="--int8-fallback auto|none|N"):
+            config_from_options(base | {"int8_fallback": bad})
+    assert config_from_options(base).resolved_smoothquant == "auto", "a checkpoint searches SmoothQuant by default"
+    assert config_from_options(_options(LAYER, None, tmp_path) | {"quantize": "int8"}).resolved_smoothquant is None, "the layer keeps it off"
+    assert config_from_options(base | {"smoothquant": "none"}).resolved_smoothquant is None
+    assert config_from_options(base | {"smoothquant": "0.7"}).resolved_smoothquant == pytest.approx(0.7)
+    for bad in ("1.5", "max"):
+        with pytest.raises(ConfigError, match="--smoothquant"):
+            config_from_options(base | {"smoothquant": bad})
+    assert config_from_options(base | {"calib_method": "per-tensor"}).resolved_calib_method == "per-tensor"
+    with pytest.raises(ConfigError, match="refines the static int8 route"):
+        config_from_options(base | {"int8_qat": 10, "int8_mode": "dynamic"})
+    with pytest.raises(ConfigError, match="add --int8-qat"):
+        config_from_options(base | {"int8_qat_scales": "frozen"})
+    plan = make_plan(config_from_options(base | {"int8_qat": 10, "target": "jetson"}), None)
+    assert [s.name for s in plan.steps][-2:] == ["int8-static", "int8-static+qat"] and plan.selections[0].candidates == ("int8-static", "int8-static+qat")
