@@ -31,6 +31,7 @@ __all__ = ["EncoderSubject", "read_text_file"]
 log = logging.getLogger(__name__)
 
 _FEED_BATCH = 16  # texts per judged batch
+E2E_LR = 2e-4  # end-to-end distillation of the low-rank factors (after the per-layer stage)
 _MAX_CALIB_TEXT_BYTES = 64 * 2**20
 
 
@@ -89,6 +90,7 @@ class EncoderSubject(Subject):
         self._ref_embeddings: dict[str, np.ndarray] = {}
         self._layer_acts: dict[str, Any] = {}
         self._quick_refs: dict[str, np.ndarray] = {}
+        self._distill_tokens: Any = None
 
     # -- identity -----------------------------------------------------------------------
     @property
@@ -177,6 +179,16 @@ class EncoderSubject(Subject):
             return export_encoder(module, path, spec)  # type: ignore[arg-type]
         return export_onnx(module, path, spec)  # type: ignore[arg-type]
 
+    def distill_tokens(self) -> Any:
+        """What distillation trains on: every calibration text of the corpus (or all of ``--calib``),
+        not only the ``--max-texts`` the int8 ranges use; streamed in batches, so more text costs no memory."""
+        if self._distill_tokens is None:
+            from attn_export.checkpoint.text import load_text_corpus, tokenize
+
+            texts = read_text_file(self.cfg.calib) if self.cfg.calib is not None else list(load_text_corpus(self.cfg.resolved_languages).calib)
+            self._distill_tokens = tokenize(self.tokenizer, texts, self.cfg.resolved_max_len)
+        return self._distill_tokens
+
     def low_rank(self, student: nn.Module, config: Any) -> Any:
         from attn_export.checkpoint.compress import low_rank_encoder_
         from attn_export.compress import low_rank_
@@ -192,8 +204,12 @@ class EncoderSubject(Subject):
 
         targets = self.cfg.resolved_low_rank_targets
         if self.index is None:
+            from attn_export.checkpoint.compress import distill_encoder_e2e_
+
             layers = distill_encoder_(student, self.encoder, self.tokens["train"], self.tokens["select"], targets, config)  # type: ignore[arg-type]
-            return _Summary({"layers": layers, "steps_per_layer": config.steps})
+            e2e = distill_encoder_e2e_(student, self.encoder, self.distill_tokens(), self.tokens["select"], steps=config.steps,  # type: ignore[arg-type]
+                                       lr=E2E_LR, batch_size=config.batch_size, seed=config.seed)  # fmt: skip
+            return _Summary({"layers": layers, "steps_per_layer": config.steps, "end_to_end": e2e.to_dict()})
         teacher_layer, student_layer = self._module.layer, student.layer  # type: ignore[union-attr]
         s_mod, t_mod = _distill_pair(student_layer, teacher_layer, LowRankConfig(rank_ratio=0.5, targets=tuple(targets)))
         flags = train_low_rank_only(s_mod)
@@ -292,4 +308,9 @@ class _Summary:
     def describe(self) -> str:
         layers = self._data.get("layers") or {}
         rel = ", ".join(f"{v['val_rel_l2_before']:.3g}->{v['val_rel_l2_after']:.3g}" for v in layers.values())
-        return f"distilled {len(layers)} layers ({self._data.get('steps_per_layer')} steps max each); select-split rel L2 per layer {rel}"
+        out = f"distilled {len(layers)} layers ({self._data.get('steps_per_layer')} steps max each); select-split rel L2 per layer {rel}"
+        e2e = self._data.get("end_to_end")
+        if e2e:
+            out += (f"; then end to end on {e2e['train_texts']} texts (hidden states of every layer + embedding): select embedding error "
+                    f"{e2e['select_error_before']:.3e} -> {e2e['select_error_after']:.3e} (best at step {e2e['best_step']} of {e2e['steps_run']})")  # fmt: skip
+        return out
