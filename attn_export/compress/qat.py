@@ -223,13 +223,14 @@ def _collect(module: nn.Module, linears: list[str], keys: dict[str, str], feeds:
 
 def _smoothing(module: nn.Module, linears: list[str], keys: dict[str, str], stats: dict[str, Any], method: str) -> dict[str, np.ndarray]:
     """The static route's SmoothQuant search, per shared input (key -> s, for the keys it helps)."""
-    from attn_export.compress.smoothquant import choose_alpha, smoothing_scale
+    from attn_export.compress.smoothquant import MIN_GAIN, MIN_GAIN_MUL, choose_alpha, smoothing_scale
 
     out = {}
     for key, st in stats.items():
         members = [p for p in linears if keys[p] == key]
         w = np.concatenate([module.get_submodule(p).weight.detach().numpy().T for p in members], axis=1)  # (K, sum M)
-        choice = choose_alpha(key, st.sample, st.channel_absmax, w, "static", method)
+        folds = all(p.rsplit(".", 1)[-1] in ("w_o", "out_proj") for p in members)  # the static route folds these into W_v
+        choice = choose_alpha(key, st.sample, st.channel_absmax, w, "static", method, min_gain=MIN_GAIN if folds else MIN_GAIN_MUL)
         if choice.alpha is not None:
             out[key] = smoothing_scale(st.channel_absmax, w, choice.alpha)
     return out
