@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attn_export.compress.calib_choice import PER_TENSOR, candidate_thresholds, choose_ranges, entropy_threshold, quantization_mse
+from attn_export.compress.calib_choice import (
+    PER_TENSOR,
+    candidate_thresholds,
+    choose_ranges,
+    entropy_threshold,
+    quantization_mse,
+)
 from attn_export.compress.probe import RunningHistogram, TensorStats, real_tokens, trim_feed
 from attn_export.compress.smoothquant import choose_alpha
 
