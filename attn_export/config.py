@@ -9,9 +9,9 @@ Each option either means the same thing for both subjects or is refused, with a
   --max-len --languages`` for checkpoints) are refused for the other subject;
 * ``--calib`` takes activation files for a layer and a UTF-8 text file (one text per line)
   for a checkpoint, each refusing the other kind;
-* ``--low-rank-targets`` and ``--calib-method`` default to what measured best for the
-  subject (``q,k,v,o`` and ``minmax`` for the reference layer, ``q,k`` and ``percentile``
-  for MiniLM); an explicit value is always honoured.
+* ``--low-rank-targets``, ``--calib-method`` and ``--smoothquant`` default to what measured
+  best for the subject (``q,k,v,o``, ``minmax`` and off for the reference layer; ``q,k``,
+  ``percentile`` and ``auto`` for MiniLM); an explicit value is always honoured.
 
 Defaults that depend on the subject are ``None`` here and resolved by the ``resolved_*``
 properties, so "not given" and "given the default value" can be told apart.
@@ -34,6 +34,7 @@ from attn_export.vocabulary import (
 )
 
 __all__ = [
+    "CALIB_CHOICES",
     "LAYER_DEFAULTS",
     "ENCODER_DEFAULTS",
     "LIMITS",
@@ -46,10 +47,14 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 # What the reference layer and a checkpoint use when a flag is not given.
-LAYER_DEFAULTS = {"layer": "transformer", "d_model": 512, "heads": 8, "mask": "padding", "low_rank_targets": "q,k,v,o", "calib_method": "minmax"}
+LAYER_DEFAULTS = {"layer": "transformer", "d_model": 512, "heads": 8, "mask": "padding", "low_rank_targets": "q,k,v,o", "calib_method": "minmax",
+                  "smoothquant": None}  # fmt: skip
 # MiniLM: Q/K carry the low-rank budget (V/O/FFN cost more accuracy than they save); percentile
-# calibration keeps static int8 closest on real text (docs/encoder.md).
-ENCODER_DEFAULTS = {"layers": "all", "max_len": 64, "max_texts": 320, "low_rank_targets": "q,k", "calib_method": "percentile"}
+# calibration after a searched SmoothQuant keeps both int8 routes closest on real text
+# (docs/quantization.md: static 0.978 -> 0.997, dynamic 0.991 -> 0.997 mean cosine).
+ENCODER_DEFAULTS = {"layers": "all", "max_len": 64, "max_texts": 320, "low_rank_targets": "q,k", "calib_method": "percentile", "smoothquant": "auto"}
+# --calib-method: a global method, or per-tensor (each activation the method that quantizes it best)
+CALIB_CHOICES: tuple[str, ...] = (*CALIB_METHODS, "per-tensor")
 # Upper bounds that keep a typo from allocating the machine away or running for days.
 LIMITS = {"d_model": 16384, "heads": 256, "seq_len": 65536, "batch": 4096, "repeats": 10000, "warmup": 1000, "threads": 1024,
           "distill": 100000, "max_len": 8192, "max_texts": 100000, "seed": 2**32 - 1}  # fmt: skip
@@ -95,7 +100,10 @@ class RunConfig:
     with_torchao: bool = False
     calib: Path | None = None
     calib_method: str | None = None
-    smoothquant: float | None = None
+    smoothquant: float | str | None = None
+    int8_fallback: str | int = "auto"
+    int8_qat: int | None = None
+    int8_qat_scales: str = "learned"
     # deployment
     target: str = "ort-cpu"
     trt_version: str | None = None
@@ -137,8 +145,20 @@ class RunConfig:
             _int_in("distill", self.distill, 1, LIMITS["distill"])
         if self.low_rank is not None and not (isinstance(self.low_rank, (int, float)) and 0.0 < float(self.low_rank) < 1.0):
             raise ConfigError(f"expected --low-rank RATIO in (0, 1), got {self.low_rank}; use e.g. --low-rank 0.5")
-        if self.smoothquant is not None and not (isinstance(self.smoothquant, (int, float)) and 0.0 <= float(self.smoothquant) <= 1.0):
-            raise ConfigError(f"expected --smoothquant ALPHA in [0, 1], got {self.smoothquant}; use 0.5")
+        if isinstance(self.smoothquant, str) and self.smoothquant.strip().lower() not in ("auto", "none"):
+            try:
+                self.smoothquant = float(self.smoothquant)
+            except ValueError:
+                raise ConfigError(f"expected --smoothquant ALPHA in [0, 1], auto or none, got {self.smoothquant!r}; use auto") from None
+        if isinstance(self.smoothquant, str):
+            self.smoothquant = self.smoothquant.strip().lower()
+        elif self.smoothquant is not None and not (isinstance(self.smoothquant, (int, float)) and 0.0 <= float(self.smoothquant) <= 1.0):
+            raise ConfigError(f"expected --smoothquant ALPHA in [0, 1], auto or none, got {self.smoothquant}; use auto")
+        self.int8_fallback = _parse_fallback(self.int8_fallback)
+        if self.int8_qat is not None:
+            _int_in("int8_qat", self.int8_qat, 1, LIMITS["distill"])
+        if self.int8_qat_scales not in ("learned", "frozen"):
+            raise ConfigError(f"expected --int8-qat-scales learned|frozen, got {self.int8_qat_scales!r}")
         if self.max_memory is not None:
             _int_in("max_memory", self.max_memory, 1, 2**60)
 
@@ -189,8 +209,8 @@ class RunConfig:
             raise ConfigError(f"expected --int8-mode in {'|'.join(INT8_MODES)}, got {self.int8_mode!r}")
         if self.int8_encoding not in CPU_INT8_ENCODINGS:
             raise ConfigError(f"expected --int8-encoding in {'|'.join(CPU_INT8_ENCODINGS)}, got {self.int8_encoding!r}")
-        if self.calib_method is not None and self.calib_method not in CALIB_METHODS:
-            raise ConfigError(f"expected --calib-method in {'|'.join(CALIB_METHODS)}, got {self.calib_method!r}")
+        if self.calib_method is not None and self.calib_method not in CALIB_CHOICES:
+            raise ConfigError(f"expected --calib-method in {'|'.join(CALIB_CHOICES)}, got {self.calib_method!r}")
         if self.attention_impl not in ("math", "sdpa"):
             raise ConfigError(f"expected --attention-impl math|sdpa, got {self.attention_impl!r}")
         if self.low_rank_method not in LOW_RANK_METHODS:
@@ -208,7 +228,9 @@ class RunConfig:
             raise ConfigError("--calib is used by --low-rank/--distill/--quantize; add one of them or drop --calib")
         if self.quantize is None:
             for flag, value, default in (("--int8-mode", self.int8_mode, "auto"), ("--int8-encoding", self.int8_encoding, "auto"),
-                                         ("--with-torchao", self.with_torchao, False), ("--smoothquant", self.smoothquant, None)):  # fmt: skip
+                                         ("--with-torchao", self.with_torchao, False), ("--smoothquant", self.smoothquant, None),
+                                         ("--int8-fallback", self.int8_fallback, "auto"), ("--int8-qat", self.int8_qat, None),
+                                         ("--int8-qat-scales", self.int8_qat_scales, "learned")):  # fmt: skip
                 if value != default:
                     raise ConfigError(f"{flag} configures int8; add --quantize int8 or drop {flag}")
         if self.bundle is not None and self.target != "jetson":
@@ -221,6 +243,10 @@ class RunConfig:
             from attn_export.compress.quant_onnx import DYNAMIC_NOT_FOR_TENSORRT
 
             raise ConfigError(f"--int8-mode dynamic cannot target {target.name}: {DYNAMIC_NOT_FOR_TENSORRT}")
+        if self.int8_qat is not None and self.int8_mode not in ("auto", "static"):
+            raise ConfigError(f"--int8-qat refines the static int8 route; drop --int8-mode {self.int8_mode} or --int8-qat")
+        if self.int8_qat_scales != "learned" and self.int8_qat is None:
+            raise ConfigError("--int8-qat-scales configures QAT-lite; add --int8-qat STEPS or drop --int8-qat-scales")
         if self.int8_mode == "torchao" and self.with_torchao:
             raise ConfigError("--int8-mode torchao already runs the torchao route; drop --with-torchao")
         if self.engine is not None and not target.is_tensorrt:
@@ -377,6 +403,15 @@ class RunConfig:
         return self.calib_method or str(default)
 
     @property
+    def resolved_smoothquant(self) -> float | str | None:
+        """The SmoothQuant alpha of both int8 ONNX routes: a number, ``auto`` (searched) or None (off)."""
+        if self.smoothquant == "none":
+            return None
+        if self.smoothquant is not None:
+            return self.smoothquant
+        return (ENCODER_DEFAULTS if self.is_checkpoint else LAYER_DEFAULTS)["smoothquant"]  # type: ignore[return-value]
+
+    @property
     def compresses(self) -> bool:
         return self.low_rank is not None or self.quantize is not None
 
@@ -436,6 +471,18 @@ class RunConfig:
             value = getattr(self, f.name)
             out[f.name] = str(value) if isinstance(value, Path) else (repr(value) if f.name == "engine" and value is not None else value)
         return out
+
+
+def _parse_fallback(value: object) -> str | int:
+    """``--int8-fallback``: ``auto`` | ``none`` | N (GEMM groups kept in float)."""
+    if isinstance(value, bool):
+        raise ConfigError(f"expected --int8-fallback auto|none|N, got {value!r}; use auto")
+    text = str(value).strip().lower()
+    if text in ("auto", "none"):
+        return text
+    if not text.isdigit():
+        raise ConfigError(f"expected --int8-fallback auto|none|N, got {value!r}; use auto (keeps in float only what the tolerance needs)")
+    return int(text)
 
 
 def _int_in(name: str, value: object, lo: int, hi: int) -> None:

@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from attn_export.compress.registry import Distill, Int8Dynamic, Int8Static, LowRank, TorchaoInt8
+from attn_export.compress.registry import Distill, Int8Dynamic, Int8Qat, Int8Static, LowRank, TorchaoInt8
 
 __all__ = ["DeployStep", "ExportStep", "INT8_PREFERENCE", "Plan", "Selection", "Step", "make_plan"]
 
@@ -115,15 +115,17 @@ def _int8_steps(cfg: Any, source: str, prefix: str, encoding: Any) -> tuple[list
         name, filename = f"{prefix}-{route}", f"model.{prefix}-{route}.onnx"
         if route == "static":
             config: Any = Int8Static(
-                method=cfg.resolved_calib_method, smoothquant_alpha=cfg.smoothquant, quantize_attention_bmm=target.quantize_attention_bmm,
+                method=cfg.resolved_calib_method, smoothquant_alpha=cfg.resolved_smoothquant, quantize_attention_bmm=target.quantize_attention_bmm,
                 reduce_range=bool(encoding.reduce_range) and not target.is_tensorrt, for_tensorrt=target.is_tensorrt,
-                session_u8u8=bool(encoding.session_u8u8) and not target.is_tensorrt,
+                session_u8u8=bool(encoding.session_u8u8) and not target.is_tensorrt, fallback=cfg.int8_fallback,
             )  # fmt: skip
         elif route == "dynamic":
             if target.is_tensorrt:  # --int8-mode dynamic on TensorRT is refused by RunConfig
                 notes[name] = f"int8 route dynamic skipped for target {target.name}: {DYNAMIC_NOT_FOR_TENSORRT}"
                 continue
-            config = Int8Dynamic(per_channel=True, reduce_range=bool(encoding.reduce_range), session_u8u8=bool(encoding.session_u8u8))
+            # int8 embedding rows and ORT's BiasGelu: measured on MiniLM; reference layers have neither embeddings nor GELU
+            config = Int8Dynamic(per_channel=True, reduce_range=bool(encoding.reduce_range), session_u8u8=bool(encoding.session_u8u8),
+                                 smoothquant_alpha=cfg.resolved_smoothquant, quantize_embeddings=cfg.is_checkpoint, fuse=cfg.is_checkpoint)  # fmt: skip
         else:
             if not (cfg.int8_mode == "torchao" or cfg.with_torchao):
                 from attn_export.compress.quant_eager import TORCHAO_OPT_IN_NOTE
@@ -133,6 +135,9 @@ def _int8_steps(cfg: Any, source: str, prefix: str, encoding: Any) -> tuple[list
             config = TorchaoInt8()
             filename = ""
         steps.append(Step(name, config, source, filename, required=False))
+        if route == "static" and cfg.int8_qat is not None:  # QAT-lite refines the static stage; both compete in the selection
+            qat = Int8Qat(steps=int(cfg.int8_qat), learn_scales=cfg.int8_qat_scales == "learned", static=config)
+            steps.append(Step(f"{name}+qat", qat, name, f"model.{prefix}-static-qat.onnx", required=False))
     return steps, notes
 
 

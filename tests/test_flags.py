@@ -64,7 +64,10 @@ TABLE: dict[str, tuple[object, dict[str, object], str]] = {
     "with_torchao": (True, {"quantize": "int8"}, "plan"),
     "calib": ("<calib>", {"quantize": "int8"}, "config:calib"),
     "calib_method": ("entropy", {"quantize": "int8"}, "plan"),
-    "smoothquant": (0.5, {"quantize": "int8"}, "plan"),
+    "smoothquant": ("0.5", {"quantize": "int8"}, "plan"),
+    "int8_fallback": ("none", {"quantize": "int8"}, "plan"),
+    "int8_qat": (50, {"quantize": "int8"}, "plan"),
+    "int8_qat_scales": ("frozen", {"quantize": "int8", "int8_qat": 50}, "plan"),
     "target": ("jetson", {}, "plan"),
     "trt_version": ("10.8", {"target": "jetson"}, "config:resolved_trt_version"),
     "min_shape": ("2x8", {"target": "jetson"}, "engine"),
@@ -154,7 +157,7 @@ def test_checkpoint_calib_must_be_text_and_layer_calib_must_not(tmp_path):
 
 
 def test_int8_flags_without_quantize_are_refused(tmp_path):
-    for flag, value in (("int8_mode", "static"), ("int8_encoding", "u8u8"), ("with_torchao", True), ("smoothquant", 0.5)):
+    for flag, value in (("int8_mode", "static"), ("int8_encoding", "u8u8"), ("with_torchao", True), ("smoothquant", "0.5"), ("int8_fallback", "2")):
         with pytest.raises(ConfigError, match="add --quantize int8"):
             config_from_options(_options(LAYER, None, tmp_path) | {flag: value})
 
@@ -168,3 +171,26 @@ def test_distill_default_steps_are_the_same_for_both_subjects():
     from attn_export.cli.app import fill_optional_values
 
     assert fill_optional_values(["--low-rank", "--distill"]) == ["--low-rank", "0.5", "--distill", "200"]
+
+
+def test_int8_fallback_smoothquant_and_calibration_values(tmp_path):
+    base = _options(CKPT, None, tmp_path) | {"quantize": "int8"}
+    assert config_from_options(base | {"int8_fallback": "3"}).int8_fallback == 3
+    assert config_from_options(base | {"int8_fallback": "NONE"}).int8_fallback == "none"
+    for bad in ("-1", "some", "1.5"):
+        with pytest.raises(ConfigError, match="--int8-fallback auto|none|N"):
+            config_from_options(base | {"int8_fallback": bad})
+    assert config_from_options(base).resolved_smoothquant == "auto", "a checkpoint searches SmoothQuant by default"
+    assert config_from_options(_options(LAYER, None, tmp_path) | {"quantize": "int8"}).resolved_smoothquant is None, "the layer keeps it off"
+    assert config_from_options(base | {"smoothquant": "none"}).resolved_smoothquant is None
+    assert config_from_options(base | {"smoothquant": "0.7"}).resolved_smoothquant == pytest.approx(0.7)
+    for bad in ("1.5", "max"):
+        with pytest.raises(ConfigError, match="--smoothquant"):
+            config_from_options(base | {"smoothquant": bad})
+    assert config_from_options(base | {"calib_method": "per-tensor"}).resolved_calib_method == "per-tensor"
+    with pytest.raises(ConfigError, match="refines the static int8 route"):
+        config_from_options(base | {"int8_qat": 10, "int8_mode": "dynamic"})
+    with pytest.raises(ConfigError, match="add --int8-qat"):
+        config_from_options(base | {"int8_qat_scales": "frozen"})
+    plan = make_plan(config_from_options(base | {"int8_qat": 10, "target": "jetson"}), None)
+    assert [s.name for s in plan.steps][-2:] == ["int8-static", "int8-static+qat"] and plan.selections[0].candidates == ("int8-static", "int8-static+qat")

@@ -12,10 +12,19 @@ validation texts, so the validation figures stay held out.
 
 The int8 routes get the encoder's own inputs as calibration feeds (``input_ids`` and
 ``attention_mask``), from the calibration texts only.
+
+Per-layer distillation fits each layer on the teacher's inputs, so the small errors of
+earlier layers are never seen by later ones, and ~250 texts per layer leave thin spots.
+``distill_encoder_e2e_`` then trains every low-rank factor at once through the whole
+student, with a loss that keeps *every* layer's hidden states close to the teacher's
+(normalised MSE on real tokens, averaged over layers) plus the sentence-embedding cosine,
+on batches streamed from all the calibration texts (no activations stored), and stops on
+the select texts' embedding cosine (the best step's weights are kept).
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 from collections.abc import Sequence
@@ -23,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 from torch import nn
 
 from attn_export.checkpoint.text import TokenBatch, all_layer_inputs
@@ -35,7 +45,15 @@ from attn_export.errors import ConfigError
 from attn_export.layers.encoder import SentenceEncoder
 from attn_export.layers.transformer import TransformerLayer
 
-__all__ = ["EncoderLowRankSummary", "distill_encoder_", "low_rank_encoder_", "quantize_encoder_static", "train_low_rank_only"]
+__all__ = [
+    "E2EDistillSummary",
+    "EncoderLowRankSummary",
+    "distill_encoder_",
+    "distill_encoder_e2e_",
+    "low_rank_encoder_",
+    "quantize_encoder_static",
+    "train_low_rank_only",
+]
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +200,113 @@ def distill_encoder_(
         log.info("layer %d distilled: val rel L2 %.4g -> %.4g", i, summary["val_rel_l2_before"], summary["val_rel_l2_after"])
     student.eval()
     return out
+
+
+@dataclass
+class E2EDistillSummary:
+    """Select-split embedding error (1 - mean cosine vs the teacher) before and after the end-to-end stage."""
+
+    select_error_before: float
+    select_error_after: float
+    steps_run: int
+    best_step: int
+    stopped_early: bool
+    train_texts: int
+    history: list[dict[str, float]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        return (f"end-to-end distillation on {self.train_texts} texts: select embedding error {self.select_error_before:.3e} -> "
+                f"{self.select_error_after:.3e} (best at step {self.best_step} of {self.steps_run}{', stopped early' if self.stopped_early else ''})")  # fmt: skip
+
+
+def _forward_with_layers(encoder: SentenceEncoder, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """(sentence embedding, every layer's output (B, S, D)) of one forward."""
+    outs: list[torch.Tensor] = []
+    handles = [layer.register_forward_hook(lambda _m, _a, out: outs.append(out[0] if isinstance(out, tuple) else out)) for layer in encoder.layers]
+    try:
+        emb = encoder(ids, mask)[1]
+    finally:
+        for h in handles:
+            h.remove()
+    return emb, outs
+
+
+def _mean_cosine_error(ref: torch.Tensor, got: torch.Tensor) -> float:
+    return float(1.0 - torch.nn.functional.cosine_similarity(ref.double(), got.double(), dim=-1).mean())
+
+
+def distill_encoder_e2e_(
+    student: SentenceEncoder, teacher: SentenceEncoder, train: TokenBatch, select: TokenBatch, steps: int, lr: float = 3e-4,
+    batch_size: int = 16, eval_every: int = 25, patience: int = 3, embedding_weight: float = 1.0, seed: int = 0,
+) -> E2EDistillSummary:  # fmt: skip
+    """Train the student's low-rank factors through the whole encoder towards the teacher (see the module doc)."""
+    import torch.nn.functional as F
+
+    if student is teacher:
+        raise ConfigError("expected a student copy of the encoder; pass copy.deepcopy(encoder) as the student")
+    flags = train_low_rank_only(student)
+    params = [p for p in student.parameters() if p.requires_grad]
+    try:
+        if not params:
+            raise ConfigError("the student has no low-rank factors to train; factorize it first (low_rank_encoder_)")
+        student.eval()
+        teacher.eval()
+        with torch.no_grad():
+            ref = torch.cat([teacher(*b.to_torch())[1] for b in select.batches(64)])
+
+        def select_error() -> float:
+            with torch.no_grad():
+                return _mean_cosine_error(ref, torch.cat([student(*b.to_torch())[1] for b in select.batches(64)]))
+
+        opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+        from attn_export.compress.distill import _warmup_cosine
+
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: _warmup_cosine(step, steps))
+        gen = torch.Generator().manual_seed(seed)
+        before = best = select_error()
+        best_state, best_step, bad, stopped, step = copy.deepcopy(student.state_dict()), 0, 0, False, 0
+        history = [{"step": 0, "select_error": before}]
+        try:
+            order = torch.randperm(len(train), generator=gen)
+            for step in range(1, steps + 1):
+                pos = ((step - 1) * batch_size) % len(train)
+                idx = order[pos : pos + batch_size]
+                ids, mask = train.input_ids[idx.numpy()], train.attention_mask[idx.numpy()]
+                width = max(1, int(mask.sum(axis=1).max()))  # trim to the batch's longest text
+                ids_t, mask_t = torch.from_numpy(ids[:, :width]), torch.from_numpy(mask[:, :width])
+                keep = mask_t.bool()
+                with torch.no_grad():
+                    t_emb, t_outs = _forward_with_layers(teacher, ids_t, mask_t)
+                s_emb, s_outs = _forward_with_layers(student, ids_t, mask_t)
+                hidden = torch.stack([F.mse_loss(s[keep], t[keep]) / t[keep].pow(2).mean().clamp_min(1e-12) for s, t in zip(s_outs, t_outs)]).mean()
+                loss = hidden + embedding_weight * (1.0 - F.cosine_similarity(s_emb, t_emb, dim=-1)).mean()
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                sched.step()
+                if step % eval_every and step != steps:
+                    continue
+                err = select_error()
+                history.append({"step": step, "train_loss": float(loss.detach()), "select_error": err})
+                if err < best:
+                    best, best_step, bad, best_state = err, step, 0, copy.deepcopy(student.state_dict())
+                else:
+                    bad += 1
+                    if bad >= patience:
+                        stopped = True
+                        break
+        finally:
+            student.load_state_dict(best_state)
+    finally:
+        for name, p in student.named_parameters():
+            p.requires_grad_(flags.get(name, True))
+    student.eval()
+    summary = E2EDistillSummary(before, best, step, best_step, stopped, len(train), history)
+    log.info("%s", summary.describe())
+    return summary
 
 
 def quantize_encoder_static(

@@ -27,7 +27,10 @@ __all__ = [
     "HeadsOpt",
     "HwCompatOpt",
     "Int8EncodingOpt",
+    "Int8FallbackOpt",
     "Int8ModeOpt",
+    "Int8QatOpt",
+    "Int8QatScalesOpt",
     "JsonOpt",
     "LanguagesOpt",
     "LayerOpt",
@@ -128,8 +131,11 @@ Int8EncodingOpt = Annotated[
 ]
 WithTorchaoOpt = Annotated[bool, typer.Option("--with-torchao", help="Also time torchao's eager int8 (skipped by default where it is slower than fp32 on this CPU).", show_default="off", rich_help_panel=_COMPRESS)]
 CalibOpt = Annotated[Optional[Path], typer.Option("--calib", help="Calibration data: activations (.npz/.npy/.safetensors) for a layer, a .txt file (one text per line) for a checkpoint.", show_default="the shipped set", rich_help_panel=_COMPRESS)]
-CalibMethodOpt = Annotated[Optional[str], typer.Option("--calib-method", help="Static int8 calibration: minmax | percentile | entropy.", show_default="minmax for a layer; percentile for --checkpoint", rich_help_panel=_COMPRESS)]
-SmoothQuantOpt = Annotated[Optional[float], typer.Option("--smoothquant", metavar="ALPHA", help="SmoothQuant alpha for activation outliers (static int8).", show_default="off", rich_help_panel=_COMPRESS)]
+CalibMethodOpt = Annotated[Optional[str], typer.Option("--calib-method", help="Static int8 calibration: minmax | percentile | entropy | per-tensor (each activation the method that quantizes it best).", show_default="minmax for a layer; percentile for --checkpoint", rich_help_panel=_COMPRESS)]
+SmoothQuantOpt = Annotated[Optional[str], typer.Option("--smoothquant", metavar="ALPHA|auto|none", help="SmoothQuant for activation outliers (int8 static and dynamic): an alpha in [0, 1], auto (searched per GEMM input, applied where it helps) or none.", show_default="off for a layer; auto for --checkpoint", rich_help_panel=_COMPRESS)]
+Int8QatOpt = Annotated[Optional[int], typer.Option("--int8-qat", metavar="STEPS", help="Also refine the static int8 route by distillation through fake int8 (QAT-lite) for up to STEPS steps; both routes compete in the selection.", show_default="off", rich_help_panel=_COMPRESS)]
+Int8QatScalesOpt = Annotated[str, typer.Option("--int8-qat-scales", help="QAT-lite activation ranges: learned (trained with the weights) | frozen (as calibrated).", rich_help_panel=_COMPRESS)]
+Int8FallbackOpt = Annotated[str, typer.Option("--int8-fallback", metavar="auto|none|N", help="Static int8: keep the most sensitive GEMM groups in float (fp16 on TensorRT) until the tolerance is met on the select split (auto), none, or exactly N.", rich_help_panel=_COMPRESS)]
 
 TargetOpt = Annotated[str, typer.Option("--target", help="ort-cpu | ort-cuda | tensorrt | jetson (fixes opset, attention form, precision).", rich_help_panel=_DEPLOY)]
 TrtVersionOpt = Annotated[Optional[str], typer.Option("--trt-version", help="TensorRT version to check against.", show_default="the target's", rich_help_panel=_DEPLOY)]

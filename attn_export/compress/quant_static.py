@@ -13,6 +13,14 @@ so every zero point is 0, then fixes the placement (docs/quantization.md):
 * the two attention BMMs stay float unless ``quantize_attention_bmm``: then Q/DQ go in front
   of both operands of Q@K^T and P@V (P being the Softmax output) and after P@V, the
   pattern TensorRT fuses into its int8 MHA kernel (sequence length <= 512 only).
+
+Ranges come from one global method (ORT's calibrators) or, with ``method="per-tensor"``,
+from ``calib_choice.choose_ranges``: every activation gets the method that quantizes it
+with the smallest error, on real (unpadded) tokens. ``smoothquant_alpha="auto"`` searches
+one SmoothQuant alpha per activation and smooths only where it helps (``smoothquant``).
+Which GEMMs stay int8 is decided afterwards, on the subject's own accuracy
+(``mixed_precision``); ``float_model_out`` keeps the float graph the Q/DQ were placed on,
+which that step restores fallback weights from.
 """
 
 from __future__ import annotations
@@ -21,14 +29,17 @@ import contextlib
 import io
 import logging
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common as ir_common
 
+from attn_export.compress.calib_choice import PER_TENSOR, choose_ranges
 from attn_export.compress.qdq import attention_bmms, inspect_qdq, is_constant
 from attn_export.compress.quant_onnx import (
     STATIC_ON_CPU,
@@ -42,11 +53,12 @@ from attn_export.compress.quant_onnx import (
 from attn_export.compress.smoothquant import smooth_onnx
 from attn_export.errors import ConfigError, ExportError
 
-__all__ = ["CALIB_METHODS", "TRT_INT8_MHA_MAX_SEQ", "FloatConsumersPass", "StaticQuantSpec", "calibrate_ranges", "quantize_static_onnx"]
+__all__ = ["CALIB_METHODS", "STATIC_CALIB_CHOICES", "TRT_INT8_MHA_MAX_SEQ", "FloatConsumersPass", "StaticQuantSpec", "calibrate_ranges", "quantize_static_onnx"]
 
 log = logging.getLogger(__name__)
 
 CALIB_METHODS: tuple[str, ...] = ("minmax", "percentile", "entropy")
+STATIC_CALIB_CHOICES: tuple[str, ...] = (*CALIB_METHODS, PER_TENSOR)  # + one method per activation
 TRT_INT8_MHA_MAX_SEQ = 512  # TensorRT fuses int8 MHA only up to this sequence length
 
 
@@ -55,9 +67,11 @@ class StaticQuantSpec:
     """How to calibrate and where to put Q/DQ.
 
     method: activation range from the calibration data's ``minmax``, a ``percentile`` of
-    |x|, or the ``entropy`` (KL) optimal threshold. per_channel: one weight scale per output
+    |x|, the ``entropy`` (KL) optimal threshold, or ``per-tensor`` (each activation the one of
+    those with the smallest error). per_channel: one weight scale per output
     channel (TensorRT's recommendation). smoothquant_alpha: migrate activation outliers into
-    the weights first (None = off; 0.5 is the paper's default). max_calib_samples: sequences
+    the weights first (None = off; 0.5 is the paper's default; "auto" = searched per
+    activation, applied where it helps). max_calib_samples: sequences
     of the calibration split used. entropy_bins: histogram bins of the entropy search, which
     runs in Python in time ~bins^2 (TensorRT's 2048 takes ~10 s for the default layer).
     """
@@ -65,19 +79,20 @@ class StaticQuantSpec:
     method: str = "minmax"
     per_channel: bool = True
     quantize_attention_bmm: bool = False
-    smoothquant_alpha: float | None = None
+    smoothquant_alpha: float | str | None = None
     percentile: float = 99.999
     max_calib_samples: int = 64
     entropy_bins: int = 512
     reduce_range: bool = False  # 7-bit weights for ONNX Runtime on CPUs whose U8S8 GEMM saturates (compress/int8_encoding.py)
 
     def __post_init__(self) -> None:
-        if self.method not in CALIB_METHODS:
-            raise ConfigError(f"expected --calib-method in {', '.join(CALIB_METHODS)}, got {self.method!r}")
+        if self.method not in STATIC_CALIB_CHOICES:
+            raise ConfigError(f"expected --calib-method in {', '.join(STATIC_CALIB_CHOICES)}, got {self.method!r}")
         if not 50.0 < self.percentile <= 100.0:
             raise ConfigError(f"expected a percentile in (50, 100], got {self.percentile}; use e.g. 99.999")
-        if self.smoothquant_alpha is not None and not 0.0 <= self.smoothquant_alpha <= 1.0:
-            raise ConfigError(f"expected a SmoothQuant alpha in [0, 1], got {self.smoothquant_alpha}; use 0.5")
+        a = self.smoothquant_alpha
+        if a is not None and a != "auto" and not (isinstance(a, (int, float)) and 0.0 <= a <= 1.0):
+            raise ConfigError(f"expected a SmoothQuant alpha in [0, 1] or 'auto', got {a!r}; use 0.5")
         if self.max_calib_samples < 1:
             raise ConfigError(f"expected max_calib_samples >= 1, got {self.max_calib_samples}")
         if self.entropy_bins < 256:
@@ -150,6 +165,21 @@ def calibrate_ranges(model_path: Path, feeds: list[dict[str, np.ndarray]], spec:
     return {name: (float(np.ravel(td.range_value[0])[0]), float(np.ravel(td.range_value[1])[0])) for name, td in data.items()}
 
 
+def histogram_ranges(
+    model_path: Path, feeds: list[dict[str, np.ndarray]], names: list[str], method: str = PER_TENSOR, percentile: float = 99.999
+) -> tuple[dict[str, tuple[float, float]], dict[str, Any]]:
+    """Symmetric ranges of ``names`` from real-token |x| histograms (``calib_choice``), and a summary for the report."""
+    from attn_export.compress.probe import collect_stats
+
+    choices = choose_ranges(collect_stats(model_path, names, feeds), method, percentile)
+    counts: dict[str, int] = {}
+    for c in choices.values():
+        counts[c.method] = counts.get(c.method, 0) + 1
+    summary = {"source": "real-token histograms", "methods": counts,
+               "tensors": {k: {"method": c.method, "threshold": c.threshold} for k, c in choices.items()}}  # fmt: skip
+    return {k: c.range for k, c in choices.items()}, summary
+
+
 def _insert_output_qdq(graph: ir.Graph, node: ir.Node, absmax: float) -> None:
     """Q/DQ (int8, zero point 0) on ``node``'s first output, read by all its consumers."""
     out = node.outputs[0]
@@ -171,8 +201,19 @@ def quantize_static_onnx(
     out_path: str | os.PathLike[str],
     calib: ActivationLike | list[dict[str, np.ndarray]],
     spec: StaticQuantSpec | None = None,
+    float_model_out: str | os.PathLike[str] | None = None,
+    range_overrides: dict[str, float] | None = None,
+    smoothing: dict[str, np.ndarray] | None = None,
 ) -> QuantResult:
-    """Calibrate on ``calib`` (the calibration split, never the validation one) and write a Q/DQ model."""
+    """Calibrate on ``calib`` (the calibration split, never the validation one) and write a Q/DQ model.
+
+    ``float_model_out``: also save the float graph the Q/DQ were placed on (pre-processed,
+    smoothed), whose MatMul names and weights a later fallback to float restores from.
+    ``range_overrides``: GEMM label (the module path, e.g. ``layers.0.ffn_out``) -> the clip
+    threshold of its input, used instead of calibration (QAT-lite's trained ranges).
+    ``smoothing``: GEMM label -> SmoothQuant scale s of its input, applied as given (instead
+    of ``spec.smoothquant_alpha``); GEMMs that read one tensor must share one s.
+    """
     from onnxruntime.quantization import (
         CalibrationMethod,
         QuantFormat,
@@ -196,18 +237,59 @@ def quantize_static_onnx(
         src = preprocess_for_quantization(fp32_onnx, tmp / "pre.onnx")
         feeds = calibration_feeds(src, calib, spec.max_calib_samples)
         n_samples = sum(len(next(iter(f.values()))) for f in feeds)
-        if spec.smoothquant_alpha is not None:
-            smoothed, groups = smooth_onnx(src, feeds, spec.smoothquant_alpha)
+        sq_summary: dict[str, Any] = {}
+        if smoothing:
+            from attn_export.compress.mixed_precision import gemm_label
+            from attn_export.compress.smoothquant import SmoothQuantPass
+
+            model = ir.load(src)
+            scales = {n.inputs[0].name: smoothing[gemm_label(n)] for n in model.graph
+                      if n.op_type == "MatMul" and gemm_label(n) in smoothing and n.inputs[0] is not None}  # fmt: skip
+            sq = SmoothQuantPass({}, None, scales=scales)  # type: ignore[arg-type]
+            sq(model)
+            src = tmp / "smoothed.onnx"
+            ir.save(model, src)
+            sq_summary = {"searched": False, "given": True, "smoothed": len(sq.smoothed)}
+            notes.append(f"SmoothQuant scales given for {len(sq.smoothed)} activations")
+        elif spec.smoothquant_alpha is not None:
+            smoothed, groups, choices = smooth_onnx(src, feeds, spec.smoothquant_alpha, route="static", calib_method=spec.method)
             src = tmp / "smoothed.onnx"
             ir.save(smoothed, src)
-            notes.append(f"SmoothQuant alpha {spec.smoothquant_alpha}: {len(groups)} activations smoothed by a float Mul")
+            if choices:
+                sq_summary = {"searched": True, "activations": {k: c.to_dict() for k, c in choices.items()}}
+                notes.append(f"SmoothQuant alpha searched per activation: {len(groups)} of {len(choices)} smoothed (where it cut the GEMM's int8 error by >= 10%)")
+            else:
+                sq_summary = {"searched": False, "alpha": spec.smoothquant_alpha, "smoothed": len(groups)}
+                notes.append(f"SmoothQuant alpha {spec.smoothquant_alpha}: {len(groups)} activations smoothed by a float Mul")
         bmms = attention_bmms(ir.load(src).graph)
         bmm_names = [n.name for n in bmms]
         if spec.quantize_attention_bmm:
             notes.append(f"attention BMMs quantized for TensorRT's int8 MHA (sequence length <= {TRT_INT8_MHA_MAX_SEQ})")
             if not bmms:
                 notes.append("no attention BMMs found (fused attention op?): only the projections are quantized")
-        ranges = calibrate_ranges(src, feeds, spec, tmp)
+        calib_summary: dict[str, Any] = {}
+        if spec.method == PER_TENSOR or spec.smoothquant_alpha == "auto":  # the search scored these very ranges
+            graph = ir.load(src).graph
+            wanted = bmm_names if spec.quantize_attention_bmm else []
+            names = [n.inputs[0].name for n in graph if n.op_type in ("MatMul", "Gemm") and n.name not in bmm_names]
+            for n in graph:
+                if n.name in wanted:
+                    names += [v.name for v in n.inputs] + [n.outputs[0].name]
+            ranges, calib_summary = histogram_ranges(src, feeds, [x for x in dict.fromkeys(names) if x], spec.method, spec.percentile)
+            if spec.method == PER_TENSOR:
+                notes.append("per-tensor calibration: " + ", ".join(f"{m} x{c}" for m, c in sorted(calib_summary["methods"].items())))
+        else:
+            ranges = calibrate_ranges(src, feeds, spec, tmp)
+        if range_overrides:
+            from attn_export.compress.mixed_precision import gemm_label
+
+            applied = 0
+            for n in ir.load(src).graph:
+                if n.op_type in ("MatMul", "Gemm") and n.name not in bmm_names and gemm_label(n) in range_overrides:
+                    t = float(range_overrides[gemm_label(n)])
+                    ranges[n.inputs[0].name] = (-t, t)
+                    applied += 1
+            notes.append(f"{applied} GEMM input ranges given (trained), not calibrated")
         overrides = {name: [{"rmin": np.float32(lo), "rmax": np.float32(hi)}] for name, (lo, hi) in ranges.items()}
         quantize_static(
             str(src), str(tmp / "raw.onnx"), calibration_reader(feeds[:1]),  # ranges come from the overrides
@@ -236,6 +318,8 @@ def quantize_static_onnx(
         if not summary.zero_points_all_zero:
             raise ExportError(f"static quantization left nonzero zero points in {summary.nonzero_zero_points[:3]}; TensorRT rejects them")
         save_model_atomic(model, out_path)
+        if float_model_out is not None:
+            shutil.copyfile(src, float_model_out)
     result = QuantResult(
         path=str(out_path),
         size_bytes=Path(out_path).stat().st_size,
@@ -249,6 +333,8 @@ def quantize_static_onnx(
         calib_method=spec.method,
         calib_samples=n_samples,
         qdq=summary,
+        calibration=calib_summary,
+        smoothquant=sq_summary,
     )
     log.info("%s", result.describe())
     return result

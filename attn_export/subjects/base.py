@@ -126,6 +126,14 @@ class Subject(ABC):
     def judge(self, candidate: Runner, split: Split, tolerance_key: str) -> Judgement:
         """``candidate`` against the eager reference on ``split``, held to the tolerance ``tolerance_key``."""
 
+    @abstractmethod
+    def quick_error(self, candidate: Runner, split: Split, limit: int) -> float:
+        """A cheap scalar error of ``candidate`` on the first ``limit`` items of ``split`` (0 = exact).
+
+        For ranking, never for a verdict: the int8 sensitivity analysis calls it once per GEMM
+        group. Encoder: 1 - mean sentence-embedding cosine; layer: relative L2 of the output.
+        """
+
     def copy_module(self) -> nn.Module:
         """A student: a deep copy of the subject module (compression never touches the reference)."""
         import copy
@@ -138,6 +146,12 @@ class Subject(ABC):
 
     def params(self, module: nn.Module | None = None) -> int:
         return int(sum(p.numel() for p in (module if module is not None else self.module).parameters()))
+
+
+def rel_l2(ref: np.ndarray, got: np.ndarray) -> float:
+    """||got - ref|| / ||ref|| in float64."""
+    r, g = np.asarray(ref, dtype=np.float64).ravel(), np.asarray(got, dtype=np.float64).ravel()
+    return float(np.linalg.norm(g - r) / max(float(np.linalg.norm(r)), 1e-30))
 
 
 def concat_output(outputs: list[dict[str, np.ndarray]], name: str) -> np.ndarray:

@@ -24,13 +24,14 @@ from torch import nn
 
 from attn_export.errors import ConfigError, DataError
 from attn_export.runtime.base import Feed, Runner
-from attn_export.subjects.base import Judgement, Split, Subject
+from attn_export.subjects.base import Judgement, Split, Subject, rel_l2
 
 __all__ = ["EncoderSubject", "read_text_file"]
 
 log = logging.getLogger(__name__)
 
 _FEED_BATCH = 16  # texts per judged batch
+E2E_LR = 2e-4  # end-to-end distillation of the low-rank factors (after the per-layer stage)
 _MAX_CALIB_TEXT_BYTES = 64 * 2**20
 
 
@@ -92,6 +93,8 @@ class EncoderSubject(Subject):
         self._feeds: dict[str, list[Feed]] = {}
         self._ref_embeddings: dict[str, np.ndarray] = {}
         self._layer_acts: dict[str, Any] = {}
+        self._quick_refs: dict[str, np.ndarray] = {}
+        self._distill_tokens: Any = None
 
     # -- identity -----------------------------------------------------------------------
     @property
@@ -180,6 +183,16 @@ class EncoderSubject(Subject):
             return export_encoder(module, path, spec)  # type: ignore[arg-type]
         return export_onnx(module, path, spec)  # type: ignore[arg-type]
 
+    def distill_tokens(self) -> Any:
+        """What distillation trains on: every calibration text of the corpus (or all of ``--calib``),
+        not only the ``--max-texts`` the int8 ranges use; streamed in batches, so more text costs no memory."""
+        if self._distill_tokens is None:
+            from attn_export.checkpoint.text import load_text_corpus, tokenize
+
+            texts = read_text_file(self.cfg.calib) if self.cfg.calib is not None else list(load_text_corpus(self.cfg.resolved_languages).calib)
+            self._distill_tokens = tokenize(self.tokenizer, texts, self.cfg.resolved_max_len)
+        return self._distill_tokens
+
     def low_rank(self, student: nn.Module, config: Any) -> Any:
         from attn_export.checkpoint.compress import low_rank_encoder_
         from attn_export.compress import low_rank_
@@ -195,8 +208,12 @@ class EncoderSubject(Subject):
 
         targets = self.cfg.resolved_low_rank_targets
         if self.index is None:
+            from attn_export.checkpoint.compress import distill_encoder_e2e_
+
             layers = distill_encoder_(student, self.encoder, self.tokens["train"], self.tokens["select"], targets, config)  # type: ignore[arg-type]
-            return _Summary({"layers": layers, "steps_per_layer": config.steps})
+            e2e = distill_encoder_e2e_(student, self.encoder, self.distill_tokens(), self.tokens["select"], steps=config.steps,  # type: ignore[arg-type]
+                                       lr=E2E_LR, batch_size=config.batch_size, seed=config.seed)  # fmt: skip
+            return _Summary({"layers": layers, "steps_per_layer": config.steps, "end_to_end": e2e.to_dict()})
         teacher_layer, student_layer = self._module.layer, student.layer  # type: ignore[union-attr]
         s_mod, t_mod = _distill_pair(student_layer, teacher_layer, LowRankConfig(rank_ratio=0.5, targets=tuple(targets)))
         flags = train_low_rank_only(s_mod)
@@ -226,6 +243,31 @@ class EncoderSubject(Subject):
             runner = EagerRunner(self.encoder, ENCODER_INPUT_NAMES, ENCODER_OUTPUT_NAMES)
             self._ref_embeddings[split] = embed(runner, self.tokens[split].feeds(_FEED_BATCH, trim=True))
         return self._ref_embeddings[split]
+
+    def quick_error(self, candidate: Runner, split: Split, limit: int) -> float:
+        """Whole encoder: 1 - mean embedding cosine on the first ``limit`` texts; layer N: its output's
+        relative L2 on the real inputs of those texts (the layer's own error, without the eager splice)."""
+        from attn_export.checkpoint.evaluate import embed
+
+        if self.index is None:
+            n = max(1, min(limit, len(self.tokens[split])))
+            ref = self._reference_embeddings(split)[:n].astype(np.float64)
+            emb = embed(candidate, self.tokens[split].feeds(_FEED_BATCH, trim=True, limit=n)).astype(np.float64)
+            cos = (ref * emb).sum(1) / np.maximum(np.linalg.norm(ref, axis=1) * np.linalg.norm(emb, axis=1), 1e-30)
+            return float(1.0 - cos.mean())
+        take, seen = [], 0
+        for f in self.feeds(split):
+            if seen >= limit:
+                break
+            take.append(f)
+            seen += len(f["x"])
+        key = f"{split}:{len(take)}"
+        if key not in self._quick_refs:
+            eager = self.eager_runner()
+            self._quick_refs[key] = np.concatenate([eager.infer(f)["y"].ravel() for f in take])
+        ref = self._quick_refs[key]
+        got = np.concatenate([np.asarray(candidate.infer(f)["y"], dtype=np.float32).ravel() for f in take])
+        return rel_l2(ref, got)
 
     def judge(self, candidate: Runner, split: Split, tolerance_key: str) -> Judgement:
         from attn_export.checkpoint.evaluate import RunnerLayer, SplicedEncoder, embed
@@ -270,4 +312,9 @@ class _Summary:
     def describe(self) -> str:
         layers = self._data.get("layers") or {}
         rel = ", ".join(f"{v['val_rel_l2_before']:.3g}->{v['val_rel_l2_after']:.3g}" for v in layers.values())
-        return f"distilled {len(layers)} layers ({self._data.get('steps_per_layer')} steps max each); select-split rel L2 per layer {rel}"
+        out = f"distilled {len(layers)} layers ({self._data.get('steps_per_layer')} steps max each); select-split rel L2 per layer {rel}"
+        e2e = self._data.get("end_to_end")
+        if e2e:
+            out += (f"; then end to end on {e2e['train_texts']} texts (hidden states of every layer + embedding): select embedding error "
+                    f"{e2e['select_error_before']:.3e} -> {e2e['select_error_after']:.3e} (best at step {e2e['best_step']} of {e2e['steps_run']})")  # fmt: skip
+        return out

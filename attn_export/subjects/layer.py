@@ -18,7 +18,7 @@ from torch import nn
 
 from attn_export.errors import ConfigError
 from attn_export.runtime.base import Feed, Runner
-from attn_export.subjects.base import Judgement, Split, Subject, concat_output
+from attn_export.subjects.base import Judgement, Split, Subject, concat_output, rel_l2
 
 __all__ = ["HOLDOUT_EVERY", "LayerSubject", "random_feeds", "split_feeds"]
 
@@ -192,6 +192,14 @@ class LayerSubject(Subject):
             eager = self.eager_runner()
             self._refs[split] = [eager.infer(f) for f in self.feeds(split)]
         return self._refs[split]
+
+    def quick_error(self, candidate: Runner, split: Split, limit: int) -> float:
+        feeds, refs, n, seen = self.feeds(split), self._references(split), 0, 0
+        while n < len(feeds) and seen < limit:
+            seen += len(feeds[n]["x"])
+            n += 1
+        outs = [candidate.infer(f) for f in feeds[:n]]
+        return rel_l2(concat_output(refs[:n], "y"), concat_output(outs, "y"))
 
     def judge(self, candidate: Runner, split: Split, tolerance_key: str) -> Judgement:
         from attn_export.validate.compare import compare_outputs

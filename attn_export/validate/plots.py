@@ -24,7 +24,7 @@ import numpy as np
 from attn_export.validate.error_histogram import error_histogram, histogram_from_details
 from attn_export.validate.pareto import ParetoPoint, pareto_front, points_from_report
 
-__all__ = ["plot_attention_maps", "plot_error_histograms", "plot_latency", "plot_pareto", "plot_seq_scaling"]
+__all__ = ["plot_attention_maps", "plot_error_histograms", "plot_latency", "plot_pareto", "plot_sensitivity", "plot_seq_scaling"]
 
 log = logging.getLogger(__name__)
 
@@ -190,4 +190,39 @@ def plot_attention_maps(
             ax.set_xticks([])
             ax.set_yticks([])
     fig.suptitle("Attention probabilities per head (query rows x key columns)", fontsize=10)
+    return _save(fig, path)
+
+
+def _sensitivity_stages(report: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for s in report.get("stages", []):
+        mp = (s.get("details") or {}).get("mixed_precision") or {}
+        if any(g.get("sensitivity") is not None for g in mp.get("gemms", [])):
+            out.append((s["name"], mp))
+    return out
+
+
+def plot_sensitivity(report: Mapping[str, Any], path: str | os.PathLike[str]) -> Path | None:
+    """Per static int8 stage: each GEMM group's sensitivity (error with only it in int8), most sensitive on top,
+    coloured by the precision the fallback left it in."""
+    stages = _sensitivity_stages(report)
+    if not stages:
+        return None
+    rows = max(len({g["group"] for g in mp["gemms"]}) for _, mp in stages)
+    fig, axes = plt.subplots(1, len(stages), figsize=(6.5 * len(stages), 0.28 * rows + 1.6), squeeze=False)
+    for ax, (name, mp) in zip(axes[0], stages):
+        groups: dict[str, dict[str, Any]] = {}
+        for g in mp["gemms"]:
+            groups.setdefault(g["group"], g)
+        order = sorted(groups.values(), key=lambda g: g.get("sensitivity") or 0.0)
+        vals = np.array([max(float(g.get("sensitivity") or 0.0), 1e-12) for g in order])
+        floated = [g["precision"] != "int8" for g in order]
+        y = np.arange(len(order))
+        ax.barh(y, vals, color=["#e8590c" if f else "#3a7bd5" for f in floated])
+        ax.set_yticks(y, [g["group"] for g in order], fontsize=7)
+        ax.set_xscale("log")
+        ax.set_xlabel("error with only this group in int8 (" + ("1 - mean embedding cosine" if report.get("model", {}).get("subject") == "encoder" else "relative L2") + ")")
+        kept = sum(floated)
+        ax.set_title(f"{name}: {kept} group(s) kept in {mp.get('float_precision', 'float')} (orange), the rest int8 (blue)", fontsize=9)
+        ax.grid(alpha=0.3, axis="x")
     return _save(fig, path)

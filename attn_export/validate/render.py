@@ -40,7 +40,9 @@ _TITLES = {
     "error_histograms": "Error histogram per stage",
     "seq_scaling": "Latency and peak memory vs sequence length",
     "attention_maps": "Attention maps per head: eager vs exported",
+    "sensitivity": "int8 sensitivity per GEMM group and the float fallback",
 }
+_MP_COLUMNS = ("stage", "gemm", "group", "precision", "sensitivity", "rank", "fallback latency cost ms")
 
 
 def _fmt(v: Any, spec: str) -> str:
@@ -182,6 +184,7 @@ def _plots(
         "latency": plots.plot_latency(report, out / "latency.png"),
         "pareto": plots.plot_pareto(report, out / "pareto.png"),
         "error_histograms": plots.plot_error_histograms(report, out / "error_histograms.png"),
+        "sensitivity": plots.plot_sensitivity(report, out / "sensitivity.png"),
     }
     if bench is not None:
         made["seq_scaling"] = plots.plot_seq_scaling(bench, out / "seq_scaling.png")
@@ -193,6 +196,30 @@ def _plots(
     if section is not None and section.eager_maps is not None and section.onnx_maps is not None:
         made["attention_maps"] = plots.plot_attention_maps(section.eager_maps, section.onnx_maps, out / "attention_maps.png", label=section.label)
     return {k: v for k, v in made.items() if v is not None}, section
+
+
+def _mixed_precision(report: Mapping[str, Any]) -> tuple[list[str], list[tuple[str, ...]]]:
+    """Per static int8 stage: a summary line, and one row per GEMM (precision, sensitivity, fallback cost)."""
+    lines: list[str] = []
+    rows: list[tuple[str, ...]] = []
+    for s in report.get("stages", []):
+        mp = (s.get("details") or {}).get("mixed_precision")
+        if not mp:
+            continue
+        cost = ""
+        if mp.get("latency_ms_all_int8") and mp.get("latency_ms_mixed"):
+            cost = (f"; latency {mp['latency_ms_all_int8']:.2f} -> {mp['latency_ms_mixed']:.2f} ms ({100 * mp.get('latency_cost', 0):+.1f}%, "
+                    f"{mp.get('latency_note', '')})")  # fmt: skip
+        goal = ", ".join(f"{k} {v}" for k, v in (mp.get("goal") or {}).items())
+        met = {True: "met", False: "NOT met", None: "-"}.get(mp.get("met"))
+        lines.append(f"{s.get('name')}: fallback {mp.get('mode')}, {mp.get('gemms_in_float', 0)}/{mp.get('gemms_total', 0)} GEMMs kept in "
+                     f"{mp.get('float_precision')} ({', '.join(mp.get('float_groups') or []) or 'none'}); goal ({goal}) {met} on the select split{cost}")  # fmt: skip
+        for g in mp.get("gemms", []):
+            rows.append((
+                s.get("name", "?"), g.get("gemm", "?"), g.get("group", "?"), g.get("precision", "?"), _fmt(g.get("sensitivity"), ".2e"),
+                _fmt(g.get("rank"), "d"), _fmt(g.get("latency_cost_ms"), ".2f"),
+            ))  # fmt: skip
+    return lines, rows
 
 
 def _markdown(report: Mapping[str, Any], pngs: Mapping[str, Path], section: AttentionSection | None = None) -> str:
@@ -207,6 +234,11 @@ def _markdown(report: Mapping[str, Any], pngs: Mapping[str, Path], section: Atte
             lines += ["", esc(section.summary)]
     if section is not None and section.note:
         lines += ["", f"## {_TITLES['attention_maps']}", "", esc(section.note)]
+    mp_lines, mp_rows = _mixed_precision(report)
+    if mp_lines:
+        lines += ["", "## int8 precision per GEMM", ""] + [f"- {esc(x)}" for x in mp_lines]
+        lines += ["", "| " + " | ".join(_MP_COLUMNS) + " |", "|" + "---|" * len(_MP_COLUMNS)]
+        lines += ["| " + " | ".join(esc(c) for c in r) + " |" for r in mp_rows]
     if report.get("notes"):
         lines += ["", "## Notes", ""] + [f"- {esc(n)}" for n in report["notes"]]
     return "\n".join(lines) + "\n"
@@ -236,6 +268,11 @@ def _html(report: Mapping[str, Any], pngs: Mapping[str, Path], section: Attentio
             figs += f"<p>{esc(section.summary)}</p>"
     if section is not None and section.note:
         figs += f'<h2>{esc(_TITLES["attention_maps"])}</h2><p id="attention-note">{esc(section.note)}</p>'
+    mp_lines, mp_rows = _mixed_precision(report)
+    if mp_lines:
+        figs += '<h2>int8 precision per GEMM</h2><ul id="mixed-precision">' + "".join(f"<li>{esc(x)}</li>" for x in mp_lines) + "</ul>"
+        figs += "<table><tr>" + "".join(f"<th>{esc(c)}</th>" for c in _MP_COLUMNS) + "</tr>"
+        figs += "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in mp_rows) + "</table>"
     notes = "".join(f"<li>{esc(n)}</li>" for n in report.get("notes", []))
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>attn-export report</title><style>{_CSS}</style></head>'

@@ -1,0 +1,473 @@
+"""Accuracy-driven mixed precision for the static Q/DQ route: keep only what must stay float in float.
+
+A fully int8 MiniLM loses most of its accuracy in a handful of GEMMs (the FFN2 input of
+the first layers carries GELU outliers), and TensorRT runs any GEMM without Q/DQ in fp16
+(fp32 on other runtimes) at some speed cost. So the route measures, and decides:
+
+1. **Inventory** (``find_gemms``): every quantized GEMM of the Q/DQ graph, labelled by the
+   module it came from (``layers.0.ffn_out``) and grouped as the issue's tuning units:
+   Q/K/V (fused or not, low-rank factors included), attention output, FFN1, FFN2 of layer N.
+2. **Sensitivity** (``sensitivity``): quantize one group at a time, everything else float,
+   and measure the subject's own error (``Subject.quick_error``: embedding cosine for an
+   encoder, output error for a layer) on the first ``limit`` items of the select split.
+   All variants run in *one* ONNX Runtime session of a switchable graph
+   (``SwitchableGraph``): each group's activation and weight pass through ``Where(switch,
+   DQ(Q(x)), x)``, with the switches a graph input, so no model is rebuilt per variant.
+   Q/DQ run as written (``session.disable_quant_qdq``): TensorRT's arithmetic.
+3. **Fallback** (``fallback_search``): from all-int8, move the most sensitive group to
+   float, one at a time, and judge on the whole select split; stop as soon as the goal is
+   met (``auto``), or move exactly N groups (``--int8-fallback N``). ``none`` skips 2 and 3.
+4. **Result** (``FloatFallbackPass``): the chosen groups lose their Q/DQ (activation read in
+   float, weight back to its float initializer); everything else keeps TensorRT's rules
+   (symmetric, zero point 0, per-channel weights; Softmax/LayerNorm/mask Add float).
+
+The report gets every GEMM's precision, its sensitivity, the fallback chosen, and the
+measured latency cost of the fallback (``MixedPrecisionResult.to_dict``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+import onnx_ir.passes.common as ir_common
+
+from attn_export.compress.qdq import is_constant
+from attn_export.errors import ConfigError, ExportError
+from attn_export.runtime.base import Feed, Runner
+
+__all__ = [
+    "EMBEDDING_GOAL",
+    "FALLBACK_CHOICES",
+    "FallbackGoal",
+    "FallbackStep",
+    "FloatFallbackPass",
+    "Gemm",
+    "GroupSensitivity",
+    "MixedPrecisionResult",
+    "SwitchableGraph",
+    "fallback_search",
+    "find_gemms",
+    "gemm_label",
+    "mixed_precision_",
+    "sensitivity",
+]
+
+log = logging.getLogger(__name__)
+
+FALLBACK_CHOICES = ("auto", "none")  # or a number of groups
+SWITCH_INPUT = "int8_group_switches"  # bool [groups]: True = the group runs int8
+
+
+# -- the goal ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FallbackGoal:
+    """What the fallback must reach on the select split, beyond the stage's own tolerance.
+
+    ``embedding_*`` apply to subjects judged by sentence embeddings: the static route's
+    acceptance bar for a checkpoint (issue 11). For a layer the int8 tolerance alone decides.
+    """
+
+    min_mean_cosine: float | None = None
+    min_min_cosine: float | None = None
+    min_top1: float | None = None
+
+    def violations(self, judgement: Any) -> list[str]:
+        out = list(judgement.violations)
+        emb = judgement.details.get("embedding")
+        if emb:
+            for key, bound, label in (("mean_cosine", self.min_mean_cosine, "mean cosine"), ("min_cosine", self.min_min_cosine, "min cosine"),
+                                      ("top1_neighbor_agreement", self.min_top1, "top-1 agreement")):  # fmt: skip
+                if bound is not None and not float(emb[key]) >= bound:
+                    out.append(f"{label} {float(emb[key]):.5f} < {bound}")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+# The static route's bar for an encoder (issue 11's acceptance, on unseen text): the select
+# split is held to it, so the report split lands there too.
+EMBEDDING_GOAL = FallbackGoal(min_mean_cosine=0.995, min_min_cosine=0.98, min_top1=0.95)
+
+
+# -- inventory ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Gemm:
+    """One quantized GEMM (MatMul with Q/DQ activation and per-channel DQ weight)."""
+
+    node: str
+    label: str  # the module it came from, e.g. layers.0.ffn_out
+    group: str  # the tuning unit, e.g. layers.0.ffn2
+    macs_per_token: int  # K x N of its weight
+
+
+_ROLE = {"w_q": "qkv", "w_k": "qkv", "w_v": "qkv", "w_qkv": "qkv", "in_proj": "qkv", "w_o": "attn_out", "out_proj": "attn_out",
+         "ffn_in": "ffn1", "ffn_out": "ffn2"}  # fmt: skip
+
+
+def gemm_label(node: ir.Node) -> str:
+    """The module a GEMM node was exported from (its innermost torch name scope), e.g. ``layers.0.ffn_out``."""
+    return _module_path(node)
+
+
+def _module_path(node: ir.Node) -> str:
+    scopes = node.metadata_props.get("pkg.torch.onnx.name_scopes")
+    if scopes:
+        parts = re.findall(r"'([^']*)'", scopes)
+        mods = [p for p in parts if p and not re.fullmatch(r"(linear|matmul|mm|addmm)(_\d+)?", p)]
+        if mods:
+            return mods[-1]
+    return node.name or "?"
+
+
+def _group_of(label: str) -> str:
+    parts = label.split(".")
+    if parts and parts[-1] in ("down", "up"):  # both factors of a low-rank Linear
+        parts = parts[:-1]
+    role = _ROLE.get(parts[-1]) if parts else None
+    if role is None:
+        return label
+    prefix = [p for p in parts[:-1] if p not in ("self_attn", "attn", "attention")]
+    return ".".join(prefix + [role])
+
+
+def _dq_source(value: ir.Value | None) -> tuple[ir.Node, ir.Node] | None:
+    """(DQ, Q) when ``value`` is an activation read through QuantizeLinear -> DequantizeLinear."""
+    dq = value.producer() if value is not None else None
+    if dq is None or dq.op_type != "DequantizeLinear" or is_constant(dq.inputs[0]):
+        return None
+    q = dq.inputs[0].producer()
+    if q is None or q.op_type != "QuantizeLinear":
+        return None
+    return dq, q
+
+
+def find_gemms(model: ir.Model) -> list[Gemm]:
+    """Every MatMul/Gemm whose activation comes through Q/DQ and whose weight through a constant DQ."""
+    out = []
+    for node in model.graph:
+        if node.op_type not in ("MatMul", "Gemm") or len(node.inputs) < 2:
+            continue
+        w = node.inputs[1]
+        wdq = w.producer() if w is not None else None
+        if _dq_source(node.inputs[0]) is None or wdq is None or wdq.op_type != "DequantizeLinear" or not is_constant(wdq.inputs[0]):
+            continue
+        shape = wdq.inputs[0].shape
+        dims = [int(d) for d in shape.numpy()] if shape is not None else [0, 0]
+        label = _module_path(node)
+        out.append(Gemm(node.name or "", label, _group_of(label), int(np.prod(dims[-2:])) if len(dims) >= 2 else 0))
+    return out
+
+
+def groups_in_order(gemms: Sequence[Gemm]) -> list[str]:
+    return list(dict.fromkeys(g.group for g in gemms))
+
+
+def _float_weights(float_model: ir.Model, names: set[str]) -> dict[str, ir.Value]:
+    """MatMul node name -> its float weight value in the float graph the Q/DQ were placed on."""
+    out = {}
+    for node in float_model.graph:
+        if node.name in names and node.inputs[1] is not None and node.inputs[1].const_value is not None:
+            out[node.name] = node.inputs[1]
+    missing = names - set(out)
+    if missing:
+        raise ExportError(f"the float model lacks the weights of GEMMs {sorted(missing)[:3]}; pass the graph quantize_static_onnx quantized")
+    return out
+
+
+def _float_copy(graph: ir.Graph, w: ir.Value) -> ir.Value:
+    t = w.const_value
+    v = ir.Value(name=f"{w.name}_float", const_value=t, shape=ir.Shape(list(t.shape)), type=ir.TensorType(t.dtype))
+    graph.register_initializer(v)
+    return v
+
+
+# -- the result graph --------------------------------------------------------------------
+class FloatFallbackPass(ir.passes.InPlacePass):
+    """Remove the Q/DQ of the GEMMs in ``groups``: activation read in float, float weight restored."""
+
+    def __init__(self, groups: set[str], float_model: ir.Model) -> None:
+        super().__init__()
+        self.groups = groups
+        self.float_model = float_model
+        self.moved: list[str] = []
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        gemms = [g for g in find_gemms(model) if g.group in self.groups]
+        weights = _float_weights(self.float_model, {g.node for g in gemms})
+        nodes = {n.name: n for n in model.graph}
+        self.moved = []
+        for g in gemms:
+            node = nodes[g.node]
+            _, q = _dq_source(node.inputs[0])  # type: ignore[misc]
+            node.replace_input_with(0, q.inputs[0])
+            node.replace_input_with(1, _float_copy(model.graph, weights[g.node]))
+            self.moved.append(g.node)
+        if self.moved:
+            ir_common.RemoveUnusedNodesPass()(model)  # the Q/DQ pairs and int8 weights nobody reads
+        return ir.passes.PassResult(model, bool(self.moved))
+
+
+# -- one session for every variant -------------------------------------------------------
+class SwitchableGraph:
+    """The Q/DQ graph with a per-group int8/float switch as a graph input (``SWITCH_INPUT``).
+
+    ``runner(int8_groups)`` returns a ``Runner`` with the subject's inputs that runs the
+    chosen groups in int8 and the rest in float; every runner shares one session.
+    """
+
+    def __init__(self, qdq_model: ir.Model, float_model: ir.Model, threads: int | None, workdir: Path) -> None:
+        from attn_export.runtime import OrtRunner, SessionFromOnnx
+
+        model = ir.serde.deserialize_model(ir.serde.serialize_model(qdq_model))  # a copy we may rewire
+        gemms = find_gemms(model)
+        if not gemms:
+            raise ExportError("the static Q/DQ graph has no quantized GEMM to switch; is it a Q/DQ model?")
+        self.gemms = gemms
+        self.groups = groups_in_order(gemms)
+        weights = _float_weights(float_model, {g.node for g in gemms})
+        graph = model.graph
+        switches = ir.Value(name=SWITCH_INPUT, type=ir.TensorType(ir.DataType.BOOL), shape=ir.Shape([len(self.groups)]))
+        graph.inputs.append(switches)
+        flags: dict[str, ir.Value] = {}
+        nodes = {n.name: n for n in graph}
+        for i, group in enumerate(self.groups):
+            idx = ir.Value(name=f"{SWITCH_INPUT}_{i}_index", const_value=ir.tensor(np.int64(i)))
+            graph.register_initializer(idx)
+            gather = ir.node("Gather", [switches, idx], attributes={"axis": 0}, name=f"{SWITCH_INPUT}_{i}")
+            gather.outputs[0].name = f"{SWITCH_INPUT}_{i}_on"
+            graph.insert_before(graph.node(0), gather)
+            flags[group] = gather.outputs[0]
+        for g in gemms:
+            node = nodes[g.node]
+            dq, q = _dq_source(node.inputs[0])  # type: ignore[misc]
+            for index, (quant, flt) in enumerate(((dq.outputs[0], q.inputs[0]), (node.inputs[1], _float_copy(graph, weights[g.node])))):
+                where = ir.node("Where", [flags[g.group], quant, flt], name=f"{g.node}_switch_{index}")
+                where.outputs[0].name = f"{g.node}_switch_{index}_out"
+                where.outputs[0].type, where.outputs[0].shape = quant.type, quant.shape
+                graph.insert_before(node, where)
+                node.replace_input_with(index, where.outputs[0])
+        self.path = Path(workdir) / "switchable.onnx"
+        ir.save(model, self.path)
+        self._runner = OrtRunner(SessionFromOnnx(self.path, providers=["cpu"], intra_op_threads=threads, qdq_fusion=False), name="int8-switches")
+
+    def runner(self, int8_groups: set[str] | Sequence[str]) -> Runner:
+        on = set(int8_groups)
+        unknown = on - set(self.groups)
+        if unknown:
+            raise ConfigError(f"unknown GEMM groups {sorted(unknown)}; known: {', '.join(self.groups)}")
+        return _SwitchedRunner(self._runner, np.array([g in on for g in self.groups], dtype=np.bool_))
+
+    def close(self) -> None:
+        self._runner.deactivate()
+
+
+class _SwitchedRunner(Runner):
+    """The shared session with one setting of the switches; takes the subject's own inputs."""
+
+    name = "int8-switches"
+
+    def __init__(self, inner: Runner, switches: np.ndarray) -> None:
+        super().__init__()
+        self.inner, self.switches = inner, switches
+
+    @property
+    def input_names(self) -> list[str]:
+        return [n for n in self.inner.input_names if n != SWITCH_INPUT]
+
+    @property
+    def output_names(self) -> list[str]:
+        return self.inner.output_names
+
+    def _activate(self) -> None:
+        self.inner.activate()
+
+    def _infer(self, feed: Feed) -> dict[str, np.ndarray]:
+        return self.inner.infer({**feed, SWITCH_INPUT: self.switches})
+
+
+# -- sensitivity and fallback ------------------------------------------------------------
+@dataclass
+class GroupSensitivity:
+    group: str
+    error: float  # the subject's quick error with only this group in int8
+    gemms: list[str] = field(default_factory=list)  # module labels
+    macs_per_token: int = 0
+
+
+def sensitivity(subject: Any, graph: SwitchableGraph, limit: int, split: str = "select", say: Callable[[str], None] | None = None) -> list[GroupSensitivity]:
+    """Each group quantized alone, the rest float: the subject's error on ``limit`` items of ``split``, most sensitive first."""
+    out = []
+    for group in graph.groups:
+        members = [g for g in graph.gemms if g.group == group]
+        err = float(subject.quick_error(graph.runner({group}), split, limit))
+        out.append(GroupSensitivity(group, err, [g.label for g in members], sum(g.macs_per_token for g in members)))
+    out.sort(key=lambda s: s.error, reverse=True)
+    if say:
+        say("int8 sensitivity (error with one group int8): " + ", ".join(f"{s.group} {s.error:.2e}" for s in out[:5]) + (", ..." if len(out) > 5 else ""))
+    return out
+
+
+@dataclass
+class FallbackStep:
+    """The select-split judgement with ``float_groups`` kept in float."""
+
+    float_groups: list[str]
+    headline: str
+    met: bool
+    shortfall: list[str] = field(default_factory=list)
+
+
+def fallback_search(
+    subject: Any, graph: SwitchableGraph, ranking: Sequence[str], tolerance_key: str, goal: FallbackGoal, mode: str | int,
+    say: Callable[[str], None] | None = None,
+) -> tuple[list[str], list[FallbackStep]]:  # fmt: skip
+    """Float groups, most sensitive first, until the goal is met on the select split (``auto``) or N of them.
+
+    Returns the groups kept in float and every judged step. ``auto`` stops at the first
+    step that meets the goal; when none does, every group ends in float and the last step
+    says by how much the goal was missed.
+    """
+    if isinstance(mode, int):
+        chosen = list(ranking[:mode])
+        j = subject.judge(graph.runner(set(graph.groups) - set(chosen)), "select", tolerance_key)
+        missed = goal.violations(j)
+        return chosen, [FallbackStep(chosen, j.headline(), not missed, missed)]
+    steps: list[FallbackStep] = []
+    for k in range(len(ranking) + 1):
+        chosen = list(ranking[:k])
+        j = subject.judge(graph.runner(set(graph.groups) - set(chosen)), "select", tolerance_key)
+        missed = goal.violations(j)
+        steps.append(FallbackStep(chosen, j.headline(), not missed, missed))
+        if say:
+            say(f"int8 fallback, {k} group(s) in float{' (' + chosen[-1] + ')' if chosen else ''}: {j.headline()}"
+                + ("" if missed else " - goal met"))  # fmt: skip
+        if not missed:
+            return chosen, steps
+    return list(ranking), steps
+
+
+# -- what the report shows ---------------------------------------------------------------
+@dataclass
+class MixedPrecisionResult:
+    """Per GEMM: precision, sensitivity; the fallback chosen, its steps and its latency cost."""
+
+    mode: str
+    goal: dict[str, Any]
+    float_precision: str  # what a float GEMM runs in on the target: fp16 (TensorRT) or fp32
+    gemms: list[dict[str, Any]] = field(default_factory=list)
+    float_groups: list[str] = field(default_factory=list)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    sensitivity_items: int = 0
+    latency_ms_all_int8: float | None = None
+    latency_ms_mixed: float | None = None
+    latency_note: str = ""
+    met: bool | None = None
+
+    @property
+    def n_float(self) -> int:
+        return sum(1 for g in self.gemms if g["precision"] != "int8")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["gemms_in_float"] = self.n_float
+        d["gemms_total"] = len(self.gemms)
+        if self.latency_ms_all_int8 and self.latency_ms_mixed:
+            d["latency_cost"] = self.latency_ms_mixed / self.latency_ms_all_int8 - 1.0
+        return d
+
+    def describe(self) -> str:
+        what = f"{self.n_float}/{len(self.gemms)} GEMMs kept in {self.float_precision}"
+        if self.float_groups:
+            what += f" ({', '.join(self.float_groups)})"
+        cost = ""
+        if self.latency_ms_all_int8 and self.latency_ms_mixed:
+            cost = f", latency {self.latency_ms_all_int8:.1f} -> {self.latency_ms_mixed:.1f} ms ({100 * (self.latency_ms_mixed / self.latency_ms_all_int8 - 1):+.1f}%)"
+        goal = "" if self.met is None else ("; goal met on the select split" if self.met else "; goal NOT met on the select split")
+        return f"int8 fallback {self.mode}: {what}{cost}{goal}"
+
+
+def gemm_table(gemms: Sequence[Gemm], ranking: Sequence[GroupSensitivity], float_groups: Sequence[str], float_precision: str,
+               cost_ms: float | None) -> list[dict[str, Any]]:  # fmt: skip
+    """One row per GEMM: label, group, precision, sensitivity of its group, estimated latency cost of its fallback."""
+    sens = {s.group: s.error for s in ranking}
+    rank = {s.group: i + 1 for i, s in enumerate(ranking)}
+    floated = set(float_groups)
+    float_macs = sum(g.macs_per_token for g in gemms if g.group in floated)
+    rows = []
+    for g in gemms:
+        row: dict[str, Any] = {"gemm": g.label, "node": g.node, "group": g.group, "precision": float_precision if g.group in floated else "int8",
+                               "macs_per_token": g.macs_per_token, "sensitivity": sens.get(g.group), "rank": rank.get(g.group)}  # fmt: skip
+        if g.group in floated and cost_ms is not None and float_macs:
+            row["latency_cost_ms"] = cost_ms * g.macs_per_token / float_macs  # the measured total, shared by MACs
+        rows.append(row)
+    return rows
+
+
+def time_fallback(all_int8: Path, mixed: Path, feed: Feed, threads: int, qdq_fusion: bool, u8u8: bool, repeats: int = 10) -> tuple[float, float]:
+    """p50 ms of the all-int8 and the mixed model, round-robin in one process (ONNX Runtime CPU)."""
+    from attn_export.runtime import OrtRunner, SessionFromOnnx
+    from attn_export.validate.latency import time_runners
+
+    runners = {name: OrtRunner(SessionFromOnnx(p, providers=["cpu"], intra_op_threads=threads, qdq_fusion=qdq_fusion, u8u8=u8u8), name=name)
+               for name, p in (("all-int8", all_int8), ("mixed", mixed))}  # fmt: skip
+    try:
+        lat = time_runners(runners, feed, warmup=2, repeats=repeats)
+    finally:
+        for r in runners.values():
+            r.deactivate()
+    return lat["all-int8"].p50, lat["mixed"].p50
+
+
+def apply_fallback(qdq_path: Path, float_model: ir.Model, float_groups: Sequence[str], out_path: Path) -> int:
+    """Write ``qdq_path`` with ``float_groups`` in float to ``out_path``; returns the GEMMs moved."""
+    from attn_export.compress.quant_onnx import save_model_atomic
+
+    model = ir.load(os.fspath(qdq_path))
+    fb = FloatFallbackPass(set(float_groups), float_model)
+    fb(model)
+    save_model_atomic(model, out_path)
+    return len(fb.moved)
+
+
+def mixed_precision_(
+    qdq_path: Path, float_path: Path, out_path: Path, subject: Any, tolerance_key: str, goal: FallbackGoal, mode: str | int,
+    float_precision: str, limit: int, threads: int, timing: dict[str, Any] | None = None, say: Callable[[str], None] | None = None,
+) -> MixedPrecisionResult:  # fmt: skip
+    """Sensitivity, fallback and the final graph: ``qdq_path`` (all int8) -> ``out_path`` (mixed).
+
+    ``float_path`` is the float graph the Q/DQ were placed on; ``timing`` (feed, qdq_fusion,
+    u8u8, repeats) measures the all-int8 and the mixed model side by side when any GEMM moved.
+    """
+    say = say or (lambda _m: None)
+    float_model = ir.load(os.fspath(float_path))
+    with tempfile.TemporaryDirectory(prefix="attn_export_mp_") as tmp:
+        graph = SwitchableGraph(ir.load(os.fspath(qdq_path)), float_model, threads, Path(tmp))
+        try:
+            ranking = sensitivity(subject, graph, limit, say=say)
+            float_groups, steps = fallback_search(subject, graph, [r.group for r in ranking], tolerance_key, goal, mode, say)
+        finally:
+            graph.close()
+        moved = apply_fallback(qdq_path, float_model, float_groups, out_path)
+    result = MixedPrecisionResult(
+        mode=str(mode), goal={"tolerance": tolerance_key, **goal.to_dict()}, float_precision=float_precision, float_groups=list(float_groups),
+        steps=[asdict(s) for s in steps], sensitivity_items=limit, met=steps[-1].met if steps else None,
+    )  # fmt: skip
+    if moved and timing is not None:
+        result.latency_ms_all_int8, result.latency_ms_mixed = time_fallback(qdq_path, out_path, timing["feed"], threads, timing["qdq_fusion"],
+                                                                              timing["u8u8"], timing.get("repeats", 10))  # fmt: skip
+        result.latency_note = ("measured on ONNX Runtime CPU in this process (fp32 GEMMs); TensorRT runs the float GEMMs in fp16, "
+                               "so its cost is smaller") if float_precision == "fp16" else "measured on ONNX Runtime CPU in this process"  # fmt: skip
+    cost = None if result.latency_ms_all_int8 is None else result.latency_ms_mixed - result.latency_ms_all_int8  # type: ignore[operator]
+    result.gemms = gemm_table(graph.gemms, ranking, float_groups, float_precision, cost)
+    say(result.describe())
+    return result
