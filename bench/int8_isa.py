@@ -17,6 +17,7 @@ The timing column is native only, all encodings side by side in one process, rou
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -77,18 +78,21 @@ def _build(cfg_kwargs: dict, work: Path, encodings: tuple[str, ...]) -> tuple[di
     from attn_export.compress.registry import BuildContext, Int8Dynamic, Int8Static
     from attn_export.config import RunConfig
     from attn_export.export.targets import get_target
-    from attn_export.plan import ExportStep, Plan, Step
+    from attn_export.plan import ExportStep, Plan, Step, make_plan
     from attn_export.runner import build_artifacts
     from attn_export.subjects import make_subject
 
     cfg = RunConfig(quantize="int8", out=work, render=False, **cfg_kwargs)
     subject = make_subject(cfg)
+    planned = {s.name: s.config for s in make_plan(cfg, None).steps}  # the routes exactly as the run builds them
     steps = [Step("fp32", ExportStep("fp32", cfg.export_spec("fp32")), "subject", "fp32.onnx")]
     routes = ("dynamic",) if cfg.is_checkpoint else ("static", "dynamic")
     for route in routes:
+        base = planned[f"int8-{route}"]
+        assert isinstance(base, (Int8Static, Int8Dynamic))
         for enc in encodings:
-            rr = enc == "reduce-range"
-            config = Int8Static(method=cfg.resolved_calib_method, reduce_range=rr) if route == "static" else Int8Dynamic(reduce_range=rr)
+            # the encoding is the only difference; the U8U8 session option is applied per runner below
+            config = dataclasses.replace(base, reduce_range=enc == "reduce-range", session_u8u8=False)
             steps.append(Step(f"{route}-{enc}", config, "fp32", f"{route}_{enc}.onnx"))
     build = BuildContext(subject, work, get_target("ort-cpu"), cfg.export_spec("fp32"), cfg.resolved_threads)
     artifacts = build_artifacts(Plan(steps), build)

@@ -63,6 +63,14 @@ def minilm_val_embeddings(minilm, minilm_splits):
 
 
 @pytest.fixture(scope="session")
+def minilm_test_embeddings(minilm, minilm_splits):
+    """Reference embeddings of the test split: acceptance figures only, never a decision."""
+    assert minilm_splits.test is not None, "the shipped corpus has a test split"
+    with torch.no_grad():
+        return minilm(*minilm_splits.test.to_torch())[1].numpy()
+
+
+@pytest.fixture(scope="session")
 def minilm_fp32_onnx(minilm, tmp_path_factory) -> Path:
     """The full encoder exported once (fp32, decomposed attention) for every test that needs it."""
     from attn_export.checkpoint.export import export_encoder
