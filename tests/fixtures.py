@@ -44,10 +44,24 @@ def eager(layer: MaskedLayer, feed: dict[str, np.ndarray]) -> np.ndarray:
         return layer(*args).numpy()
 
 
+def deploy_u8u8() -> bool:
+    """Whether int8 sessions on this CPU need ONNX Runtime's U8U8 option, as ``--int8-encoding auto``
+    decides for the product (x86 without VNNI: the U8S8 kernel saturates). Tests run int8 models the
+    way the report tells a deployment on this CPU to run them, so they hold on AVX2 and VNNI alike."""
+    from attn_export.compress.int8_encoding import choose_cpu_encoding
+
+    return choose_cpu_encoding("auto").session_u8u8
+
+
 def run_onnx(path: str, feed: dict[str, np.ndarray], dtype=np.float32) -> np.ndarray:
     import onnxruntime as ort
 
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    from attn_export.compress.int8_encoding import U8U8_SESSION_OPTION
+
+    so = ort.SessionOptions()
+    if deploy_u8u8():
+        so.add_session_config_entry(*U8U8_SESSION_OPTION)
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     names = {i.name for i in sess.get_inputs()}
     cast = {k: (v.astype(dtype) if v.dtype == np.float32 else v) for k, v in feed.items() if k in names}
     return sess.run(None, cast)[0].astype(np.float32)

@@ -105,7 +105,7 @@ class EncodingChoice:
 
 
 def choose_cpu_encoding(requested: str = "auto", cpu: CpuInfo | None = None) -> EncodingChoice:
-    """``auto`` picks reduce-range where U8S8 saturates on this CPU, full-range elsewhere."""
+    """``auto`` picks u8u8 (the U8U8 session option) where U8S8 saturates on this CPU, full-range elsewhere."""
     if requested not in CPU_INT8_ENCODINGS:
         raise ConfigError(f"expected --int8-encoding in {', '.join(CPU_INT8_ENCODINGS)}, got {requested!r}")
     cpu = cpu or detect_cpu()

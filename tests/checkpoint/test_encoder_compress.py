@@ -12,6 +12,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from fixtures import deploy_u8u8
 
 from attn_export.checkpoint.compress import low_rank_encoder_, quantize_encoder_static
 from attn_export.checkpoint.evaluate import SplicedEncoder, embed
@@ -30,7 +31,8 @@ QK_HALF = LowRankConfig(rank_ratio=0.5, targets=("q", "k"))
 
 
 def _ort(path):
-    return OrtRunner(SessionFromOnnx(path, providers=["cpu"], intra_op_threads=2))
+    """int8 runs as the report tells a deployment on this CPU (U8U8 option where U8S8 saturates)."""
+    return OrtRunner(SessionFromOnnx(path, providers=["cpu"], intra_op_threads=2, u8u8=deploy_u8u8()))
 
 
 def _eager_embeddings(model, tokens) -> np.ndarray:
