@@ -17,7 +17,6 @@ MHA kernel.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -29,6 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from attn_export.errors import ConfigError, EngineError
+from attn_export.run_dir import sha256_file  # one file hash for run manifests and engine sidecars
 from attn_export.runtime.trt_spec import HARDWARE_COMPATIBILITY, parse_trt_version
 
 __all__ = [
@@ -60,14 +60,6 @@ def sidecar_path_for(engine_path: str | os.PathLike[str]) -> Path:
 
 def layers_path_for(engine_path: str | os.PathLike[str]) -> Path:
     return Path(f"{os.fspath(engine_path)}.layers.json")
-
-
-def sha256_file(path: str | os.PathLike[str]) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 _SHA256 = r"^[0-9a-f]{64}$"
