@@ -255,7 +255,7 @@ class RunConfig:
                 raise ConfigError(f"the TensorRT engine options apply to --target tensorrt or jetson (got --target {self.target})")
 
     def _default_engine(self) -> object | None:
-        from attn_export.runtime.trt_spec import EngineSpec
+        from attn_export.runtime.tensorrt.spec import EngineSpec
 
         return EngineSpec(precision=self.engine.precision)  # type: ignore[attr-defined]
 
@@ -453,7 +453,7 @@ class RunConfig:
         """The engine options; the default profile covers 1x1 .. 4x the run's shapes."""
         import dataclasses
 
-        from attn_export.runtime.trt_spec import EngineSpec, ShapeProfile
+        from attn_export.runtime.tensorrt.spec import EngineSpec, ShapeProfile
 
         precision = "int8" if self.quantize else self.precision
         spec = self.engine or EngineSpec(precision=precision)

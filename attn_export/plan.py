@@ -170,7 +170,7 @@ def export_spec(cfg: Any, subject: Any, graph_precision: str, engine_precision: 
             spec = dataclasses.replace(spec, attention=form, opset=None)
             return spec, f"{form} (--attention auto): {reason}"
         return spec, None
-    from attn_export.export.trt_attention import trt_attention_form
+    from attn_export.checks.trt_attention import trt_attention_form
 
     form, reason = trt_attention_form(engine_precision, _head_dim(subject), cfg.resolved_trt_version, target.strongly_typed,
                                       target.quantize_attention_bmm)  # fmt: skip

@@ -178,7 +178,7 @@ def _select(plan: Plan, stages: dict[str, Stage], select_j: dict[str, Any], arti
 
 # -- deploy ------------------------------------------------------------------------------
 def _deploy(cfg: Any, plan: Plan, subject: Any, artifacts: dict[str, Artifact], chosen: dict[str, Path], report: Report, ctx: Any, say: Progress) -> None:
-    from attn_export import deploy
+    from attn_export.deploy import steps as deploy
 
     if not plan.deploy:
         return

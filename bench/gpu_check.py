@@ -28,10 +28,10 @@ import torch
 
 from attn_export.export import example_inputs_for, export_onnx
 from attn_export.export.targets import export_spec_for
-from attn_export.export.trt_compat import check_trt_compat
+from attn_export.checks.trt_compat import check_trt_compat
 from attn_export.layers import MaskedLayer, build_layer
 from attn_export.runtime import EagerRunner
-from attn_export.runtime.trt_spec import ShapeProfile, parse_trt_version
+from attn_export.runtime.tensorrt.spec import ShapeProfile, parse_trt_version
 from attn_export.validate import DEFAULT_TOLERANCES, accuracy, time_runners
 
 log = logging.getLogger("gpu_check")

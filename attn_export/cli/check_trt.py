@@ -19,7 +19,7 @@ from typing import Optional
 import typer
 
 from attn_export.errors import ConfigError
-from attn_export.runtime.trt_spec import EngineSpec, ShapeProfile
+from attn_export.runtime.tensorrt.spec import EngineSpec, ShapeProfile
 
 __all__ = ["PRECISIONS", "register", "check_trt", "engine_spec_from_options", "parse_size"]
 
@@ -79,7 +79,7 @@ def check_trt(
 ) -> None:
     """Check an ONNX model against what TensorRT's parser and builder accept (no GPU needed)."""
     from attn_export.cli._common import writing
-    from attn_export.export.trt_compat import check_trt_compat, report_dict
+    from attn_export.checks.trt_compat import check_trt_compat, report_dict
     from attn_export.paths import check_input_file, check_output_file
 
     # the model, the --json path and every option before the check runs

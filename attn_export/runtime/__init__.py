@@ -1,6 +1,6 @@
 """Runners that share one ``infer(feed) -> dict`` contract: eager, ONNX Runtime, TensorRT.
 
-Names are imported lazily (PEP 562), so ``attn_export.runtime.trt_spec`` or the CLI's
+Names are imported lazily (PEP 562), so ``attn_export.runtime.tensorrt.spec`` or the CLI's
 ``--help`` never pull in torch or onnxruntime.
 """
 

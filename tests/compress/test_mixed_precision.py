@@ -24,7 +24,7 @@ from attn_export.compress.mixed_precision import (
 from attn_export.compress.qdq import inspect_qdq
 from attn_export.compress.quant_static import StaticQuantSpec, quantize_static_onnx
 from attn_export.config import RunConfig
-from attn_export.export.trt_compat import check_trt_compat
+from attn_export.checks.trt_compat import check_trt_compat
 from attn_export.subjects.layer import LayerSubject
 
 BROKEN = "layer.ffn1"  # the group whose int8 weight scale the tests break

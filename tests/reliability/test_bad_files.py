@@ -76,7 +76,7 @@ def test_c10_calib_zip_bomb_is_refused_by_its_uncompressed_size(tmp_path: Path) 
     assert_one_line_error(err.value, DataError, "exceeds")
 
 
-# -- engine sidecars (attn_export.runtime.trt_sidecar.read_sidecar) ------------------------------------
+# -- engine sidecars (attn_export.runtime.tensorrt.sidecar.read_sidecar) ------------------------------------
 def _sidecar(**override: object) -> dict:
     base = {"tensorrt_version": "10.3.0", "gpu_name": "Orin", "compute_capability": "8.7", "precision": "fp16", "strongly_typed": False,
             "builder_flags": [], "profiles": {}, "onnx_sha256": "0" * 64, "engine_sha256": "0" * 64, "engine_size_bytes": 4}  # fmt: skip
@@ -103,7 +103,7 @@ def _sidecar_params() -> list[object]:
 @pytest.mark.parametrize("case", _sidecar_params())
 def test_bad_engine_sidecar_is_one_line(case: str, tmp_path: Path) -> None:
     from attn_export.errors import EngineError
-    from attn_export.runtime.trt_sidecar import read_sidecar, sidecar_path_for, verify_engine_file
+    from attn_export.runtime.tensorrt.sidecar import read_sidecar, sidecar_path_for, verify_engine_file
 
     data, expect, _ = SIDECARS[case]
     engine = tmp_path / "model.engine"

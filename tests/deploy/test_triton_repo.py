@@ -8,8 +8,8 @@ from fixtures import small_layer
 
 from attn_export.errors import ConfigError
 from attn_export.export import ExportSpec, export_onnx
-from attn_export.export.triton_repo import TRITON_DTYPES, write_triton_repo
-from attn_export.runtime.trt_spec import ShapeProfile
+from attn_export.deploy.triton_repo import TRITON_DTYPES, write_triton_repo
+from attn_export.runtime.tensorrt.spec import ShapeProfile
 
 mc = pytest.importorskip("tritonclient.grpc.model_config_pb2", reason="tritonclient[grpc] is a test dependency")
 text_format = pytest.importorskip("google.protobuf.text_format")
@@ -80,8 +80,8 @@ def test_batch_must_fit_the_profile(models, tmp_path) -> None:  # type: ignore[n
 
 def test_version_compatible_plan_needs_the_server_flag(models, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Triton's TensorRT backend loads a version-compatible plan only with --backend-config=tensorrt,version-compatible=true."""
-    from attn_export.export.triton_repo import VERSION_COMPATIBLE_FLAG
-    from attn_export.runtime.trt_sidecar import EngineSidecar, sha256_file, write_sidecar
+    from attn_export.deploy.triton_repo import VERSION_COMPATIBLE_FLAG
+    from attn_export.runtime.tensorrt.sidecar import EngineSidecar, sha256_file, write_sidecar
 
     engine = tmp_path / "model.engine"
     engine.write_bytes(b"plan")

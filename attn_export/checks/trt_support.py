@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attn_export.runtime.trt_spec import TrtVersion
+from attn_export.runtime.tensorrt.spec import TrtVersion
 
 __all__ = ["Finding", "OpSupport", "OP_SUPPORT", "max_opset", "MIN_OPSET", "OPERATORS_MD", "OPSET_SOURCES", "CHANGELOG"]
 

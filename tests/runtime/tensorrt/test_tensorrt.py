@@ -18,9 +18,9 @@ from fixtures import eager, feed_for, small_layer
 from attn_export.errors import CompatibilityError, EngineError, MissingDependencyError
 from attn_export.export import export_onnx
 from attn_export.export.targets import export_spec_for
-from attn_export.runtime.trt_build import preflight, unfused_warning
-from attn_export.runtime.trt_runner import check_shape_in_profile, ensure_runnable, load_engine
-from attn_export.runtime.trt_sidecar import (
+from attn_export.runtime.tensorrt.build import preflight, unfused_warning
+from attn_export.runtime.tensorrt.runner import check_shape_in_profile, ensure_runnable, load_engine
+from attn_export.runtime.tensorrt.sidecar import (
     EngineSidecar,
     check_compatible,
     detect_fused_attention,
@@ -29,7 +29,7 @@ from attn_export.runtime.trt_sidecar import (
     verify_engine_file,
     write_sidecar,
 )
-from attn_export.runtime.trt_spec import EngineSpec, ShapeProfile, plan_build
+from attn_export.runtime.tensorrt.spec import EngineSpec, ShapeProfile, plan_build
 from attn_export.validate import compare_outputs, tolerance_for
 
 PROFILE = ShapeProfile((1, 8), (2, 16), (4, 32))
@@ -141,7 +141,7 @@ def test_tensorrt_missing_names_the_package(tmp_path) -> None:  # type: ignore[n
     path, _ = _engine(tmp_path)
     with pytest.raises(MissingDependencyError, match=r"pip install tensorrt \(or pip install 'attn-export\[gpu\]'\)"):
         load_engine(path)
-    from attn_export.runtime.trt_build import build_engine
+    from attn_export.runtime.tensorrt.build import build_engine
 
     with pytest.raises(MissingDependencyError, match="TensorRT is not installed"):
         build_engine(tmp_path / "m.onnx", tmp_path / "m.engine", EngineSpec())
@@ -182,7 +182,7 @@ def test_preflight_plans_per_version(exports: dict[str, str]) -> None:
 
 
 def test_unfused_warning_gives_reason(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from attn_export.export.trt_compat import check_trt_compat
+    from attn_export.checks.trt_compat import check_trt_compat
 
     layer = small_layer("transformer", "none", d_model=24, heads=2)  # head size 12: no fused fp16 MHA
     path = tmp_path / "m.onnx"
@@ -202,7 +202,7 @@ def trt_gpu():  # type: ignore[no-untyped-def]
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     try:
-        from attn_export.runtime.trt_runner import cudart
+        from attn_export.runtime.tensorrt.runner import cudart
 
         cudart()
     except MissingDependencyError:
@@ -212,10 +212,10 @@ def trt_gpu():  # type: ignore[no-untyped-def]
 
 def _build_and_compare(tmp_path, trt, precision: str):  # type: ignore[no-untyped-def]
     from attn_export.runtime.tensorrt import EngineFromPath, TrtRunner, build_engine
-    from attn_export.runtime.trt_spec import parse_trt_version
+    from attn_export.runtime.tensorrt.spec import parse_trt_version
 
     layer = small_layer("transformer", "padding", d_model=512, heads=8)  # the default layer: head size 64
-    from attn_export.export.trt_attention import trt_attention_form
+    from attn_export.checks.trt_attention import trt_attention_form
 
     new = parse_trt_version(trt.__version__) >= parse_trt_version("10.14")
     target = "tensorrt" if new else "jetson"

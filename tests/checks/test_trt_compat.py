@@ -15,9 +15,9 @@ from onnx import TensorProto, helper, numpy_helper
 from attn_export.errors import CompatibilityError, ConfigError
 from attn_export.export import export_onnx
 from attn_export.export.targets import export_spec_for
-from attn_export.export.trt_attention import trt_attention_form
-from attn_export.export.trt_compat import check_trt_compat
-from attn_export.runtime.trt_spec import ShapeProfile
+from attn_export.checks.trt_attention import trt_attention_form
+from attn_export.checks.trt_compat import check_trt_compat
+from attn_export.runtime.tensorrt.spec import ShapeProfile
 
 PROFILE = ShapeProfile((1, 8), (2, 16), (4, 32))
 
@@ -256,8 +256,8 @@ def _write(tmp_path, model: onnx.ModelProto):  # type: ignore[no-untyped-def]
 
 
 def test_every_row_says_what_it_was_checked_against() -> None:
-    from attn_export.export.trt_support import OP_SUPPORT, OPSET_SOURCES
-    from attn_export.runtime.trt_spec import TrtVersion
+    from attn_export.checks.trt_support import OP_SUPPORT, OPSET_SOURCES
+    from attn_export.runtime.tensorrt.spec import TrtVersion
 
     for op, row in OP_SUPPORT.items():
         assert isinstance(row.checked, TrtVersion) and row.source, op

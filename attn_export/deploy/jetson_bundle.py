@@ -31,18 +31,18 @@ from typing import Any
 import numpy as np
 
 from attn_export.errors import DataError
-from attn_export.export.trt_attention import find_attention_blocks
-from attn_export.export.trt_compat import check_trt_compat, report_dict
-from attn_export.runtime.trt_sidecar import sha256_file
-from attn_export.runtime.trt_spec import EngineSpec
-from attn_export.runtime.trtexec import onnx_io_dims, shell_line, trtexec_command
+from attn_export.checks.trt_attention import find_attention_blocks
+from attn_export.checks.trt_compat import check_trt_compat, report_dict
+from attn_export.runtime.tensorrt.sidecar import sha256_file
+from attn_export.runtime.tensorrt.spec import EngineSpec
+from attn_export.runtime.tensorrt.trtexec import onnx_io_dims, shell_line, trtexec_command
 
 __all__ = ["write_jetson_bundle", "BUNDLE_FILES"]
 
 log = logging.getLogger(__name__)
 
 BUNDLE_FILES = ("model.onnx", "build_engine.sh", "validate_on_device.py", "reference.npz", "bundle.json", "README.md")
-_SCRIPT = Path(__file__).with_name("_validate_on_device.py")
+_SCRIPT = Path(__file__).with_name("on_device_validator.py")
 
 
 def _tolerance_dict(tolerance: Any) -> dict[str, float]:

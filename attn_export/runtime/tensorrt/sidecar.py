@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from attn_export.errors import ConfigError, EngineError
 from attn_export.run_dir import sha256_file  # one file hash for run manifests and engine sidecars
-from attn_export.runtime.trt_spec import HARDWARE_COMPATIBILITY, parse_trt_version
+from attn_export.runtime.tensorrt.spec import HARDWARE_COMPATIBILITY, parse_trt_version
 
 __all__ = [
     "SIDECAR_SCHEMA",

@@ -14,9 +14,9 @@ from fixtures import small_layer
 from attn_export.errors import ConfigError
 from attn_export.export import export_onnx
 from attn_export.export.targets import export_spec_for, get_target
-from attn_export.export.trt_attention import iattention_kernel, trt_attention_form
-from attn_export.export.trt_compat import check_trt_compat
-from attn_export.runtime.trt_spec import ShapeProfile, TrtVersion
+from attn_export.checks.trt_attention import iattention_kernel, trt_attention_form
+from attn_export.checks.trt_compat import check_trt_compat
+from attn_export.runtime.tensorrt.spec import ShapeProfile, TrtVersion
 
 PROFILE = ShapeProfile((1, 8), (2, 16), (4, 32))
 DEFAULT_HEAD = 512 // 8  # the default layer: d_model 512, 8 heads

@@ -25,9 +25,9 @@ import onnx.numpy_helper
 import onnx_ir as ir
 
 from attn_export.errors import CompatibilityError, ConfigError
-from attn_export.export.trt_attention import attention_findings, mha_fusion_findings
-from attn_export.export.trt_support import MIN_OPSET, OP_SUPPORT, Finding, max_opset
-from attn_export.runtime.trt_spec import ShapeProfile, TrtVersion, parse_trt_version
+from attn_export.checks.trt_attention import attention_findings, mha_fusion_findings
+from attn_export.checks.trt_support import MIN_OPSET, OP_SUPPORT, Finding, max_opset
+from attn_export.runtime.tensorrt.spec import ShapeProfile, TrtVersion, parse_trt_version
 
 __all__ = ["Finding", "CompatReport", "check_trt_compat", "const_array", "report_dict", "SEVERITIES"]
 

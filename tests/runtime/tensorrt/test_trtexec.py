@@ -8,8 +8,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from attn_export.errors import ConfigError
-from attn_export.runtime.trt_spec import EngineSpec, ShapeProfile
-from attn_export.runtime.trtexec import onnx_io_dims, shell_line, trtexec_command
+from attn_export.runtime.tensorrt.spec import EngineSpec, ShapeProfile
+from attn_export.runtime.tensorrt.trtexec import onnx_io_dims, shell_line, trtexec_command
 
 PROFILE = ShapeProfile((1, 16), (8, 128), (32, 512))
 INPUTS = {"x": ["batch", "seq", 512], "key_padding_mask": ["batch", "seq"]}

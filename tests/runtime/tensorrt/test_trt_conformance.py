@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from trt_fakes import FakeTensorRT, load_manifest, major_minor, manifest_versions
 
-from attn_export.runtime.trt_sidecar import EngineSidecar, check_compatible
-from attn_export.runtime.trt_spec import TrtVersion, parse_trt_version
+from attn_export.runtime.tensorrt.sidecar import EngineSidecar, check_compatible
+from attn_export.runtime.tensorrt.spec import TrtVersion, parse_trt_version
 
 VERSIONS = manifest_versions()
 # Other __version__ strings of tensorrt-cu12-bindings wheels on PyPI (pip index versions).

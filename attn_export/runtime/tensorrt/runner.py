@@ -22,7 +22,7 @@ import numpy as np
 from attn_export._lazy import require
 from attn_export.errors import EngineError, MissingDependencyError
 from attn_export.runtime.base import Feed, Runner
-from attn_export.runtime.trt_sidecar import (
+from attn_export.runtime.tensorrt.sidecar import (
     EngineSidecar,
     check_compatible,
     read_sidecar,

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 import onnx
 
 from attn_export.errors import ConfigError
-from attn_export.runtime.trt_spec import HARDWARE_COMPATIBILITY, EngineSpec, plan_build
+from attn_export.runtime.tensorrt.spec import HARDWARE_COMPATIBILITY, EngineSpec, plan_build
 
 __all__ = ["trtexec_command", "onnx_io_dims", "shell_line"]
 

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 import onnx_ir as ir
 
 from attn_export.errors import ConfigError
-from attn_export.export.trt_support import Finding
-from attn_export.runtime.trt_spec import ShapeProfile, TrtVersion, parse_trt_version
+from attn_export.checks.trt_support import Finding
+from attn_export.runtime.tensorrt.spec import ShapeProfile, TrtVersion, parse_trt_version
 
 __all__ = [
     "AttentionBlock",

@@ -17,9 +17,9 @@ import pytest
 from trt_fakes import load_manifest, major_minor, manifest_versions
 
 from attn_export.errors import ConfigError
-from attn_export.runtime.trt_spec import HARDWARE_COMPATIBILITY, EngineSpec, ShapeProfile, plan_build
+from attn_export.runtime.tensorrt.spec import HARDWARE_COMPATIBILITY, EngineSpec, ShapeProfile, plan_build
 
-PACKAGE = Path(__file__).resolve().parents[2] / "attn_export"
+PACKAGE = Path(__file__).resolve().parents[3] / "attn_export"
 VERSIONS = manifest_versions()
 # Names the package binds the tensorrt module to (``trt = require("tensorrt", ...)``,
 # ``import tensorrt as trt``, ``self._trt = ...``, ``self.trt, ... = trt, ...``).
@@ -106,7 +106,7 @@ def test_scan_finds_the_tensorrt_calls() -> None:
     assert {"trt.Builder", "trt.Runtime", "trt.Logger.WARNING", "trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED",
             "trt.MemoryPoolType.WORKSPACE", "trt.ProfilingVerbosity.DETAILED", "trt.LayerInformationFormat.JSON",
             "trt.TensorIOMode.INPUT", "trt.DeviceType.DLA", "trt.nptype", "trt.__version__"} <= set(chains), sorted(chains)
-    assert any("_validate_on_device.py" in w for ws in chains.values() for w in ws), "the bundle's device script is scanned too"
+    assert any("on_device_validator.py" in w for ws in chains.values() for w in ws), "the bundle's device script is scanned too"
     assert {d for d, _ in dynamic} == {"trt.BuilderFlag", "trt.HardwareCompatibilityLevel"}, dynamic
 
 

@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 def check_for_target(onnx_path: Path, target: Any, spec: Any, trt_version: str, notes: list[str], say: Callable[[str], None]) -> dict[str, Any]:
     """Static TensorRT check of ``onnx_path``; raises CompatibilityError listing the errors."""
-    from attn_export.export.trt_compat import check_trt_compat, report_dict
+    from attn_export.checks.trt_compat import check_trt_compat, report_dict
 
     say(f"static TensorRT {trt_version} check of {onnx_path.name} for target {target.name}")
     report = check_trt_compat(onnx_path, trt_version, spec.profiles, spec.precision)
@@ -47,7 +47,7 @@ def bundle_tolerance(subject: Any, precision: str) -> Any:
 
 
 def write_bundle(subject: Any, onnx_path: Path, bundle_dir: Path, spec: Any, precision: str, trt_version: str, say: Callable[[str], None]) -> Path:
-    from attn_export.export.jetson_bundle import write_jetson_bundle
+    from attn_export.deploy.jetson_bundle import write_jetson_bundle
 
     say(f"writing Jetson bundle {bundle_dir}")
     feed = dict(subject.feeds("report")[0])
@@ -56,7 +56,7 @@ def write_bundle(subject: Any, onnx_path: Path, bundle_dir: Path, spec: Any, pre
 
 
 def write_triton(onnx_path: Path, repo_dir: Path, spec: Any, engine_path: Path | None, model_name: str, say: Callable[[str], None]) -> Path:
-    from attn_export.export.triton_repo import write_triton_repo
+    from attn_export.deploy.triton_repo import write_triton_repo
 
     say(f"writing Triton model repository {repo_dir}")
     max_batch = spec.profiles.max[0] if spec.profiles else None

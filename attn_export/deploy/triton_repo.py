@@ -33,7 +33,7 @@ import onnx
 
 from attn_export._lazy import require
 from attn_export.errors import ConfigError
-from attn_export.runtime.trt_spec import ShapeProfile
+from attn_export.runtime.tensorrt.spec import ShapeProfile
 
 __all__ = ["write_triton_repo", "server_command", "TRITON_DTYPES", "DEFAULT_MAX_BATCH", "VERSION_COMPATIBLE_FLAG"]
 
@@ -62,7 +62,7 @@ def server_command(repo: Path, version_compatible: bool) -> str:
 
 def _engine_is_version_compatible(engine_path: str | os.PathLike[str]) -> bool:
     """What the engine's sidecar says (False when there is none: engines without one are refused elsewhere)."""
-    from attn_export.runtime.trt_sidecar import read_sidecar, sidecar_path_for
+    from attn_export.runtime.tensorrt.sidecar import read_sidecar, sidecar_path_for
 
     if not sidecar_path_for(engine_path).is_file():
         return False

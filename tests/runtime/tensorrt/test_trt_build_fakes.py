@@ -23,8 +23,8 @@ from trt_fakes import World, install, major_minor, manifest_versions
 from attn_export.errors import ConfigError, EngineError
 from attn_export.export import export_onnx
 from attn_export.export.targets import export_spec_for
-from attn_export.runtime.trt_sidecar import read_sidecar, sidecar_path_for, verify_engine_file
-from attn_export.runtime.trt_spec import EngineSpec, ShapeProfile
+from attn_export.runtime.tensorrt.sidecar import read_sidecar, sidecar_path_for, verify_engine_file
+from attn_export.runtime.tensorrt.spec import EngineSpec, ShapeProfile
 
 VERSIONS = manifest_versions()
 PROFILE = ShapeProfile((1, 8), (2, 16), (4, 32))
@@ -59,7 +59,7 @@ def graphs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 def _build(monkeypatch, tmp_path, version: str, onnx_path: str, spec: EngineSpec, world: World | None = None, device: int = 0):  # type: ignore[no-untyped-def]
-    from attn_export.runtime.trt_build import build_engine
+    from attn_export.runtime.tensorrt.build import build_engine
 
     trt = install(monkeypatch, version, world)
     result = build_engine(onnx_path, tmp_path / "out" / "m.engine", spec, device=device)
@@ -153,7 +153,7 @@ def test_hardware_compatibility_levels(graphs, tmp_path, monkeypatch, version: s
 @pytest.mark.parametrize("version", VERSIONS)
 def test_version_compatible_engine_deserialises_and_loads(graphs, tmp_path, monkeypatch, version: str) -> None:  # type: ignore[no-untyped-def]
     """A version-compatible plan embeds the lean runtime: TensorRT returns None unless host code is allowed."""
-    from attn_export.runtime.trt_runner import EngineFromPath, TrtRunner
+    from attn_export.runtime.tensorrt.runner import EngineFromPath, TrtRunner
 
     precision = "fp32" if _is11(version) else "fp16"
     trt, result = _build(monkeypatch, tmp_path, version, graphs["double"], EngineSpec(precision=precision, profiles=PROFILE, version_compatible=True))
@@ -169,7 +169,7 @@ def test_version_compatible_engine_deserialises_and_loads(graphs, tmp_path, monk
 @pytest.mark.parametrize("version", VERSIONS)
 def test_runner_on_the_selected_gpu(graphs, tmp_path, monkeypatch, version: str) -> None:  # type: ignore[no-untyped-def]
     """device=1: the build, the sidecar and the runner all use GPU 1 (cudaSetDevice first)."""
-    from attn_export.runtime.trt_runner import EngineFromPath, TrtRunner
+    from attn_export.runtime.tensorrt.runner import EngineFromPath, TrtRunner
 
     world = World()
     precision = "fp32" if _is11(version) else "fp16"
@@ -193,7 +193,7 @@ def test_runner_on_the_selected_gpu(graphs, tmp_path, monkeypatch, version: str)
 @pytest.mark.parametrize("io_dtype", ["BF16", "FP8"])
 @pytest.mark.parametrize("version", [VERSIONS[0], VERSIONS[-1]])
 def test_runner_refuses_bf16_fp8_io_clearly(graphs, tmp_path, monkeypatch, version: str, io_dtype: str) -> None:  # type: ignore[no-untyped-def]
-    from attn_export.runtime.trt_runner import EngineFromPath, TrtRunner
+    from attn_export.runtime.tensorrt.runner import EngineFromPath, TrtRunner
 
     precision = "fp32" if _is11(version) else "fp16"
     _, result = _build(monkeypatch, tmp_path, version, graphs["double"], EngineSpec(precision=precision, profiles=PROFILE), World(io_dtype=io_dtype))

@@ -32,10 +32,10 @@ import onnx
 from attn_export._atomic import atomic_write_bytes
 from attn_export._lazy import require
 from attn_export.errors import ConfigError, EngineError
-from attn_export.export.trt_attention import find_attention_blocks
-from attn_export.export.trt_compat import CompatReport, check_trt_compat
-from attn_export.runtime.trt_runner import deserialize, gpu_identity, select_device
-from attn_export.runtime.trt_sidecar import (
+from attn_export.checks.trt_attention import find_attention_blocks
+from attn_export.checks.trt_compat import CompatReport, check_trt_compat
+from attn_export.runtime.tensorrt.runner import deserialize, gpu_identity, select_device
+from attn_export.runtime.tensorrt.sidecar import (
     EngineSidecar,
     detect_fused_attention,
     layers_path_for,
@@ -43,7 +43,7 @@ from attn_export.runtime.trt_sidecar import (
     sidecar_path_for,
     write_sidecar,
 )
-from attn_export.runtime.trt_spec import (
+from attn_export.runtime.tensorrt.spec import (
     HARDWARE_COMPATIBILITY,
     BuildPlan,
     EngineSpec,

@@ -18,9 +18,9 @@ from onnx import numpy_helper
 
 from attn_export.errors import CompatibilityError, DataError
 from attn_export.export import export_onnx
-from attn_export.export.jetson_bundle import BUNDLE_FILES, write_jetson_bundle
+from attn_export.deploy.jetson_bundle import BUNDLE_FILES, write_jetson_bundle
 from attn_export.export.targets import export_spec_for
-from attn_export.runtime.trt_spec import EngineSpec, ShapeProfile
+from attn_export.runtime.tensorrt.spec import EngineSpec, ShapeProfile
 from attn_export.validate import accuracy, tolerance_for
 
 SPEC = EngineSpec(precision="fp16", profiles=ShapeProfile((1, 8), (2, 16), (4, 32)), workspace_bytes=1 << 30)
@@ -109,7 +109,7 @@ def test_perturbed_model_fails(bundle, tmp_path) -> None:  # type: ignore[no-unt
 
 
 def test_device_metrics_match_the_report() -> None:
-    from attn_export.export import jetson_bundle
+    from attn_export.deploy import jetson_bundle
 
     spec = importlib.util.spec_from_file_location("validate_on_device", jetson_bundle._SCRIPT)
     vod = importlib.util.module_from_spec(spec)
@@ -159,7 +159,7 @@ def test_build_script_uses_only_flags_of_jetpack_trtexec(model, tmp_path) -> Non
 
 
 def _device_script():  # type: ignore[no-untyped-def]
-    from attn_export.export import jetson_bundle
+    from attn_export.deploy import jetson_bundle
 
     spec = importlib.util.spec_from_file_location("validate_on_device_fake", jetson_bundle._SCRIPT)
     vod = importlib.util.module_from_spec(spec)
@@ -184,7 +184,7 @@ from trt_fakes import World, install, major_minor, manifest_versions  # noqa: E4
 @pytest.mark.parametrize("version", manifest_versions())
 def test_validate_on_device_tensorrt_path_against_strict_fakes(tmp_path, monkeypatch, capsys, version: str) -> None:  # type: ignore[no-untyped-def]
     """The device script's TensorRT backend: version-compatible engines, the selected GPU, and its report."""
-    from attn_export.runtime.trt_build import build_engine
+    from attn_export.runtime.tensorrt.build import build_engine
 
     world = World()
     install(monkeypatch, version, world)
@@ -205,7 +205,7 @@ def test_validate_on_device_tensorrt_path_against_strict_fakes(tmp_path, monkeyp
 
 
 def test_validate_on_device_refuses_bf16_io(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from attn_export.runtime.trt_build import build_engine
+    from attn_export.runtime.tensorrt.build import build_engine
 
     version = manifest_versions()[0]
     install(monkeypatch, version, World(io_dtype="BF16"))
