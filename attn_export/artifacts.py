@@ -47,6 +47,7 @@ class Artifact:
     deployable: bool = True
     details: dict[str, Any] = field(default_factory=dict)
     label: str | None = None  # how the terminal and the report name where it ran, when not plain
+    defects: list[str] = field(default_factory=list)  # what its method found wrong with it: judged as violations
 
     @property
     def display_name(self) -> str:

@@ -1,7 +1,8 @@
 """``RunConfig``: every option of one run, validated before any model is built.
 
-One config drives both kinds of subject (a reference layer, or a pretrained checkpoint) and
-every command that runs the pipeline (the main command, ``encoder``, ``sweep``'s points).
+One config drives every kind of subject (a reference layer, a pretrained checkpoint, or one
+layer of it: ``subjects.kinds``) and every command that runs the pipeline (the main command,
+``encoder``, ``sweep``'s points and ``bench``'s variants are lists of RunConfigs).
 Each option either means the same thing for both subjects or is refused, with a
 ``ConfigError`` that names the flag and says why, *before* anything is built:
 
@@ -14,7 +15,9 @@ Each option either means the same thing for both subjects or is refused, with a
   ``percentile`` and ``auto`` for MiniLM); an explicit value is always honoured.
 
 Defaults that depend on the subject are ``None`` here and resolved by the ``resolved_*``
-properties, so "not given" and "given the default value" can be told apart.
+properties from the subject kind's measured defaults, so "not given" and "given the default
+value" can be told apart. ``--quantize`` and ``--int8-mode`` take what the compression
+registry's methods name. Light at import: no torch, no onnx (flags fail in under a second).
 """
 
 from __future__ import annotations
@@ -23,43 +26,21 @@ import logging
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from attn_export.config_rules import LIMITS, check_combinations, check_numbers
 from attn_export.errors import ConfigError
-from attn_export.vocabulary import (
-    CALIB_METHODS,
-    CPU_INT8_ENCODINGS,
-    INT8_MODES,
-    LOW_RANK_METHODS,
-    LOW_RANK_TARGET_NAMES,
-)
+from attn_export.export.targets import DEFAULT_TARGET
+from attn_export.resources import MemoryEstimate, available_memory, estimate_memory, format_bytes
+from attn_export.vocabulary import CALIB_CHOICES, CPU_INT8_ENCODINGS, LOW_RANK_METHODS, LOW_RANK_TARGET_NAMES
 
-__all__ = [
-    "CALIB_CHOICES",
-    "LAYER_DEFAULTS",
-    "ENCODER_DEFAULTS",
-    "LIMITS",
-    "MemoryEstimate",
-    "RunConfig",
-    "available_memory",
-    "format_bytes",
-]
+if TYPE_CHECKING:
+    from attn_export.export.targets import Target
+    from attn_export.subjects.kinds import SubjectKind
+
+__all__ = ["LIMITS", "RunConfig"]
 
 log = logging.getLogger(__name__)
-
-# What the reference layer and a checkpoint use when a flag is not given.
-LAYER_DEFAULTS = {"layer": "transformer", "d_model": 512, "heads": 8, "mask": "padding", "low_rank_targets": "q,k,v,o", "calib_method": "minmax",
-                  "smoothquant": None}  # fmt: skip
-# MiniLM: Q/K carry the low-rank budget (V/O/FFN cost more accuracy than they save); percentile
-# calibration after a searched SmoothQuant keeps both int8 routes closest on real text
-# (docs/quantization.md: static 0.978 -> 0.997, dynamic 0.991 -> 0.997 mean cosine).
-ENCODER_DEFAULTS = {"layers": "all", "max_len": 64, "max_texts": 320, "low_rank_targets": "q,k", "calib_method": "percentile", "smoothquant": "auto"}
-# --calib-method: a global method, or per-tensor (each activation the method that quantizes it best)
-CALIB_CHOICES: tuple[str, ...] = (*CALIB_METHODS, "per-tensor")
-# Upper bounds that keep a typo from allocating the machine away or running for days.
-LIMITS = {"d_model": 16384, "heads": 256, "seq_len": 65536, "batch": 4096, "repeats": 10000, "warmup": 1000, "threads": 1024,
-          "distill": 100000, "max_len": 8192, "max_texts": 100000, "seed": 2**32 - 1}  # fmt: skip
-DISTILL_DEFAULT_STEPS = 200  # ``--distill`` alone
-
 
 @dataclass
 class RunConfig:
@@ -104,8 +85,10 @@ class RunConfig:
     int8_fallback: str | int = "auto"
     int8_qat: int | None = None
     int8_qat_scales: str = "learned"
+    # judging: per-output tolerance overrides, {"*"|output: {"max_abs"|"rel_l2"|"cosine_min": value}} (--atol/--rtol/--cosine-min)
+    tolerance_overrides: dict[str, dict[str, float]] | None = None
     # deployment
-    target: str = "ort-cpu"
+    target: str = DEFAULT_TARGET
     trt_version: str | None = None
     engine: object | None = None  # runtime.trt_spec.EngineSpec; typed loosely to keep this module light
     build_engine: bool = False
@@ -119,94 +102,29 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         self.out = Path(self.out)
-        self._check_numbers()
+        check_numbers(self)
         self._check_subject_flags()
         self._check_choices()
-        self._check_combinations()
+        check_combinations(self)
         self.export_spec()  # attention / opset / precision agree with the target
 
     # -- validation ---------------------------------------------------------------------
-    def _check_numbers(self) -> None:
-        for name in ("seq_len", "batch", "repeats", "validation_batches"):
-            _int_in(name, getattr(self, name), 1, LIMITS.get(name, 2**31))
-        _int_in("warmup", self.warmup, 0, LIMITS["warmup"])
-        _int_in("seed", self.seed, 0, LIMITS["seed"])
-        if self.threads is not None:
-            _int_in("threads", self.threads, 1, LIMITS["threads"])
-        if self.d_model is not None:
-            _int_in("d_model", self.d_model, 1, LIMITS["d_model"])
-        if self.heads is not None:
-            _int_in("heads", self.heads, 1, LIMITS["heads"])
-        if self.max_len is not None:
-            _int_in("max_len", self.max_len, 2, LIMITS["max_len"])
-        if self.max_texts is not None:
-            _int_in("max_texts", self.max_texts, 8, LIMITS["max_texts"])
-        if self.distill is not None:
-            _int_in("distill", self.distill, 1, LIMITS["distill"])
-        if self.low_rank is not None and not (isinstance(self.low_rank, (int, float)) and 0.0 < float(self.low_rank) < 1.0):
-            raise ConfigError(f"expected --low-rank RATIO in (0, 1), got {self.low_rank}; use e.g. --low-rank 0.5")
-        if isinstance(self.smoothquant, str) and self.smoothquant.strip().lower() not in ("auto", "none"):
-            try:
-                self.smoothquant = float(self.smoothquant)
-            except ValueError:
-                raise ConfigError(f"expected --smoothquant ALPHA in [0, 1], auto or none, got {self.smoothquant!r}; use auto") from None
-        if isinstance(self.smoothquant, str):
-            self.smoothquant = self.smoothquant.strip().lower()
-        elif self.smoothquant is not None and not (isinstance(self.smoothquant, (int, float)) and 0.0 <= float(self.smoothquant) <= 1.0):
-            raise ConfigError(f"expected --smoothquant ALPHA in [0, 1], auto or none, got {self.smoothquant}; use auto")
-        self.int8_fallback = _parse_fallback(self.int8_fallback)
-        if self.int8_qat is not None:
-            _int_in("int8_qat", self.int8_qat, 1, LIMITS["distill"])
-        if self.int8_qat_scales not in ("learned", "frozen"):
-            raise ConfigError(f"expected --int8-qat-scales learned|frozen, got {self.int8_qat_scales!r}")
-        if self.max_memory is not None:
-            _int_in("max_memory", self.max_memory, 1, 2**60)
-
     def _check_subject_flags(self) -> None:
-        if self.is_checkpoint:
-            given = [f"--{n.replace('_', '-')}" for n in ("layer", "d_model", "heads", "mask") if getattr(self, n) is not None]
-            if given:
-                raise ConfigError(
-                    f"{given[0]} picks a reference layer, but --checkpoint {self.checkpoint} brings its own architecture "
-                    f"(config.json); drop {', '.join(given)}"
-                )
-            layers = self.resolved_layers.strip().lower()
-            if layers != "all" and not layers.isdigit():
-                raise ConfigError(f"expected --layers all or a layer index N, got {self.layers!r}")
-            if self.calib is not None and Path(self.calib).suffix.lower() not in (".txt", ""):
-                raise ConfigError(
-                    f"--calib {self.calib}: a checkpoint calibrates on text; pass a UTF-8 .txt file with one text per line "
-                    "(activation files .npz/.npy/.safetensors are for reference layers)"
-                )
-        else:
-            given = [f"--{n.replace('_', '-')}" for n in ("layers", "max_len", "max_texts", "languages") if getattr(self, n) is not None]
-            if given:
-                raise ConfigError(f"{given[0]} applies to a --checkpoint run; add --checkpoint DIR|minilm or drop {', '.join(given)}")
-            if self.calib is not None and Path(self.calib).suffix.lower() == ".txt":
-                raise ConfigError(
-                    f"--calib {self.calib}: text calibrates a --checkpoint; a reference layer takes activations "
-                    "(.npz/.npy/.safetensors, see attn-export calib generate)"
-                )
-            from attn_export.layers.projections import check_heads
-            from attn_export.layers.registry import LAYER_NAMES, supported_masks  # light: no torch model built
-
-            if self.resolved_layer not in LAYER_NAMES:
-                raise ConfigError(f"unknown --layer {self.resolved_layer!r}; choose one of {', '.join(LAYER_NAMES)}")
-            if self.resolved_mask not in supported_masks(self.resolved_layer):
-                raise ConfigError(
-                    f"layer {self.resolved_layer!r} supports --mask {'|'.join(supported_masks(self.resolved_layer))}, got {self.resolved_mask!r}"
-                )
-            check_heads(self.resolved_d_model, self.resolved_heads)
+        self.kind.check_flags(self)
 
     def _check_choices(self) -> None:
+        from attn_export.compress.registry import precisions, route_names
         from attn_export.export.targets import TARGETS
 
         if self.target not in TARGETS:
             raise ConfigError(f"expected --target in {', '.join(TARGETS)}, got {self.target!r}")
-        if self.quantize not in (None, "int8"):
-            raise ConfigError(f"expected --quantize int8, got {self.quantize!r}")
-        if self.int8_mode not in INT8_MODES:
-            raise ConfigError(f"expected --int8-mode in {'|'.join(INT8_MODES)}, got {self.int8_mode!r}")
+        if self.quantize == "none":
+            self.quantize = None
+        if self.quantize is not None and self.quantize not in precisions():
+            raise ConfigError(f"expected --quantize in {'|'.join(('none', *precisions()))}, got {self.quantize!r}")
+        modes = ("auto", *dict.fromkeys(r for p in precisions() for r in route_names(p)))
+        if self.int8_mode not in modes:
+            raise ConfigError(f"expected --int8-mode in {'|'.join(modes)}, got {self.int8_mode!r}")
         if self.int8_encoding not in CPU_INT8_ENCODINGS:
             raise ConfigError(f"expected --int8-encoding in {'|'.join(CPU_INT8_ENCODINGS)}, got {self.int8_encoding!r}")
         if self.calib_method is not None and self.calib_method not in CALIB_CHOICES:
@@ -219,45 +137,6 @@ class RunConfig:
         bad = [t for t in targets if t not in LOW_RANK_TARGET_NAMES]
         if bad or not targets:
             raise ConfigError(f"expected --low-rank-targets from {','.join(LOW_RANK_TARGET_NAMES)}, got {self.low_rank_targets!r}")
-
-    def _check_combinations(self) -> None:
-        target = self.target_info
-        if self.distill is not None and self.low_rank is None:
-            raise ConfigError("--distill trains a compressed student; add --low-rank RATIO")
-        if self.calib is not None and not self.compresses:
-            raise ConfigError("--calib is used by --low-rank/--distill/--quantize; add one of them or drop --calib")
-        if self.quantize is None:
-            for flag, value, default in (("--int8-mode", self.int8_mode, "auto"), ("--int8-encoding", self.int8_encoding, "auto"),
-                                         ("--with-torchao", self.with_torchao, False), ("--smoothquant", self.smoothquant, None),
-                                         ("--int8-fallback", self.int8_fallback, "auto"), ("--int8-qat", self.int8_qat, None),
-                                         ("--int8-qat-scales", self.int8_qat_scales, "learned")):  # fmt: skip
-                if value != default:
-                    raise ConfigError(f"{flag} configures int8; add --quantize int8 or drop {flag}")
-        if self.bundle is not None and self.target != "jetson":
-            raise ConfigError(f"--bundle writes a Jetson bundle; add --target jetson (got --target {self.target})")
-        if self.build_engine and not target.is_tensorrt:
-            raise ConfigError(f"--build-engine needs a TensorRT target; use --target tensorrt or jetson (got {self.target})")
-        if self.trt_version is not None and not target.is_tensorrt:
-            raise ConfigError(f"--trt-version applies to TensorRT targets; use --target tensorrt or jetson (got {self.target})")
-        if self.quantize and self.int8_mode == "dynamic" and target.is_tensorrt:
-            from attn_export.compress.quant_onnx import DYNAMIC_NOT_FOR_TENSORRT
-
-            raise ConfigError(f"--int8-mode dynamic cannot target {target.name}: {DYNAMIC_NOT_FOR_TENSORRT}")
-        if self.int8_qat is not None and self.int8_mode not in ("auto", "static"):
-            raise ConfigError(f"--int8-qat refines the static int8 route; drop --int8-mode {self.int8_mode} or --int8-qat")
-        if self.int8_qat_scales != "learned" and self.int8_qat is None:
-            raise ConfigError("--int8-qat-scales configures QAT-lite; add --int8-qat STEPS or drop --int8-qat-scales")
-        if self.int8_mode == "torchao" and self.with_torchao:
-            raise ConfigError("--int8-mode torchao already runs the torchao route; drop --with-torchao")
-        if self.engine is not None and not target.is_tensorrt:
-            defaults = self._default_engine()
-            if defaults is not None and self.engine != defaults:
-                raise ConfigError(f"the TensorRT engine options apply to --target tensorrt or jetson (got --target {self.target})")
-
-    def _default_engine(self) -> object | None:
-        from attn_export.runtime.tensorrt.spec import EngineSpec
-
-        return EngineSpec(precision=self.engine.precision)  # type: ignore[attr-defined]
 
     def check_paths(self) -> None:
         """Refuse output and input paths that cannot work, before any model is built."""
@@ -280,29 +159,8 @@ class RunConfig:
         paths, the subject's own files (a checkpoint's config.json, the default calibration set)
         and the memory estimate against what is available (``--max-memory`` overrides it)."""
         self.check_paths()
-        if self.is_checkpoint:
-            self._checkpoint_config()
-        elif self.compresses and self.calib is None:
-            from attn_export.compress.calib_data import default_calibration_path
-
-            default_calibration_path(self.resolved_d_model)  # DataError naming `calib generate` when none ships
+        self.kind.preflight(self)
         self.check_memory()
-
-    def _checkpoint_config(self):  # type: ignore[no-untyped-def]
-        """The checkpoint's EncoderConfig, read and schema-checked (no weights loaded)."""
-        if getattr(self, "_encoder_config", None) is None:
-            from attn_export.checkpoint.loader import read_bert_config, resolve_checkpoint
-            from attn_export.layers.encoder import parse_layers
-
-            conf = read_bert_config(resolve_checkpoint(self.checkpoint))  # type: ignore[arg-type]
-            parse_layers(self.resolved_layers, conf.num_hidden_layers)
-            positions = conf.max_position_embeddings
-            if self.resolved_max_len > positions or self.seq_len > positions:
-                raise ConfigError(
-                    f"expected --max-len and --seq-len <= {positions} (the checkpoint's positions), got {self.resolved_max_len} and {self.seq_len}"
-                )
-            self._encoder_config = conf
-        return self._encoder_config  # type: ignore[attr-defined]
 
     def check_memory(self) -> MemoryEstimate:
         """Refuse a run whose estimated peak memory exceeds ``--max-memory`` (default: the memory available)."""
@@ -317,75 +175,60 @@ class RunConfig:
         return est
 
     def estimate_memory(self) -> MemoryEstimate:
-        """Peak resident memory of this run, estimated from its shapes before anything is allocated.
-
-        weights: every copy a run holds at once (eager, the exporter's working copy, the
-        serialized graph, one ONNX Runtime session per artifact); activations and attention
-        scores: one forward pass, kept by every session's arena after its first run; data:
-        the validation feeds with their reference and artifact outputs. Deliberately on the
-        high side: refusing a run that would fit wastes a flag, starting one that cannot
-        fit wastes the machine.
-        """
-        b, seq = self.batch, self.seq_len
-        artifacts = 1 + (self.precision == "fp16") + 2 * (self.quantize is not None) + 2 * (self.low_rank is not None)
-        if self.is_checkpoint:
-            from attn_export.checkpoint.loader import encoder_parameter_count
-
-            conf = self._checkpoint_config()
-            d, h, ffn = conf.hidden_size, conf.num_attention_heads, conf.intermediate_size
-            params = encoder_parameter_count(conf)
-            scores = b * h * seq * seq * 4 * 3  # (B, H, L, L): scores, mask added, softmax
-        else:
-            d, h, ffn = self.resolved_d_model, self.resolved_heads, 4 * self.resolved_d_model
-            params = 4 * d * d + (2 * d * ffn if self.resolved_layer == "transformer" else 0)
-            layer = self.resolved_layer
-            if layer == "linear":  # (B, H, L, Dh, Dh) running sums when causal, (B, H, Dh, Dh) otherwise
-                scores = b * d * (d // h) * 4 * (seq if self.resolved_mask == "causal" else 1) * 2
-            elif layer == "block-sparse":  # (B * L/bs, H, bs, bs) with bs = 32
-                scores = b * h * seq * min(seq, 32) * 4 * 3
-            else:
-                scores = b * h * seq * seq * 4 * 3
-        copies = 3 + artifacts
-        activations = b * seq * (8 * d + ffn) * 4  # x, q/k/v, context, output, residual/norm (D each) + FFN hidden
-        data = 3 * self.validation_batches * b * seq * d * 4
-        return MemoryEstimate(params * 4 * copies, (activations + scores) * (1 + artifacts), data, _RUNTIME_OVERHEAD)
+        """Peak resident memory of this run (``resources.estimate_memory``)."""
+        return estimate_memory(self)
 
     # -- resolved values ----------------------------------------------------------------
     @property
-    def is_checkpoint(self) -> bool:
-        return self.checkpoint is not None
+    def kind(self) -> SubjectKind:
+        """The kind of subject this run names (``subjects.kinds``): its flags, defaults and preflight."""
+        from attn_export.subjects.kinds import kind_of
+
+        return kind_of(self)
 
     @property
-    def subject_kind(self) -> str:
-        return "encoder" if self.is_checkpoint else "layer"
+    def is_checkpoint(self) -> bool:
+        """Whether the subject comes from ``--checkpoint``: decides which flags apply, never how a stage runs."""
+        return self.checkpoint is not None
+
+    @staticmethod
+    def _layer_default(name: str) -> Any:
+        """The reference layer's default for flag ``name`` (``subjects.kinds``)."""
+        from attn_export.subjects.kinds import KINDS
+
+        return KINDS["layer"].defaults[name]
 
     @property
     def resolved_layer(self) -> str:
-        return self.layer or str(LAYER_DEFAULTS["layer"])
+        return self.layer or str(self._layer_default("layer"))
 
     @property
     def resolved_d_model(self) -> int:
-        return int(self.d_model if self.d_model is not None else LAYER_DEFAULTS["d_model"])
+        return int(self.d_model if self.d_model is not None else self._layer_default("d_model"))
 
     @property
     def resolved_heads(self) -> int:
-        return int(self.heads if self.heads is not None else LAYER_DEFAULTS["heads"])
+        return int(self.heads if self.heads is not None else self._layer_default("heads"))
 
     @property
     def resolved_mask(self) -> str:
-        return self.mask or str(LAYER_DEFAULTS["mask"])
+        return self.mask or str(self._layer_default("mask"))
 
     @property
     def resolved_layers(self) -> str:
-        return self.layers or str(ENCODER_DEFAULTS["layers"])
+        return self.layers or "all"
 
     @property
     def resolved_max_len(self) -> int:
-        return int(self.max_len if self.max_len is not None else ENCODER_DEFAULTS["max_len"])
+        from attn_export.subjects.kinds import KINDS
+
+        return int(self.max_len if self.max_len is not None else KINDS["encoder"].defaults["max_len"])
 
     @property
     def resolved_max_texts(self) -> int:
-        return int(self.max_texts if self.max_texts is not None else ENCODER_DEFAULTS["max_texts"])
+        from attn_export.subjects.kinds import KINDS
+
+        return int(self.max_texts if self.max_texts is not None else KINDS["encoder"].defaults["max_texts"])
 
     @property
     def resolved_languages(self) -> tuple[str, ...] | None:
@@ -393,14 +236,12 @@ class RunConfig:
 
     @property
     def resolved_low_rank_targets(self) -> tuple[str, ...]:
-        default = (ENCODER_DEFAULTS if self.is_checkpoint else LAYER_DEFAULTS)["low_rank_targets"]
-        text = self.low_rank_targets if self.low_rank_targets is not None else str(default)
+        text = self.low_rank_targets if self.low_rank_targets is not None else str(self.kind.defaults["low_rank_targets"])
         return tuple(t.strip() for t in text.split(",") if t.strip())
 
     @property
     def resolved_calib_method(self) -> str:
-        default = (ENCODER_DEFAULTS if self.is_checkpoint else LAYER_DEFAULTS)["calib_method"]
-        return self.calib_method or str(default)
+        return self.calib_method or str(self.kind.defaults["calib_method"])
 
     @property
     def resolved_smoothquant(self) -> float | str | None:
@@ -409,14 +250,14 @@ class RunConfig:
             return None
         if self.smoothquant is not None:
             return self.smoothquant
-        return (ENCODER_DEFAULTS if self.is_checkpoint else LAYER_DEFAULTS)["smoothquant"]  # type: ignore[return-value]
+        return self.kind.defaults["smoothquant"]  # type: ignore[no-any-return]
 
     @property
     def compresses(self) -> bool:
         return self.low_rank is not None or self.quantize is not None
 
     @property
-    def target_info(self):  # type: ignore[no-untyped-def]
+    def target_info(self) -> Target:
         from attn_export.export.targets import get_target
 
         return get_target(self.target)
@@ -471,90 +312,3 @@ class RunConfig:
             value = getattr(self, f.name)
             out[f.name] = str(value) if isinstance(value, Path) else (repr(value) if f.name == "engine" and value is not None else value)
         return out
-
-
-def _parse_fallback(value: object) -> str | int:
-    """``--int8-fallback``: ``auto`` | ``none`` | N (GEMM groups kept in float)."""
-    if isinstance(value, bool):
-        raise ConfigError(f"expected --int8-fallback auto|none|N, got {value!r}; use auto")
-    text = str(value).strip().lower()
-    if text in ("auto", "none"):
-        return text
-    if not text.isdigit():
-        raise ConfigError(f"expected --int8-fallback auto|none|N, got {value!r}; use auto (keeps in float only what the tolerance needs)")
-    return int(text)
-
-
-def _int_in(name: str, value: object, lo: int, hi: int) -> None:
-    flag = f"--{name.replace('_', '-')}"
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"expected {flag} to be an integer, got {value!r}")
-    if not lo <= value <= hi:
-        raise ConfigError(f"expected {flag} in [{lo}, {hi}], got {value}")
-
-
-# Resident memory of the libraries a run loads (torch, ONNX Runtime, onnx, matplotlib) beyond the model.
-_RUNTIME_OVERHEAD = 768 * 2**20
-
-
-@dataclass(frozen=True)
-class MemoryEstimate:
-    """A run's estimated peak memory in bytes, by part."""
-
-    weights: int
-    activations: int  # activations and attention scores of one forward pass, per runner
-    data: int
-    overhead: int
-
-    @property
-    def total(self) -> int:
-        return self.weights + self.activations + self.data + self.overhead
-
-    def describe(self) -> str:
-        parts = (("weights", self.weights), ("activations and attention scores", self.activations), ("data", self.data))
-        return ", ".join(f"{name} {format_bytes(v)}" for name, v in parts)
-
-
-def format_bytes(n: float) -> str:
-    """1536 -> '1.5 KiB'."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if abs(n) < 1024 or unit == "PiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} EiB"  # pragma: no cover - unreachable
-
-
-def _read_int(path: str) -> int | None:
-    try:
-        with open(path, encoding="ascii") as f:
-            text = f.read().strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None
-
-
-def available_memory() -> int | None:
-    """Bytes this process can still allocate: MemAvailable (/proc/meminfo, else sysconf), capped by
-    the cgroup's limit (v2 memory.max, v1 memory.limit_in_bytes) minus its usage; None if unknown."""
-    avail: int | None = None
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    avail = int(line.split()[1]) * 1024
-                    break
-    except (OSError, ValueError, IndexError):
-        pass
-    if avail is None:
-        try:
-            avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        except (ValueError, OSError, AttributeError):
-            avail = None
-    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes")):  # fmt: skip
-        limit, usage = _read_int(limit_file), _read_int(usage_file)
-        if limit is not None and limit < 2**60 and usage is not None:
-            room = max(0, limit - usage)
-            avail = room if avail is None else min(avail, room)
-            break
-    return avail

@@ -22,15 +22,12 @@ import os
 import platform
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-__all__ = ["ISA_CLASSES", "CpuInfo", "IsaClass", "capture_environment", "classify", "cpu_summary_line", "detect_cpu", "parse_cpu_flags"]
+__all__ = ["ISA_CLASSES", "CpuInfo", "capture_environment", "classify", "cpu_summary_line", "detect_cpu", "parse_cpu_flags"]
 
 log = logging.getLogger(__name__)
 
-IsaClass = Literal[
-    "x86-amx", "x86-avx512-vnni", "x86-avx-vnni", "x86-avx512", "x86-avx2", "x86-sse", "arm-dotprod", "arm", "other"
-]
 ISA_CLASSES: tuple[str, ...] = (
     "x86-amx", "x86-avx512-vnni", "x86-avx-vnni", "x86-avx512", "x86-avx2", "x86-sse", "arm-dotprod", "arm", "other",
 )  # fmt: skip

@@ -17,7 +17,6 @@ __all__ = [
     "EngineError",
     "MissingDependencyError",
     "ToleranceError",
-    "RegressionError",
 ]
 
 
@@ -62,7 +61,3 @@ class MissingDependencyError(AttnExportError, ImportError):
 
 class ToleranceError(AttnExportError, AssertionError):
     """Outputs differ from the reference by more than the tolerance."""
-
-
-class RegressionError(AttnExportError):
-    """A report regressed against its committed baseline."""

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attn_export.errors import ConfigError, ToleranceError
-from attn_export.validate.tolerances import DEFAULT_TOLERANCES, Tolerance
+from attn_export.validate.tolerances import TOLERANCES, Tolerance
 
 if TYPE_CHECKING:  # torch and onnxruntime load only when a comparison runs: the plugin stays cheap to enable
     from torch import nn
@@ -36,7 +36,7 @@ __all__ = ["assert_matches_eager", "attn_export_compare", "compare_to_eager"]
 
 def _tolerance(tol: Tolerance | float | None, precision: str) -> Tolerance:
     if tol is None:
-        return DEFAULT_TOLERANCES.get(precision, DEFAULT_TOLERANCES["fp32"])
+        return TOLERANCES.get(precision, TOLERANCES["fp32"]).tensor
     if isinstance(tol, Tolerance):
         return tol
     if isinstance(tol, (int, float)):

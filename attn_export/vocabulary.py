@@ -10,45 +10,90 @@ from __future__ import annotations
 
 from typing import Literal
 
+from attn_export.errors import ConfigError
+
 __all__ = [
+    "ATTENTION_FORMS",
+    "ATTENTION_IMPLS",
+    "CALIB_CHOICES",
     "CALIB_METHODS",
     "CPU_INT8_ENCODINGS",
-    "CalibMethod",
-    "EXPORT_PRECISIONS",
-    "INT8_MODES",
-    "INT8_ROUTES",
-    "Int8Mode",
-    "Int8Route",
     "LOW_RANK_METHODS",
+    "LAYER_MASKS",
+    "LAYER_NAMES",
     "LOW_RANK_TARGET_NAMES",
+    "MASK_KINDS",
+    "PER_TENSOR",
     "PRECISIONS",
     "Precision",
-    "SUBJECT_KINDS",
-    "SubjectKind",
+    "check_heads",
 ]
 
 Precision = Literal["fp32", "fp16", "int8"]
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
-# What an ONNX export is written in (int8 models are quantized *from* an fp32 export).
-EXPORT_PRECISIONS: tuple[str, ...] = ("fp32", "fp16")
 
-# --int8-mode: which int8 routes to build. "auto" = every route the target can deploy.
-Int8Mode = Literal["auto", "static", "dynamic", "torchao"]
-INT8_MODES: tuple[str, ...] = ("auto", "static", "dynamic", "torchao")
-# The routes themselves: static Q/DQ (TensorRT's), dynamic (ONNX Runtime CPU), torchao (eager).
-Int8Route = Literal["static", "dynamic", "torchao"]
-INT8_ROUTES: tuple[str, ...] = ("static", "dynamic", "torchao")
+# --int8-mode and --quantize take the compression registry's route names and precisions
+# (compress.registry.route_names / precisions): a new method adds its own.
 
 # Static calibration: how an activation's range is chosen from the calibration split.
-CalibMethod = Literal["minmax", "percentile", "entropy"]
 CALIB_METHODS: tuple[str, ...] = ("minmax", "percentile", "entropy")
+# --calib-method: a global method, or per-tensor (each activation the method that quantizes it best)
+PER_TENSOR = "per-tensor"
+CALIB_CHOICES: tuple[str, ...] = (*CALIB_METHODS, PER_TENSOR)
 
 # How int8 weights are stored for ONNX Runtime CPU (compress/int8_encoding.py).
 CPU_INT8_ENCODINGS: tuple[str, ...] = ("auto", "full-range", "reduce-range", "u8u8")
 
 LOW_RANK_METHODS: tuple[str, ...] = ("activation", "svd")
+
+# How attention is written into the ONNX graph (``export/``), and how eager computes it (``layers/``).
+ATTENTION_FORMS: tuple[str, ...] = ("decomposed", "onnx-attention", "ort-contrib", "long-seq")
+ATTENTION_IMPLS: tuple[str, ...] = ("math", "sdpa")
 LOW_RANK_TARGET_NAMES: tuple[str, ...] = ("q", "k", "v", "o", "ffn")
 
-# What the pipeline compresses and judges: a reference layer or a pretrained encoder.
-SubjectKind = Literal["layer", "encoder"]
-SUBJECT_KINDS: tuple[str, ...] = ("layer", "encoder")
+# The reference layers and the mask kinds each supports (``layers.registry`` builds them; the
+# names live here so flag validation needs no torch).
+MASK_KINDS: tuple[str, ...] = ("none", "padding", "causal", "window")
+LAYER_MASKS: dict[str, tuple[str, ...]] = {
+    "transformer": MASK_KINDS,
+    "mha": ("none", "padding", "causal"),
+    "self-attention": MASK_KINDS,
+    "block-sparse": ("none", "padding"),
+    "linear": ("none", "padding", "causal"),
+}
+LAYER_NAMES: tuple[str, ...] = tuple(LAYER_MASKS)
+
+
+def check_heads(d_model: int, heads: int) -> None:
+    """Validate the head split; raised at construction so a bad CLI flag fails before any work."""
+    import operator
+
+    try:
+        if isinstance(d_model, bool) or isinstance(heads, bool):
+            raise TypeError
+        d_model, heads = operator.index(d_model), operator.index(heads)
+    except TypeError:
+        raise ConfigError(f"expected integer d_model and heads, got d_model={d_model!r}, heads={heads!r}") from None
+    if d_model <= 0 or heads <= 0:
+        raise ConfigError(f"d_model and heads must be positive, got d_model={d_model}, heads={heads}")
+    if d_model % heads != 0:
+        raise ConfigError(
+            f"heads must divide d_model, got d_model={d_model}, heads={heads}; "
+            f"use e.g. --heads {_nearest_divisor(d_model, heads)}"
+        )
+
+
+# How far from the requested head count the suggestion looks. Bounded so the error path stays
+# instant for any d_model (a scan of 1..d_model hung on --d-model 999999937); 1 always divides,
+# so a suggestion always exists.
+_DIVISOR_SEARCH = 4096
+
+
+def _nearest_divisor(n: int, near: int) -> int:
+    """The divisor of ``n`` closest to ``near`` (the smaller one on a tie), looking at most
+    ``_DIVISOR_SEARCH`` steps either way; 1 when none is that close."""
+    for delta in range(_DIVISOR_SEARCH + 1):
+        for h in (near - delta, near + delta):
+            if 1 <= h <= n and n % h == 0:
+                return h
+    return 1

@@ -32,7 +32,7 @@ from attn_export.checks.trt_compat import check_trt_compat
 from attn_export.layers import MaskedLayer, build_layer
 from attn_export.runtime import EagerRunner
 from attn_export.runtime.tensorrt.spec import ShapeProfile, parse_trt_version
-from attn_export.validate import DEFAULT_TOLERANCES, accuracy, time_runners
+from attn_export.validate import accuracy, time_runners, tolerance_for
 
 log = logging.getLogger("gpu_check")
 
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, runner in runners.items():
         out = runner.infer(feed)
         acc = accuracy(ref, next(iter(out.values())))
-        ok = None if name == "eager-fp32" else not DEFAULT_TOLERANCES[precisions[name]].violations(acc)
+        ok = None if name == "eager-fp32" else not tolerance_for(precisions[name]).violations(acc)
         failed |= ok is False
         rows.append(_row(name, precisions[name], lat[name], lat["eager-fp32"].p50, acc, ok, fused[name]))
     _print_table(rows)

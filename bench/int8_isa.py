@@ -17,7 +17,6 @@ The timing column is native only, all encodings side by side in one process, rou
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import shutil
@@ -74,36 +73,27 @@ def _evaluate(spec: dict, work: Path, emulate: bool) -> dict[str, float] | None:
 
 
 def _build(cfg_kwargs: dict, work: Path, encodings: tuple[str, ...]) -> tuple[dict, dict, object]:
-    """The pipeline's int8 routes in each encoding; returns models and the report-split feeds spec."""
-    from attn_export.compress.registry import BuildContext, Int8Dynamic, Int8Static
+    """The pipeline's int8 routes in each encoding, each the plan of ``attn-export --quantize int8 --int8-mode R --int8-encoding E``."""
     from attn_export.config import RunConfig
-    from attn_export.export.targets import get_target
-    from attn_export.plan import ExportStep, Plan, Step, make_plan
-    from attn_export.runner import build_artifacts
+    from attn_export.plan import make_plan
+    from attn_export.runner import RunSettings, build_plans
     from attn_export.subjects import make_subject
 
-    cfg = RunConfig(quantize="int8", out=work, render=False, **cfg_kwargs)
-    subject = make_subject(cfg)
-    planned = {s.name: s.config for s in make_plan(cfg, None).steps}  # the routes exactly as the run builds them
-    steps = [Step("fp32", ExportStep("fp32", cfg.export_spec("fp32")), "subject", "fp32.onnx")]
-    routes = ("dynamic",) if cfg.is_checkpoint else ("static", "dynamic")
-    for route in routes:
-        base = planned[f"int8-{route}"]
-        assert isinstance(base, (Int8Static, Int8Dynamic))
-        for enc in encodings:
-            # the encoding is the only difference; the U8U8 session option is applied per runner below
-            config = dataclasses.replace(base, reduce_range=enc == "reduce-range", session_u8u8=False)
-            steps.append(Step(f"{route}-{enc}", config, "fp32", f"{route}_{enc}.onnx"))
-    build = BuildContext(subject, work, get_target("ort-cpu"), cfg.export_spec("fp32"), cfg.resolved_threads)
-    artifacts = build_artifacts(Plan(steps), build)
+    base = {"quantize": "int8", "render": False, **cfg_kwargs}
+    subject = make_subject(RunConfig(out=work, **base))
+    routes = ("dynamic",) if "checkpoint" in cfg_kwargs else ("static", "dynamic")
+    runs = [(route, enc) for route in routes for enc in encodings]
+    plans = [make_plan(RunConfig(out=work / f"{r}_{e}", int8_mode=r, int8_encoding=e, **base)) for r, e in runs]
+    built, _ = build_plans(plans, subject, RunSettings(threads=2))
+    artifacts = {f"{r}-{e}": arts[f"int8-{r}"] for (r, e), arts in zip(runs, built)}  # type: ignore[index]
     feeds = subject.feeds("report")
-    if cfg.is_checkpoint:
-        ref, output = subject._reference_embeddings("report"), "sentence_embedding"
+    if "checkpoint" in cfg_kwargs:
+        ref, output = subject.reference_embeddings("report"), "sentence_embedding"  # type: ignore[attr-defined]
     else:
         eager = subject.eager_runner()
         ref, output = np.concatenate([eager.infer(f)["y"].ravel() for f in feeds]), "y"
     _save_feeds(work / "feeds.npz", feeds, ref)
-    models = {name: str(a.path) for name, a in artifacts.items() if name != "fp32"}
+    models = {name: str(a.path) for name, a in artifacts.items()}
     spec = {"feeds": str(work / "feeds.npz"), "models": models, "output": output, "inputs": list(feeds[0])}
     return spec, artifacts, subject
 
@@ -114,8 +104,6 @@ def _timing(artifacts: dict, subject_feed: dict, repeats: int) -> dict[str, floa
 
     runners = {}
     for name, art in artifacts.items():
-        if name == "fp32":
-            continue
         runners[name] = OrtRunner(SessionFromOnnx(art.path, intra_op_threads=2))
         if name.endswith("full-range"):
             runners[name.replace("full-range", "u8u8")] = OrtRunner(SessionFromOnnx(art.path, intra_op_threads=2, u8u8=True))

@@ -2,14 +2,13 @@
 
     python bench/minilm.py [--quick] [--json PATH] [--batch 8] [--seq-len 128] [--threads 2] [--repeats 20]
 
-Variants are the pipeline's own stages with the configs ``attn-export --checkpoint minilm``
-plans, built by the runner's build phase through the compression registry: ONNX Runtime
-fp32 and fp16; int8 dynamic (per-channel, searched SmoothQuant, int8 embedding rows, ORT's
-BiasGelu: the ONNX Runtime CPU route) and the same with fp32 embedding tables (the tables'
-own cost); int8 static Q/DQ with the automatic float fallback as ``--target tensorrt``
-builds it (judged with TensorRT's Q/DQ arithmetic; its CPU time is that reference
-arithmetic, not a TensorRT figure); low-rank Q/K at 50% + distillation, and low-rank + int8
-dynamic. The **peer** is ONNX Runtime's transformers optimizer (``model_type="bert"``, its
+Variants are the stages of main commands (``VARIANTS``: ``attn-export --checkpoint minilm``
+with the options listed), planned by ``make_plan`` and built and timed by ``runner.run_plans``:
+ONNX Runtime fp32 and fp16; int8 dynamic (per-channel, searched SmoothQuant, int8 embedding
+rows, ORT's BiasGelu: the ONNX Runtime CPU route); int8 static Q/DQ with the automatic float
+fallback as ``--target tensorrt`` builds it (judged with TensorRT's Q/DQ arithmetic; its CPU
+time is that reference arithmetic, not a TensorRT figure); low-rank Q/K at 50% +
+distillation, and low-rank + int8 dynamic. The **peer** is ONNX Runtime's transformers optimizer (``model_type="bert"``, its
 default fusions) followed by ``quantize_dynamic`` with per-channel weights, the recipe ORT
 documents for BERT on CPU.
 
@@ -44,75 +43,76 @@ def _peer(fp32_onnx: Path, out: Path, heads: int, hidden: int) -> Path:
     return out
 
 
-def _plan_configs(cfg: Any, target: str) -> dict[str, Any]:
-    """The configs ``attn-export --checkpoint minilm --quantize int8 --target TARGET`` plans, by stage name."""
-    import dataclasses
-
-    from attn_export.plan import make_plan
-
-    return {s.name: s.config for s in make_plan(dataclasses.replace(cfg, target=target), None).steps}
+# (label, main-command options, the stage of that plan the row shows); --quick drops the low-rank rows
+VARIANTS: tuple[tuple[str, dict[str, Any], str], ...] = (
+    ("ort fp32", {}, "onnx-fp32"),
+    ("ort fp16", {"precision": "fp16"}, "onnx-fp16"),
+    ("int8-dynamic (ORT CPU route)", {"quantize": "int8", "int8_mode": "dynamic"}, "int8-dynamic"),
+    ("int8-static (TensorRT Q/DQ, auto fallback)", {"quantize": "int8", "target": "tensorrt"}, "int8-static"),
+    ("lowrank", {"low_rank": 0.5, "distill": 200, "quantize": "int8", "int8_mode": "dynamic"}, "lowrank"),
+    ("lowrank+distill", {"low_rank": 0.5, "distill": 200, "quantize": "int8", "int8_mode": "dynamic"}, "lowrank+distill"),
+    ("lowrank-int8-dynamic", {"low_rank": 0.5, "distill": 200, "quantize": "int8", "int8_mode": "dynamic"}, "lowrank-int8-dynamic"),
+)
+PEER = "peer: ORT optimizer + quantize_dynamic"
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    import dataclasses
-
     from attn_export.compress.int8_encoding import choose_cpu_encoding
-    from attn_export.compress.registry import BuildContext, Distill, LowRank
     from attn_export.config import RunConfig
     from attn_export.environment import capture_environment
-    from attn_export.export.targets import get_target
-    from attn_export.plan import ExportStep, Plan, Step
+    from attn_export.plan import make_plan
     from attn_export.process import ProcessSettings, process_settings
-    from attn_export.runner import build_artifacts
+    from attn_export.runner import RunSettings, run_plans
+    from attn_export.runtime import OrtRunner, SessionFromOnnx
     from attn_export.subjects import make_subject
-    from attn_export.validate.latency import time_runners_with_cpu
 
     load_before = os.getloadavg()[0]
     with process_settings(ProcessSettings(threads=args.threads)) as proc, tempfile.TemporaryDirectory(prefix="attn-minilm-") as tmp:
         work = Path(tmp)
-        cfg = RunConfig(checkpoint="minilm", quantize="int8", batch=args.batch, seq_len=args.seq_len, threads=args.threads, out=work, render=False)
-        subject = make_subject(cfg)
+        base = {"checkpoint": "minilm", "batch": args.batch, "seq_len": args.seq_len, "threads": args.threads, "render": False,
+                "warmup": args.warmup, "repeats": args.repeats}  # fmt: skip
+        subject = make_subject(RunConfig(quantize="int8", out=work, **base))
         enc = choose_cpu_encoding("auto")
-        cpu, trt = _plan_configs(cfg, "ort-cpu"), _plan_configs(cfg, "tensorrt")
-        dynamic, static = cpu["int8-dynamic"], trt["int8-static"]  # what each target's plan builds
-        fp32 = Step("ort-fp32", ExportStep("fp32", cfg.export_spec("fp32")), "subject", "fp32.onnx")
-        steps = [fp32, Step("ort-fp16", ExportStep("fp16", cfg.export_spec("fp16")), "subject", "fp16.onnx"),
-                 Step("int8-dynamic", dynamic, "ort-fp32", "int8_dynamic.onnx"),
-                 Step("int8-dynamic, fp32 embedding tables", dataclasses.replace(dynamic, quantize_embeddings=False), "ort-fp32", "int8_dynamic_fpemb.onnx"),
-                 Step("int8-static (TensorRT Q/DQ, auto fallback)", static, "ort-fp32", "int8_static.onnx")]  # fmt: skip
-        if not args.quick:
-            steps += [Step("lowrank", LowRank(0.5, "activation", ("q", "k")), "ort-fp32", "lowrank.onnx"),
-                      Step("lowrank+distill", Distill(200), "lowrank", "lowrank_distill.onnx"),
-                      Step("lowrank-int8-dynamic", dynamic, "lowrank+distill", "lowrank_int8.onnx")]  # fmt: skip
-        build = BuildContext(subject, work, get_target("ort-cpu"), cfg.export_spec("fp32"), args.threads, lambda m: print(f"- {m}", file=sys.stderr))
-        artifacts = build_artifacts(Plan(steps), build)
+        variants = [v for v in VARIANTS if not (args.quick and "low_rank" in v[1])]
+        options = list(dict.fromkeys(tuple(sorted(v[1].items())) for v in variants))
+        plans = [make_plan(RunConfig(out=work / f"plan{i}", **base, **dict(o))) for i, o in enumerate(options)]
         conf = subject.encoder.config
-        peer_path = _peer(artifacts["ort-fp32"].path, work / "peer_ort_optimizer_int8.onnx", conf.num_attention_heads, conf.hidden_size)
-        artifacts["peer: ORT optimizer + quantize_dynamic"] = build.onnx_artifact("peer: ORT optimizer + quantize_dynamic", peer_path, "int8", "int8", u8u8=enc.session_u8u8)
-        print(f"- timing eager and {len(artifacts)} variants side by side ({args.repeats} rounds)", file=sys.stderr)
-        runners = {"eager": subject.eager_runner(), **{name: art.make_runner() for name, art in artifacts.items()}}
-        timed = time_runners_with_cpu(runners, subject.latency_feed(), args.warmup, args.repeats, args.batch)
-        rows = []
-        eager_p50 = timed["eager"]["latency"].p50
-        rows.append({"variant": "eager fp32", "p50_ms": eager_p50, "cpu_ms": timed["eager"]["cpu_ms_p50"], "ratio": 1.0, "mean_cos": 1.0,
-                     "min_cos": 1.0, "top1": 1.0, "mb": subject.reference_size_bytes() / 1e6})  # fmt: skip
-        for name, art in artifacts.items():
-            j = subject.judge(runners[name], "report", art.tolerance_key)
-            emb = j.details["embedding"]
-            lat = timed[name]["latency"]
-            row = {"variant": name, "p50_ms": lat.p50, "cpu_ms": timed[name]["cpu_ms_p50"], "ratio": eager_p50 / lat.p50, "mean_cos": emb["mean_cosine"],
-                   "min_cos": emb["min_cosine"], "top1": emb["top1_neighbor_agreement"], "mb": (art.size_bytes or 0) / 1e6}  # fmt: skip
-            mp = art.details.get("mixed_precision")
-            if mp:
-                row["gemms_in_float"] = f"{mp['gemms_in_float']}/{mp['gemms_total']}"
-                row["fallback_latency_cost"] = mp.get("latency_cost")
-            if art.details.get("embedding_quantization"):
-                row["embedding_table_cost_select"] = art.details["embedding_quantization"]["cost"]
-            rows.append(row)
-        for r in runners.values():
-            r.deactivate()
+        src = work / "peer_src.onnx"
+        subject.export(subject.module, src, RunConfig(**base).export_spec("fp32"))
+        peer_path = _peer(src, work / "peer_ort_optimizer_int8.onnx", conf.num_attention_heads, conf.hidden_size)
+        peer = lambda: OrtRunner(SessionFromOnnx(peer_path, intra_op_threads=args.threads, u8u8=enc.session_u8u8), name=PEER)  # noqa: E731
+        say = lambda m: print(f"- {m}", file=sys.stderr)  # noqa: E731
+        results = run_plans(plans, subject, RunSettings(args.threads, say, warmup=args.warmup, repeats=args.repeats, peers={PEER: peer}))
+        timing = results[0].timing.latency["fixed"]
+        eager = timing["eager"]
+        rows = [{"variant": "eager fp32", "p50_ms": eager.p50, "cpu_ms": eager.cpu_p50, "ratio": 1.0, "mean_cos": 1.0, "min_cos": 1.0, "top1": 1.0,
+                 "mb": subject.reference_size_bytes() / 1e6}]  # fmt: skip
+        by_options = dict(zip(options, results))
+        for label, opts, stage in variants:
+            res = by_options[tuple(sorted(opts.items()))]
+            st, art = res.report.stage(stage), res.artifacts[stage]
+            rows.append(_row(label, st.details["embedding"], st.latency_ms["artifact"], eager, art.size_bytes, st.details))
+        runner = peer()
+        try:
+            judged = subject.judge(runner, "report", "int8")
+        finally:
+            runner.deactivate()
+        peer_path_size = peer_path.stat().st_size
+        rows.append(_row(PEER, judged.details["embedding"], timing[PEER], eager, peer_path_size, {}))
         return {"environment": capture_environment(args.threads, proc), "int8_encoding": enc.to_dict(), "data": subject.inputs_info(), "rows": rows,
                 "load_average_1min": {"before": load_before, "after": os.getloadavg()[0]}}  # fmt: skip
+
+
+def _row(label: str, emb: dict[str, float], lat: Any, eager: Any, size: int | None, details: dict[str, Any]) -> dict[str, Any]:
+    row = {"variant": label, "p50_ms": lat.p50, "cpu_ms": lat.cpu_p50, "ratio": eager.p50 / lat.p50, "mean_cos": emb["mean_cosine"],
+           "min_cos": emb["min_cosine"], "top1": emb["top1_neighbor_agreement"], "mb": (size or 0) / 1e6}  # fmt: skip
+    mp = details.get("mixed_precision")
+    if mp:
+        row["gemms_in_float"] = f"{mp['gemms_in_float']}/{mp['gemms_total']}"
+        row["fallback_latency_cost"] = mp.get("latency_cost")
+    if details.get("embedding_quantization"):
+        row["embedding_table_cost_select"] = details["embedding_quantization"]["cost"]
+    return row
 
 
 def format_table(result: dict[str, Any]) -> str:

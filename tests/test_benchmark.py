@@ -9,7 +9,6 @@ import pytest
 from fixtures import small_layer
 
 from attn_export.benchmark import (
-    BENCH_FORMAT,
     BenchConfig,
     count_flops,
     count_module_flops,
@@ -19,6 +18,7 @@ from attn_export.benchmark import (
 from attn_export.benchmark.memory import memory_method, peak_memory_delta
 from attn_export.benchmark.table import markdown_tables
 from attn_export.errors import ConfigError
+from attn_export.validate.schema import SCHEMA_VERSIONS
 
 
 def test_count_flops_matches_a_hand_computation():
@@ -73,7 +73,7 @@ def test_tiny_grid_smoke(tmp_path):
     )  # fmt: skip
     bench = run_bench(cfg)
     json.dumps(bench)  # JSON-ready
-    assert bench["format"] == BENCH_FORMAT
+    assert bench["schema_version"] == SCHEMA_VERSIONS["bench"] and bench["kind"] == "bench"
     assert [v["name"] for v in bench["variants"]] == list(cfg.variants)
     assert all(v["available"] for v in bench["variants"]), bench["variants"]
     rows = {(r["variant"], r["seq"]): r for r in bench["results"]}

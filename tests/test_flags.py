@@ -82,6 +82,9 @@ TABLE: dict[str, tuple[object, dict[str, object], str]] = {
     "build_engine": (True, {"target": "jetson"}, "plan"),
     "bundle": (Path("bundle"), {"target": "jetson"}, "plan"),
     "triton": (Path("triton"), {}, "plan"),
+    "atol": (["y:1e-3"], {}, "config:tolerance_overrides"),
+    "rtol": (["2e-2"], {}, "config:tolerance_overrides"),
+    "cosine_min": (["0.9999"], {}, "config:tolerance_overrides"),
 }
 # Refused for one subject: option -> (subject it is refused for, text the error must contain).
 REFUSED: dict[str, tuple[str, str]] = {
@@ -110,7 +113,7 @@ def _options(subject: str, name: str | None, tmp_path: Path) -> dict[str, object
 
 
 def _plan_signature(cfg) -> tuple:  # type: ignore[no-untyped-def]
-    plan = make_plan(cfg, None)
+    plan = make_plan(cfg)
     return (tuple((s.name, repr(s.config), s.source) for s in plan.steps), tuple(d.kind for d in plan.deploy), tuple(plan.notes))
 
 
@@ -192,5 +195,5 @@ def test_int8_fallback_smoothquant_and_calibration_values(tmp_path):
         config_from_options(base | {"int8_qat": 10, "int8_mode": "dynamic"})
     with pytest.raises(ConfigError, match="add --int8-qat"):
         config_from_options(base | {"int8_qat_scales": "frozen"})
-    plan = make_plan(config_from_options(base | {"int8_qat": 10, "target": "jetson"}), None)
+    plan = make_plan(config_from_options(base | {"int8_qat": 10, "target": "jetson"}))
     assert [s.name for s in plan.steps][-2:] == ["int8-static", "int8-static+qat"] and plan.selections[0].candidates == ("int8-static", "int8-static+qat")

@@ -59,7 +59,7 @@ def test_low_rank_and_distill_stages(tmp_path):
     [
         (dict(distill=50), "add --low-rank"),
         (dict(low_rank=1.5), "--low-rank RATIO"),
-        (dict(quantize="int4"), "--quantize int8"),
+        (dict(quantize="int4"), "--quantize in none"),
         (dict(target="tpu"), "--target"),
         (dict(bundle=Path("b")), "--target jetson"),
         (dict(build_engine=True), "TensorRT target"),
@@ -122,17 +122,13 @@ def test_tensorrt_target_exports_decomposed_where_iattention_has_no_kernel():
     """IAttention is not decomposable: fp32 and int8 graphs (fp32 attention) get the decomposed form, and the report says why."""
     from attn_export.plan import make_plan
 
-    class Subject:
-        def model_info(self) -> dict:
-            return {"d_model": 512, "heads": 8}
-
-    fp32 = make_plan(PipelineConfig(target="tensorrt"), Subject())
+    fp32 = make_plan(PipelineConfig(target="tensorrt"))  # the head size comes from the flags (or a checkpoint's config.json)
     assert fp32.steps[0].config.spec.attention == "decomposed" and "no fused kernel" in fp32.attention["fp32"]
-    int8 = make_plan(PipelineConfig(target="tensorrt", quantize="int8"), Subject())
+    int8 = make_plan(PipelineConfig(target="tensorrt", quantize="int8"))
     assert int8.fp32_spec.attention == "decomposed" and "int8 graph keeps the attention" in int8.attention["fp32"]
-    fp16 = make_plan(PipelineConfig(target="tensorrt", precision="fp16"), Subject())
+    fp16 = make_plan(PipelineConfig(target="tensorrt", precision="fp16"))
     assert fp16.steps[0].config.spec.attention == "onnx-attention"  # head size 64 in fp16: IAttention's fused kernel
-    explicit = make_plan(PipelineConfig(target="tensorrt", attention="onnx-attention"), Subject())
+    explicit = make_plan(PipelineConfig(target="tensorrt", attention="onnx-attention"))
     assert explicit.steps[0].config.spec.attention == "onnx-attention" and not explicit.attention  # the user's choice stands
 
 
@@ -161,11 +157,11 @@ def test_ort_cuda_on_a_cpu_machine_names_its_stand_in(tmp_path):
 def test_attention_auto_picks_the_long_sequence_form_from_the_measured_threshold():
     from attn_export.plan import make_plan
 
-    short = make_plan(PipelineConfig(), None)
+    short = make_plan(PipelineConfig())
     assert short.steps[0].config.spec.attention == "decomposed" and not short.attention
-    long = make_plan(PipelineConfig(seq_len=1024, batch=1), None)
+    long = make_plan(PipelineConfig(seq_len=1024, batch=1))
     assert long.steps[0].config.spec.attention == "long-seq" and "--attention auto" in long.attention["fp32"]
-    linear = make_plan(PipelineConfig(seq_len=1024, layer="linear", mask="none"), None)
+    linear = make_plan(PipelineConfig(seq_len=1024, layer="linear", mask="none"))
     assert linear.steps[0].config.spec.attention == "decomposed"  # already O(L): nothing to win
-    explicit = make_plan(PipelineConfig(seq_len=1024, attention="decomposed"), None)
+    explicit = make_plan(PipelineConfig(seq_len=1024, attention="decomposed"))
     assert explicit.steps[0].config.spec.attention == "decomposed" and not explicit.attention

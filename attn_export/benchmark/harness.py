@@ -14,7 +14,7 @@ import logging
 import math
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -23,24 +23,14 @@ import numpy as np
 
 from attn_export.benchmark.ceilings import measure_ceilings
 from attn_export.benchmark.flops import count_module_flops
-from attn_export.benchmark.memory import memory_method, peak_memory_delta
-from attn_export.benchmark.variants import (
-    DEFAULT_VARIANTS,
-    VARIANTS,
-    BenchContext,
-    PreparedVariant,
-    accuracy_feed,
-    prepare_variants,
-)
-from attn_export.errors import ConfigError, DataError
-from attn_export.validate.latency import time_runners
-from attn_export.validate.metrics import accuracy
+from attn_export.benchmark.memory import memory_method
+from attn_export.benchmark.variants import DEFAULT_VARIANTS, LINEAR_MEMORY_VARIANTS, VARIANTS
+from attn_export.errors import ConfigError
 
-__all__ = ["BENCH_FORMAT", "BenchConfig", "run_bench"]
+__all__ = ["BenchConfig", "run_bench"]
 
 log = logging.getLogger(__name__)
 
-BENCH_FORMAT = "attn-export-bench/1"
 Progress = Callable[[str, int, int], None]  # (message, done, total)
 
 
@@ -67,6 +57,8 @@ class BenchConfig:
     workdir: Path | None = None
 
     def __post_init__(self) -> None:
+        if not self.variants:
+            raise ConfigError(f"expected --variants to name at least one variant, got none; choose from {', '.join(VARIANTS)}")
         unknown = [v for v in self.variants if v not in VARIANTS]
         if unknown:
             raise ConfigError(f"expected variants from {', '.join(VARIANTS)}, got {unknown}")
@@ -97,28 +89,12 @@ def _loadavg() -> list[float] | None:
         return None
 
 
-def _feed(layer: Any, batch: int, seq: int, d_model: int, seed: int) -> dict[str, np.ndarray]:
+def _feed(batch: int, seq: int, d_model: int, seed: int, padded: bool) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     feed = {"x": rng.standard_normal((batch, seq, d_model)).astype(np.float32)}
-    if "key_padding_mask" in layer.input_names:
+    if padded:
         feed["key_padding_mask"] = np.ones((batch, seq), np.int32)  # dense work is the same with padding
     return feed
-
-
-def _accuracy(prepared: list[PreparedVariant], ctx: BenchContext) -> dict[str, dict[str, float]]:
-    feed = accuracy_feed(ctx)
-    ref = ctx.eager(ctx.layer, "ref")().infer(feed)["y"]
-    out: dict[str, dict[str, float]] = {}
-    for v in prepared:
-        if not v.available:
-            continue
-        try:
-            with v.make_runner() as runner:  # type: ignore[misc]
-                got = runner.infer(feed)
-            out[v.name] = asdict(accuracy(ref, next(iter(got.values()))))
-        except Exception as err:  # noqa: BLE001 - a variant that cannot run is reported, not fatal
-            v.reason = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:200]}"
-    return out
 
 
 def _scores_skip(cfg: BenchConfig, batch: int, seq: int) -> str | None:
@@ -135,51 +111,92 @@ def _skip_reason(cfg: BenchConfig, batch: int, seq: int, flops: float) -> str | 
     return None
 
 
-def _run_point(
-    cfg: BenchConfig, prepared: list[PreparedVariant], ctx: BenchContext, batch: int, seq: int, skipped: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
-    from attn_export.benchmark.variants import LINEAR_MEMORY_VARIANTS
+def _base_options(cfg: BenchConfig, workdir: Path) -> dict[str, Any]:
+    """The RunConfig options every variant shares: the bench's layer, with calibration data (shipped, or generated for this width)."""
+    from attn_export.compress.calib_data import shipped_or_generated
 
-    feed = _feed(ctx.layer, batch, seq, cfg.d_model, cfg.seed + 7)
-    runners, rows = {}, {}
-    too_big = _scores_skip(cfg, batch, seq)
-    for v in prepared:
-        if not v.available:
-            continue
-        if too_big and v.name not in LINEAR_MEMORY_VARIANTS:
-            skipped.append({"batch": batch, "seq": seq, "variant": v.name, "reason": too_big})
-            continue
-        runner = v.make_runner()  # type: ignore[misc]
+    calib = shipped_or_generated(cfg.d_model, workdir, cfg.seed)
+    return {"d_model": cfg.d_model, "heads": cfg.heads, "mask": cfg.mask, "seed": cfg.seed, "calib": calib, "threads": cfg.threads, "render": False}
+
+
+def _prepare(cfg: BenchConfig, workdir: Path, say: Callable[[str], None]) -> tuple[Any, list[Any], dict[str, Any], dict[str, str]]:
+    """The subject, one plan per stage variant (each the main command's), the peers' runner factories, and why any is unavailable."""
+    from attn_export.benchmark.variants import peer_runner
+    from attn_export.config import RunConfig
+    from attn_export.plan import make_plan
+    from attn_export.subjects import make_subject
+
+    base = _base_options(cfg, workdir)
+    subject = make_subject(RunConfig(**base, quantize="int8", out=workdir))  # the layer and its data roles, as every variant sees them
+    plans, peers, unavailable = [], {}, {}
+    for name in cfg.variants:
+        v = VARIANTS[name]
         try:
-            runner.activate()
-            if v.warm_before_memory:
-                runner.infer(feed)
-            mem = peak_memory_delta(lambda r=runner: r.infer(feed))
-        except Exception as err:  # noqa: BLE001 - e.g. torch.compile without a working C++ toolchain
-            v.reason = f"failed at batch {batch}, seq {seq}: {type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:200]}"
-            runner.deactivate()
+            if v.peer == "eager":
+                continue  # the reference every run times anyway (label "eager")
+            if v.peer:
+                peers[name] = peer_runner(v, subject)
+            else:
+                run = dict(v.run or {})
+                opts = base if run.get("low_rank") or run.get("quantize") else {k: x for k, x in base.items() if k != "calib"}
+                plans.append(make_plan(RunConfig(**opts, **run, out=workdir / name)))
+        except Exception as err:  # noqa: BLE001 - the benchmark reports every variant, runnable or not
+            unavailable[name] = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:200]}"
+            say(f"variant {name} unavailable: {unavailable[name]}")
+    return subject, plans, peers, unavailable
+
+
+def _stage_variants(cfg: BenchConfig, unavailable: Mapping[str, str]) -> list[str]:
+    """The variants that are plans (not peers), in the order ``_prepare`` planned them."""
+    return [n for n in cfg.variants if not VARIANTS[n].peer and n not in unavailable]
+
+
+def _rows(cfg: BenchConfig, results: list[Any], subject: Any, points: list[Any], timing: Any, peers: Mapping[str, Any],
+          unavailable: Mapping[str, str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:  # fmt: skip
+    """One row per variant and grid point (latency, memory, FLOPs), and what each variant is (module, size, accuracy)."""
+    info: dict[str, dict[str, Any]] = {}
+    if "eager-fp32" in cfg.variants:
+        info["eager-fp32"] = {"label": "eager", "module": subject.module, "size_bytes": subject.reference_size_bytes(),
+                              "accuracy": {"max_abs": 0.0, "mean_abs": 0.0, "rel_l2": 0.0, "cosine": 1.0, "sqnr_db": 300.0}}  # fmt: skip
+    for name, res in zip(_stage_variants(cfg, unavailable), results):
+        v = VARIANTS[name]
+        if res.error:
+            info[name] = {"reason": res.error}
             continue
-        runners[v.name] = runner
-        rows[v.name] = {"variant": v.name, "batch": batch, "seq": seq, "peak_mem_bytes": mem, "first_run_s": runner.last_inference_time}
-    if not runners:
-        return []
-    per_round = sum(r["first_run_s"] or 0.0 for r in rows.values()) or 1e-3
-    repeats = int(np.clip(cfg.point_budget_s / per_round, cfg.min_repeats, cfg.max_repeats))
-    lat = time_runners(runners, feed, warmup=cfg.warmup, repeats=repeats, batch=batch)
-    for r in runners.values():
-        r.deactivate()
-    by_name = {v.name: v for v in prepared}
-    for name, row in rows.items():
-        flops = count_module_flops(by_name[name].flops_module, seq, batch).total
-        row.update(latency_ms=asdict(lat[name]), gflop=flops / 1e9, throughput_per_s=lat[name].throughput_per_s,
-                   tokens_per_s=lat[name].throughput_per_s * seq, gflops_per_s=flops / 1e9 / (lat[name].p50 / 1e3))  # fmt: skip
-        row.pop("first_run_s")
-    return list(rows.values())
+        art = res.artifacts[v.stage]
+        stage = res.report.stage(v.stage)
+        info[name] = {"label": res.labels[v.stage], "module": art.module, "size_bytes": art.size_bytes, "accuracy": asdict(stage.accuracy),
+                      "artifact": str(art.path) if art.path else None, "passed": stage.passed}  # fmt: skip
+    for name, make in peers.items():
+        runner = make()
+        try:
+            judgement = subject.judge(runner, "report", "fp32")
+        finally:
+            runner.deactivate()
+        info[name] = {"label": name, "module": subject.module, "size_bytes": None, "accuracy": asdict(judgement.accuracy)}
+    rows = []
+    for point in points:
+        lat = timing.latency.get(point.label, {})
+        for name in cfg.variants:
+            label = (info.get(name) or {}).get("label")
+            if label not in lat:
+                continue
+            b, s = point.details["batch"], point.details["seq"]
+            flops = count_module_flops(info[name]["module"], s, b).total
+            latency = lat[label]
+            rows.append({"variant": name, "batch": b, "seq": s, "peak_mem_bytes": timing.memory.get(point.label, {}).get(label),
+                         "latency_ms": asdict(latency), "gflop": flops / 1e9, "throughput_per_s": latency.throughput_per_s,
+                         "tokens_per_s": latency.throughput_per_s * s, "gflops_per_s": flops / 1e9 / (latency.p50 / 1e3)})  # fmt: skip
+    for label, why in timing.failed.items():
+        for name, i in info.items():
+            if i.get("label") == label:
+                i["reason"] = f"failed at {why}"
+    return rows, info
 
 
-def _derive(results: list[dict[str, Any]], prepared: list[PreparedVariant], ceilings: Any) -> None:
+def _derive(results: list[dict[str, Any]], prepared: list[dict[str, Any]], ceilings: Any) -> None:
     """Ratios to eager at the same point, efficiency vs the precision's ceiling, fp16 honesty note."""
-    precision = {v.name: v.precision for v in prepared}
+    precision = {v["name"]: v["precision"] for v in prepared}
     eager = {(r["batch"], r["seq"]): r["latency_ms"]["p50"] for r in results if r["variant"] == "eager-fp32"}
     for r in results:
         e = eager.get((r["batch"], r["seq"]))
@@ -187,99 +204,103 @@ def _derive(results: list[dict[str, Any]], prepared: list[PreparedVariant], ceil
         ceil = ceilings.for_precision(precision[r["variant"]])
         r["efficiency"] = r["gflops_per_s"] / ceil if ceil and math.isfinite(ceil) else None
     for v in prepared:
-        ratios_e = [r["speedup_vs_eager"] for r in results if r["variant"] == v.name and r.get("speedup_vs_eager")]
-        if v.name != "eager-fp32" and ratios_e and float(np.median(ratios_e)) < 0.95:
-            v.notes.append(f"slower than eager-fp32 (median {float(np.median(ratios_e)):.2f}x)")
+        ratios_e = [r["speedup_vs_eager"] for r in results if r["variant"] == v["name"] and r.get("speedup_vs_eager")]
+        if v["name"] != "eager-fp32" and ratios_e and float(np.median(ratios_e)) < 0.95:
+            v["notes"].append(f"slower than eager-fp32 (median {float(np.median(ratios_e)):.2f}x)")
     fp32 = {(r["batch"], r["seq"]): r["latency_ms"]["p50"] for r in results if r["variant"] == "ort-fp32-decomposed"}
     ratios = [r["latency_ms"]["p50"] / fp32[(r["batch"], r["seq"])] for r in results if r["variant"] == "ort-fp16" and (r["batch"], r["seq"]) in fp32]
     for v in prepared:
-        if v.name == "ort-fp16" and ratios:
+        if v["name"] == "ort-fp16" and ratios:
             med = float(np.median(ratios))
-            v.notes.append(f"{'slow' if med > 1.05 else 'ok'}: median {med:.2f}x the latency of ort-fp32-decomposed on this CPU runtime")
-
-
-def _subject(cfg: BenchConfig, workdir: Path) -> Any:
-    """The bench's layer as a pipeline subject, with calibration data (shipped, or generated for this width)."""
-    from attn_export.compress.calib_data import default_calibration_path, generate_calibration
-    from attn_export.config import RunConfig
-    from attn_export.subjects.layer import LayerSubject
-
-    try:
-        calib = default_calibration_path(cfg.d_model)
-    except DataError:  # no shipped set for this width: a seeded synthetic one, identical on every run
-        calib = generate_calibration(workdir / f"calib_d{cfg.d_model}.npz", cfg.d_model, n_calib=16, n_val=4, seed=cfg.seed)
-    run_cfg = RunConfig(d_model=cfg.d_model, heads=cfg.heads, mask=cfg.mask, seed=cfg.seed, quantize="int8", calib=calib,
-                        out=workdir, render=False, threads=cfg.threads)  # fmt: skip
-    return LayerSubject(run_cfg)
+            v["notes"].append(f"{'slow' if med > 1.05 else 'ok'}: median {med:.2f}x the latency of ort-fp32-decomposed on this CPU runtime")
 
 
 def run_bench(cfg: BenchConfig, progress: Progress | None = None) -> dict[str, Any]:
-    """Run the benchmark; returns the JSON-ready result (format ``attn-export-bench/1``)."""
+    """Run the benchmark; returns the JSON-ready result (``schema_version``: ``validate.schema.SCHEMA_VERSIONS["bench"]``)."""
     from attn_export.compress.int8_encoding import choose_cpu_encoding
     from attn_export.environment import cpu_summary_line
     from attn_export.process import ProcessSettings, process_settings
+    from attn_export.runner import RunSettings, run_plans, runner_labels
+    from attn_export.validate.latency import TimingPoint
+    from attn_export.validate.schema import SCHEMA_VERSIONS
 
-    say = progress or (lambda msg, done, total: log.info("[%d/%d] %s", done, total, msg))
+    step = [0]
+    total = 4 + len(cfg.batches) * len(cfg.seqs)
+
+    def say(msg: str) -> None:
+        (progress or (lambda m, d, t: log.info("[%d/%d] %s", d, t, m)))(msg, step[0], total)
+
     threads = cfg.threads or os.cpu_count() or 1
-    grid = [(b, s) for b in cfg.batches for s in cfg.seqs]
-    total = 3 + len(cfg.variants) + len(grid)
-    step = 0
     with process_settings(ProcessSettings(threads=threads)) as proc:
         encoding = choose_cpu_encoding("auto")
-        say(f"{cpu_summary_line()}; int8 weights {encoding.encoding}", step, total)
-        say(f"measuring GEMM ceilings ({cfg.ceiling_size}^3, {threads} threads)", step, total)
+        say(f"{cpu_summary_line()}; int8 weights {encoding.encoding}")
+        say(f"measuring GEMM ceilings ({cfg.ceiling_size}^3, {threads} threads)")
         ceilings = measure_ceilings(threads, cfg.ceiling_size, cfg.ceiling_budget_s)
-        step += 1
+        step[0] += 1
         with tempfile.TemporaryDirectory(prefix="attn-bench-") as tmp:
             workdir = Path(cfg.workdir or tmp)
             workdir.mkdir(parents=True, exist_ok=True)
-            subject = _subject(cfg, workdir)
-            layer = subject.module
-            ctx = BenchContext(subject, workdir, threads, cfg.d_model, cfg.seed)
-            say(f"preparing {len(cfg.variants)} variants", step, total)
-            prepared = prepare_variants(cfg.variants, ctx, encoding)
-            step += len(cfg.variants)
-            say("accuracy of each variant vs eager fp32", step, total)
-            acc = _accuracy(prepared, ctx)
-            step += 1
-            results: list[dict[str, Any]] = []
-            skipped: list[dict[str, Any]] = []
-            for batch, seq in grid:
-                say(f"timing batch {batch}, seq {seq}", step, total)
-                flops = count_module_flops(layer, seq, batch).total
-                reason = _skip_reason(cfg, batch, seq, flops)
-                if reason:
-                    skipped.append({"batch": batch, "seq": seq, "reason": reason})
-                else:
-                    results.extend(_run_point(cfg, prepared, ctx, batch, seq, skipped))
-                step += 1
-            say("measuring GEMM ceilings again (the best of both counts)", step, total)
+            say(f"preparing {len(cfg.variants)} variants (each the plan of its main command)")
+            subject, plans, peers, unavailable = _prepare(cfg, workdir, say)
+            step[0] += 1
+            points, skipped = [], []
+            for batch in cfg.batches:
+                for seq in cfg.seqs:
+                    reason = _skip_reason(cfg, batch, seq, count_module_flops(subject.module, seq, batch).total)
+                    if reason:
+                        skipped.append({"batch": batch, "seq": seq, "reason": reason})
+                        continue
+                    feed = _feed(batch, seq, cfg.d_model, cfg.seed + 7, "key_padding_mask" in subject.input_names)
+                    points.append(TimingPoint(f"B{batch} L{seq}", feed, batch, warmup=cfg.warmup, repeats=None, budget_s=cfg.point_budget_s,
+                                              min_repeats=cfg.min_repeats, max_repeats=cfg.max_repeats, details={"batch": batch, "seq": seq}))  # fmt: skip
+
+            labels = runner_labels(plans)
+            linear = {labels[p.content_key(VARIANTS[n].stage)] for p, n in zip(plans, _stage_variants(cfg, unavailable))
+                      if n in LINEAR_MEMORY_VARIANTS} | (LINEAR_MEMORY_VARIANTS & set(peers))  # fmt: skip
+
+            def skip(label: str, point: Any) -> str | None:
+                return None if label in linear else _scores_skip(cfg, point.details["batch"], point.details["seq"])
+
+            settings = RunSettings(threads, say, points=points or None, peers=peers, measure_memory=True, skip=skip, keep_going=True)
+            results = run_plans(plans, subject, settings) if points else []
+            timing = results[0].timing if results else None
+            if timing is None and points:  # peers only
+                from attn_export.validate.latency import time_pass
+
+                timing = time_pass({"eager": subject.eager_runner, **peers}, points, True, skip)
+            step[0] += len(points)
+            rows, info = _rows(cfg, results, subject, points, timing, peers, unavailable) if timing is not None else ([], {})
+            for s in (timing.skipped if timing is not None else []):
+                variant = next((v for v, i in info.items() if i.get("label") == s["runner"]), s["runner"])
+                skipped.append({"batch": s["batch"], "seq": s["seq"], "variant": variant, "reason": s["reason"]})
+            say("measuring GEMM ceilings again (the best of both counts)")
             ceilings = ceilings.merged(measure_ceilings(threads, cfg.ceiling_size, cfg.ceiling_budget_s))
-            step += 1
-            say("done", step, total)
+            step[0] += 1
         environment = _environment(threads, proc)
         environment["int8_encoding"] = encoding.to_dict()
-    _derive(results, prepared, ceilings)
-    variants = [
-        {"name": v.name, "runtime": v.runtime, "precision": v.precision, "description": v.description, "available": v.available,
-         "reason": v.reason, "notes": v.notes, "size_bytes": v.size_bytes, "accuracy": acc.get(v.name)}
-        for v in prepared
-    ]  # fmt: skip
+    prepared = []
+    for name in cfg.variants:
+        v, i = VARIANTS[name], info.get(name, {})
+        reason = unavailable.get(name) or i.get("reason")
+        notes = list(v.notes) + ([f"built as `{v.command}`"] if v.command else [])
+        prepared.append({"name": name, "runtime": v.runtime, "precision": v.precision, "description": v.description, "available": reason is None,
+                         "reason": reason, "notes": notes, "size_bytes": i.get("size_bytes"), "accuracy": i.get("accuracy")})  # fmt: skip
+    _derive(rows, prepared, ceilings)
     return {
-        "format": BENCH_FORMAT,
-        "environment": environment,
+        "schema_version": SCHEMA_VERSIONS["bench"], "kind": "bench", "environment": environment,
         "layer": {"layer": "transformer", "d_model": cfg.d_model, "heads": cfg.heads, "ffn_mult": 4, "mask": cfg.mask, "seed": cfg.seed},
         "config": {k: (list(v) if isinstance(v, tuple) else str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
         "ceilings": ceilings.to_dict(),
         "methods": {
-            "latency": "p50/p90 over round-robin timed runs of all variants on one input, after warm-up; "
+            "latency": "p50/p90 over round-robin timed runs of all variants on one input, after warm-up; wall and process CPU time; "
             "ONNX Runtime intra-op spinning off, and the CLI sets OMP_WAIT_POLICY=PASSIVE unless set, so idle "
             "thread pools of one runtime do not steal cores from the variant being timed",
-            "memory": f"{memory_method()}: peak RSS delta of the first inference on a fresh runner",
+            "memory": f"{memory_method()}: peak RSS delta of a steady-state inference on a fresh runner",
             "flops": "2 x MACs of projections, Q K^T, P V and FFN, from the module shapes (low-rank factors as they run)",
             "efficiency": "variant GFLOP/s at p50 / best measured GEMM rate of its precision (fp32|fp16|int8)",
+            "variants": "every ONNX variant is the plan of its main command (attn-export with the options in its notes)",
         },
-        "variants": variants,
-        "results": results,
+        "variants": prepared,
+        "results": rows,
         "skipped": skipped,
-    }
+    }  # fmt: skip

@@ -1,19 +1,15 @@
-"""Pretrained BERT-family checkpoints: safetensors loading, text calibration, encoder metrics."""
+"""Pretrained BERT-family checkpoints: safetensors loading, text calibration, encoder metrics.
 
-from attn_export.checkpoint.loader import (
-    KNOWN_CHECKPOINTS,
-    hf_to_reference_key,
-    load_bert_checkpoint,
-    read_bert_config,
-    resolve_checkpoint,
-)
-from attn_export.checkpoint.metrics import embedding_agreement
+Names load lazily (PEP 562), so reading a checkpoint's config.json needs no torch.
+"""
 
-__all__ = [
-    "KNOWN_CHECKPOINTS",
-    "embedding_agreement",
-    "hf_to_reference_key",
-    "load_bert_checkpoint",
-    "read_bert_config",
-    "resolve_checkpoint",
-]
+from __future__ import annotations
+
+from attn_export._lazy import lazy_exports
+
+_WHERE = {
+    "KNOWN_CHECKPOINTS": "loader", "hf_to_reference_key": "loader", "load_bert_checkpoint": "loader", "read_bert_config": "loader",
+    "resolve_checkpoint": "loader", "embedding_agreement": "metrics",
+}  # fmt: skip
+__all__ = sorted(_WHERE)
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)

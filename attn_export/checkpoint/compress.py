@@ -24,9 +24,7 @@ the select texts' embedding cosine (the best step's weights are kept).
 
 from __future__ import annotations
 
-import copy
 import logging
-import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -37,10 +35,8 @@ from torch import nn
 
 from attn_export.checkpoint.text import TokenBatch, all_layer_inputs
 from attn_export.compress.calib_data import ActivationSet
-from attn_export.compress.distill import DistillConfig, distill_
+from attn_export.compress.distill import DistillConfig, DistillSummary, distill_, train_loop
 from attn_export.compress.lowrank import LowRankConfig, LowRankLinear, low_rank_
-from attn_export.compress.quant_onnx import QuantResult
-from attn_export.compress.quant_static import StaticQuantSpec, quantize_static_onnx
 from attn_export.errors import ConfigError
 from attn_export.layers.encoder import SentenceEncoder
 from attn_export.layers.transformer import TransformerLayer
@@ -51,7 +47,7 @@ __all__ = [
     "distill_encoder_",
     "distill_encoder_e2e_",
     "low_rank_encoder_",
-    "quantize_encoder_static",
+    "distill_layer_",
     "train_low_rank_only",
 ]
 
@@ -146,14 +142,7 @@ def low_rank_encoder_(
         summary.replaced_params_after += low.replaced_params_after
         if distill is not None and low.ranks:
             train, dev = _split(acts[i], holdout)
-            s_mod, t_mod = _distill_pair(student.layers[i], teacher.layers[i], lowrank)
-            flags = train_low_rank_only(s_mod)
-            try:
-                entry["distill"] = distill_(s_mod, t_mod, train, dev, distill).to_dict()
-                entry["distill"]["scope"] = "self_attn" if s_mod is not student.layers[i] else "layer"
-            finally:
-                for name, p in s_mod.named_parameters():
-                    p.requires_grad_(flags.get(name, True))
+            entry["distill"] = distill_layer_(student.layers[i], teacher.layers[i], train, dev, lowrank.targets, distill).to_dict()  # type: ignore[arg-type]
         summary.layers[i] = entry
         log.info("layer %d: %s", i, low.describe())
     student.eval()
@@ -185,17 +174,9 @@ def distill_encoder_(
         return {}
     train_acts = all_layer_inputs(teacher, train, layers=indices)
     select_acts = all_layer_inputs(teacher, select, layers=indices)
-    pair_cfg = LowRankConfig(rank_ratio=0.5, targets=tuple(targets))
     out: dict[int, dict[str, Any]] = {}
     for i in indices:
-        s_mod, t_mod = _distill_pair(student.layers[i], teacher.layers[i], pair_cfg)
-        flags = train_low_rank_only(s_mod)
-        try:
-            summary = distill_(s_mod, t_mod, train_acts[i], select_acts[i], distill).to_dict()
-        finally:
-            for name, p in s_mod.named_parameters():
-                p.requires_grad_(flags.get(name, True))
-        summary["scope"] = "self_attn" if s_mod is not student.layers[i] else "layer"
+        summary = distill_layer_(student.layers[i], teacher.layers[i], train_acts[i], select_acts[i], targets, distill).to_dict()  # type: ignore[arg-type]
         out[i] = {k: v for k, v in summary.items() if k != "history"}
         log.info("layer %d distilled: val rel L2 %.4g -> %.4g", i, summary["val_rel_l2_before"], summary["val_rel_l2_after"])
     student.eval()
@@ -242,7 +223,10 @@ def distill_encoder_e2e_(
     student: SentenceEncoder, teacher: SentenceEncoder, train: TokenBatch, select: TokenBatch, steps: int, lr: float = 3e-4,
     batch_size: int = 16, eval_every: int = 25, patience: int = 3, embedding_weight: float = 1.0, seed: int = 0,
 ) -> E2EDistillSummary:  # fmt: skip
-    """Train the student's low-rank factors through the whole encoder towards the teacher (see the module doc)."""
+    """Train the student's low-rank factors through the whole encoder towards the teacher (see the module doc).
+
+    The ``end-to-end`` scope of the one distillation loop (``compress.distill.train_loop``).
+    """
     import torch.nn.functional as F
 
     if student is teacher:
@@ -257,66 +241,54 @@ def distill_encoder_e2e_(
         with torch.no_grad():
             ref = torch.cat([teacher(*b.to_torch())[1] for b in select.batches(64)])
 
-        def select_error() -> float:
+        def evaluate() -> tuple[float, dict[str, float]]:
             with torch.no_grad():
-                return _mean_cosine_error(ref, torch.cat([student(*b.to_torch())[1] for b in select.batches(64)]))
+                err = _mean_cosine_error(ref, torch.cat([student(*b.to_torch())[1] for b in select.batches(64)]))
+            return err, {"select_error": err}
 
-        opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-        from attn_export.compress.distill import _warmup_cosine
+        order = torch.randperm(len(train), generator=torch.Generator().manual_seed(seed))
 
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: _warmup_cosine(step, steps))
-        gen = torch.Generator().manual_seed(seed)
-        before = best = select_error()
-        best_state, best_step, bad, stopped, step = copy.deepcopy(student.state_dict()), 0, 0, False, 0
-        history = [{"step": 0, "select_error": before}]
-        try:
-            order = torch.randperm(len(train), generator=gen)
-            for step in range(1, steps + 1):
-                pos = ((step - 1) * batch_size) % len(train)
-                idx = order[pos : pos + batch_size]
-                ids, mask = train.input_ids[idx.numpy()], train.attention_mask[idx.numpy()]
-                width = max(1, int(mask.sum(axis=1).max()))  # trim to the batch's longest text
-                ids_t, mask_t = torch.from_numpy(ids[:, :width]), torch.from_numpy(mask[:, :width])
-                keep = mask_t.bool()
-                with torch.no_grad():
-                    t_emb, t_outs = _forward_with_layers(teacher, ids_t, mask_t)
-                s_emb, s_outs = _forward_with_layers(student, ids_t, mask_t)
-                hidden = torch.stack([F.mse_loss(s[keep], t[keep]) / t[keep].pow(2).mean().clamp_min(1e-12) for s, t in zip(s_outs, t_outs)]).mean()
-                loss = hidden + embedding_weight * (1.0 - F.cosine_similarity(s_emb, t_emb, dim=-1)).mean()
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                sched.step()
-                if step % eval_every and step != steps:
-                    continue
-                err = select_error()
-                history.append({"step": step, "train_loss": float(loss.detach()), "select_error": err})
-                if err < best:
-                    best, best_step, bad, best_state = err, step, 0, copy.deepcopy(student.state_dict())
-                else:
-                    bad += 1
-                    if bad >= patience:
-                        stopped = True
-                        break
-        finally:
-            student.load_state_dict(best_state)
+        def step_loss(step: int) -> torch.Tensor:
+            pos = ((step - 1) * batch_size) % len(train)
+            idx = order[pos : pos + batch_size].numpy()
+            ids, mask = train.input_ids[idx], train.attention_mask[idx]
+            width = max(1, int(mask.sum(axis=1).max()))  # trim to the batch's longest text
+            ids_t, mask_t = torch.from_numpy(ids[:, :width]), torch.from_numpy(mask[:, :width])
+            keep = mask_t.bool()
+            with torch.no_grad():
+                t_emb, t_outs = _forward_with_layers(teacher, ids_t, mask_t)
+            s_emb, s_outs = _forward_with_layers(student, ids_t, mask_t)
+            hidden = torch.stack([F.mse_loss(s[keep], t[keep]) / t[keep].pow(2).mean().clamp_min(1e-12) for s, t in zip(s_outs, t_outs)]).mean()
+            return hidden + embedding_weight * (1.0 - F.cosine_similarity(s_emb, t_emb, dim=-1)).mean()
+
+        config = DistillConfig(steps=steps, lr=lr, batch_size=batch_size, eval_every=eval_every, patience=patience, seed=seed, progress=False,
+                               scope="end-to-end")  # fmt: skip
+        run = train_loop(student, params, step_loss, evaluate, config)
     finally:
         for name, p in student.named_parameters():
             p.requires_grad_(flags.get(name, True))
     student.eval()
-    summary = E2EDistillSummary(before, best, step, best_step, stopped, len(train), history)
+    history = [{k: v for k, v in h.items() if v is not None} for h in run.history]
+    summary = E2EDistillSummary(float(run.history[0]["select_error"]), run.best["select_error"], run.steps_run, run.best_step, run.stopped_early,  # type: ignore[arg-type]
+                                len(train), history)  # fmt: skip
     log.info("%s", summary.describe())
     return summary
 
 
-def quantize_encoder_static(
-    fp32_onnx: str | os.PathLike[str],
-    out_path: str | os.PathLike[str],
-    calib: TokenBatch,
-    spec: StaticQuantSpec | None = None,
-    batch_size: int = 8,
-) -> QuantResult:
-    """Static int8 of an exported encoder, calibrated on the calibration texts' token feeds."""
-    spec = spec or StaticQuantSpec(method="percentile")
-    feeds = calib.feeds(batch_size, uniform=True, limit=spec.max_calib_samples)
-    return quantize_static_onnx(fp32_onnx, out_path, feeds, spec)
+def distill_layer_(student: TransformerLayer, teacher: TransformerLayer, train: ActivationSet, select: ActivationSet, targets: Sequence[str],
+                   config: DistillConfig) -> DistillSummary:  # fmt: skip
+    """Distil one factorized layer of a checkpoint (layer N) towards the teacher's on its real inputs.
+
+    The attention block alone when only its projections were factorized (``_distill_pair``);
+    only ``LowRankLinear`` factors train, the rest stays the pretrained layer.
+    """
+    s_mod, t_mod = _distill_pair(student, teacher, LowRankConfig(rank_ratio=0.5, targets=tuple(targets)))
+    flags = train_low_rank_only(s_mod)
+    try:
+        summary = distill_(s_mod, t_mod, train, select, config)
+    finally:
+        for name, p in s_mod.named_parameters():
+            p.requires_grad_(flags.get(name, True))
+    student.eval()
+    summary.module = "self_attn" if s_mod is not student else "layer"
+    return summary

@@ -166,20 +166,16 @@ OP_SUPPORT: dict[str, OpSupport] = {
 }
 
 
-OPSET_SOURCES = {
-    TrtVersion(11, 0): "TensorRT 11.x ONNX opset guide: opset 25",
-    TrtVersion(10, 13): f"{OPERATORS_MD}: opset 9-24",
-    TrtVersion(10, 9): "onnx-tensorrt docs/operators.md (release/10.9): opset 9-22",
-    TrtVersion(10, 0): "onnx-tensorrt docs/operators.md (release/10.3): opset 9-20",
+# First release of each row -> (the highest default-domain opset its parser accepts, the source).
+OPSET_SOURCES: dict[TrtVersion, tuple[int, str]] = {
+    TrtVersion(11, 0): (25, "TensorRT 11.x ONNX opset guide: opset 25"),
+    TrtVersion(10, 13): (24, f"{OPERATORS_MD}: opset 9-24"),
+    TrtVersion(10, 9): (22, "onnx-tensorrt docs/operators.md (release/10.9): opset 9-22"),
+    TrtVersion(10, 0): (20, "onnx-tensorrt docs/operators.md (release/10.3): opset 9-20"),  # 10.0-10.8, JetPack 6's 10.3 included
 }
 
 
 def max_opset(version: TrtVersion) -> int:
-    """Highest default-domain opset the parser of ``version`` accepts (sources: ``OPSET_SOURCES``)."""
-    if version.major >= 11:
-        return 25  # TensorRT 11.x opset guide
-    if version >= TrtVersion(10, 13):
-        return 24
-    if version >= TrtVersion(10, 9):
-        return 22
-    return 20  # 10.0-10.8, JetPack 6's 10.3 included
+    """Highest default-domain opset the parser of ``version`` accepts (the newest ``OPSET_SOURCES`` row at or below it)."""
+    rows = [first for first in OPSET_SOURCES if first <= version]
+    return OPSET_SOURCES[max(rows)][0] if rows else min(v[0] for v in OPSET_SOURCES.values())

@@ -8,7 +8,6 @@ to stdout.
 from __future__ import annotations
 
 import math
-import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -20,7 +19,7 @@ from rich.console import Console
 
 from attn_export.errors import ConfigError
 
-__all__ = ["writing", "JsonFlag", "QuietFlag", "ThreadsFlag", "err_console", "floats", "int_in", "ints", "out_console", "parse_bytes", "progress_bar",
+__all__ = ["writing", "JsonFlag", "QuietFlag", "ThreadsFlag", "err_console", "floats", "int_in", "ints", "out_console", "progress_bar",
            "progress_lines", "strs"]
 
 # Logs and CI capture are not terminals: rich would wrap wide tables at 80 columns there.
@@ -82,24 +81,6 @@ def int_in(flag: str, value: int | None, lo: int, hi: int) -> None:
     """``value`` (when given) lies in [lo, hi]; a one-line ConfigError naming ``flag`` otherwise."""
     if value is not None and not lo <= value <= hi:
         raise ConfigError(f"expected {flag} in [{lo}, {hi}], got {value}")
-
-
-_SIZE_UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb": 2**20, "mib": 2**20, "g": 2**30, "gb": 2**30,
-               "gib": 2**30, "t": 2**40, "tb": 2**40, "tib": 2**40}  # fmt: skip
-
-
-def parse_bytes(text: str | None, flag: str) -> int | None:
-    """'64G', '512MiB', '1.5T' or a byte count -> bytes (binary units)."""
-    if text is None:
-        return None
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
-    if not m or m.group(2).lower() not in _SIZE_UNITS:
-        raise ConfigError(f"expected {flag} as a size like 16G, 512M or a byte count, got {text!r}")
-    value = int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
-    if not 1 <= value <= 2**60:
-        raise ConfigError(f"expected {flag} between 1 byte and 1 EiB, got {text!r}")
-    return value
-
 
 
 def strs(text: str | None) -> tuple[str, ...] | None:

@@ -47,7 +47,7 @@ def bench(
         variants_table,
     )
     from attn_export.config import LIMITS
-    from attn_export.layers.projections import check_heads
+    from attn_export.vocabulary import check_heads
     from attn_export.paths import check_output_dir
     from attn_export.run_dir import claim
     from attn_export.validate.plots import plot_seq_scaling

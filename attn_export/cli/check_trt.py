@@ -12,30 +12,21 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from attn_export.errors import ConfigError
+from attn_export.resources import parse_bytes
 from attn_export.runtime.tensorrt.spec import EngineSpec, ShapeProfile
 
-__all__ = ["PRECISIONS", "register", "check_trt", "engine_spec_from_options", "parse_size"]
+__all__ = ["PRECISIONS", "register", "check_trt", "engine_spec_from_options"]
 
 PRECISIONS = ("fp32", "fp16", "int8")
 
 log = logging.getLogger(__name__)
 
-_UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb": 2**20, "mib": 2**20, "g": 2**30, "gb": 2**30, "gib": 2**30}
-
-
-def parse_size(text: str) -> int:
-    """'4G', '512MiB', '1073741824' -> bytes (binary units)."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
-    if not m or m.group(2).lower() not in _UNITS:
-        raise ConfigError(f"expected a size like 4G, 512M or a byte count, got {text!r}")
-    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
 def engine_spec_from_options(
@@ -56,7 +47,7 @@ def engine_spec_from_options(
     return EngineSpec(
         precision=precision,
         profiles=ShapeProfile.parse(min_shape, opt_shape, max_shape),
-        workspace_bytes=parse_size(workspace) if workspace else None,
+        workspace_bytes=parse_bytes(workspace, "--workspace"),
         timing_cache=timing_cache,
         hardware_compatibility=hardware_compatibility,
         version_compatible=version_compatible,

@@ -16,6 +16,7 @@ from typing import Any
 import typer
 
 from attn_export.cli.options import (
+    AtolOpt,
     AttentionImplOpt,
     AttentionOpt,
     BatchOpt,
@@ -24,6 +25,7 @@ from attn_export.cli.options import (
     CalibMethodOpt,
     CalibOpt,
     CheckpointMainOpt,
+    CosineMinOpt,
     DistillOpt,
     DlaCoreOpt,
     DModelOpt,
@@ -56,6 +58,7 @@ from attn_export.cli.options import (
     QuantizeOpt,
     QuietOpt,
     RepeatsOpt,
+    RtolOpt,
     SeedOpt,
     SeqLenOpt,
     SmoothQuantOpt,
@@ -75,18 +78,22 @@ __all__ = ["config_from_options", "register", "run_main"]
 # Options that only shape the terminal output; everything else becomes a RunConfig field.
 OUTPUT_ONLY = ("quiet", "as_json", "progress")
 # Engine options map into EngineSpec (RunConfig.engine); the rest map 1:1 onto RunConfig.
+TOLERANCE_OPTIONS = {"atol": "atol", "rtol": "rtol", "cosine_min": "cosine-min"}
 ENGINE_OPTIONS = ("min_shape", "opt_shape", "max_shape", "workspace", "timing_cache", "hardware_compatibility",
                   "version_compatible", "builder_optimization_level", "dla_core")  # fmt: skip
 
 
 def config_from_options(options: dict[str, Any]) -> Any:
     """The ``RunConfig`` for the main command's parsed options (validated on construction)."""
-    from attn_export.cli._common import parse_bytes
     from attn_export.cli.check_trt import engine_spec_from_options
     from attn_export.config import RunConfig
+    from attn_export.resources import parse_bytes
+    from attn_export.validate.tolerances import parse_tolerance_overrides
 
     opts = {k: v for k, v in options.items() if k not in OUTPUT_ONLY}
     opts["max_memory"] = parse_bytes(opts.get("max_memory"), "--max-memory")
+    tolerances = parse_tolerance_overrides({flag: opts.pop(name, None) for name, flag in TOLERANCE_OPTIONS.items()})
+    opts["tolerance_overrides"] = tolerances or None
     engine_args = {k: opts.pop(k) for k in ENGINE_OPTIONS}
     engine = engine_spec_from_options(
         precision="int8" if opts.get("quantize") else opts.get("precision", "fp32"),
@@ -178,6 +185,9 @@ def register(app: typer.Typer) -> None:
         build_engine: BuildEngineOpt = False,
         bundle: BundleOpt = None,
         triton: TritonOpt = None,
+        atol: AtolOpt = None,
+        rtol: RtolOpt = None,
+        cosine_min: CosineMinOpt = None,
     ) -> None:
         """Export a layer or a checkpoint to ONNX, compress it, validate every artifact against eager PyTorch, and report."""
         if ctx.invoked_subcommand is not None:

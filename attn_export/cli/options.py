@@ -14,6 +14,9 @@ from typing import Annotated, Optional
 import typer
 
 __all__ = [
+    "AtolOpt",
+    "CosineMinOpt",
+    "RtolOpt",
     "AttentionOpt",
     "BatchOpt",
     "BuildEngineOpt",
@@ -111,6 +114,11 @@ MaxMemoryOpt = Annotated[
 ProgressOpt = Annotated[bool, typer.Option("--progress", help="Progress lines on stderr even when it is not a terminal (CI logs).", show_default="off", rich_help_panel=_OUTPUT)]
 
 _COMPRESS = "Compression options"
+_JUDGE = "Accuracy options"
+
+AtolOpt = Annotated[Optional[list[str]], typer.Option("--atol", metavar="[OUTPUT:]VALUE", help="Max abs error bound for every output, or one (y:1e-3); repeatable, as Polygraphy's --atol.", show_default="the tolerance table's", rich_help_panel=_JUDGE)]
+RtolOpt = Annotated[Optional[list[str]], typer.Option("--rtol", metavar="[OUTPUT:]VALUE", help="Relative L2 error bound for every output, or one; repeatable.", show_default="the tolerance table's", rich_help_panel=_JUDGE)]
+CosineMinOpt = Annotated[Optional[list[str]], typer.Option("--cosine-min", metavar="[OUTPUT:]VALUE", help="Minimum cosine to the reference for every output, or one; repeatable.", show_default="the tolerance table's", rich_help_panel=_JUDGE)]
 _DEPLOY = "Deployment options"
 
 LowRankOpt = Annotated[
@@ -123,8 +131,8 @@ DistillOpt = Annotated[
     Optional[int],
     typer.Option("--distill", metavar="[STEPS]", help="Distil the low-rank student from the original (alone: 200 steps).", show_default="off", rich_help_panel=_COMPRESS),
 ]
-QuantizeOpt = Annotated[Optional[str], typer.Option("--quantize", help="int8: quantize and pick the fastest route meeting the int8 tolerance.", show_default="off", rich_help_panel=_COMPRESS)]
-Int8ModeOpt = Annotated[str, typer.Option("--int8-mode", help="auto (every route the target can deploy) | static (Q/DQ) | dynamic (ORT CPU) | torchao (eager).", rich_help_panel=_COMPRESS)]
+QuantizeOpt = Annotated[Optional[str], typer.Option("--quantize", help="8-bit precision: int8 (every route the target can deploy; the fastest meeting the tolerance ships) | none.", show_default="off", rich_help_panel=_COMPRESS)]
+Int8ModeOpt = Annotated[str, typer.Option("--int8-mode", help="auto (every route the target can deploy) | static (Q/DQ) | dynamic (ORT CPU) | torchao (eager reference).", rich_help_panel=_COMPRESS)]
 Int8EncodingOpt = Annotated[
     str,
     typer.Option("--int8-encoding", help="ONNX Runtime CPU int8 weights: auto (reduce-range where this CPU's U8S8 GEMM saturates, i.e. x86 without VNNI) | full-range | reduce-range (7-bit, safe on every CPU).", rich_help_panel=_COMPRESS),

@@ -1,4 +1,9 @@
-"""``attn-export sweep``: a grid over the compression choices and its accuracy/latency Pareto front."""
+"""``attn-export sweep``: a grid of main-command configurations and its accuracy/latency Pareto front.
+
+Option names and values are the main command's: an axis takes a comma list of the values its
+main-command flag takes, plus ``none`` for the flag left off (``--low-rank none,0.5``); every
+other option is one value, meaning what it means for ``attn-export``.
+"""
 
 from __future__ import annotations
 
@@ -9,70 +14,110 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from attn_export.cli._common import (
-    JsonFlag,
-    QuietFlag,
-    ThreadsFlag,
-    floats,
-    int_in,
-    ints,
-    out_console,
-    progress_bar,
-    strs,
-    writing,
+from attn_export.cli._common import out_console, progress_bar, writing
+from attn_export.cli.options import (
+    BatchOpt,
+    CalibOpt,
+    CheckpointMainOpt,
+    DModelOpt,
+    HeadsOpt,
+    JsonOpt,
+    LanguagesOpt,
+    LayersMainOpt,
+    LowRankTargetsOpt,
+    MaxLenOpt,
+    MaxTextsOpt,
+    QuietOpt,
+    SeedOpt,
+    SeqLenOpt,
+    TargetOpt,
+    ThreadsOpt,
+    WarmupOpt,
 )
 
-__all__ = ["register"]
+__all__ = ["register", "sweep_axis"]
+
+_AXES = "Sweep axes (comma lists of the main command's values; none = the option left off)"
+
+
+def sweep_axis(text: str | None, flag: str, kind: type) -> tuple[Any, ...] | None:
+    """``"none,0.5"`` -> ``(None, 0.5)`` for axis ``flag`` (values are checked by RunConfig, as the main command's)."""
+    from attn_export.errors import ConfigError
+
+    if text is None:
+        return None
+    values: list[Any] = []
+    for part in (t.strip() for t in text.split(",")):
+        if not part:
+            continue
+        if part.lower() == "none":
+            values.append(None)
+            continue
+        try:
+            values.append(kind(part))
+        except ValueError:
+            raise ConfigError(f"expected {flag} as a comma list of {kind.__name__} values or none, got {part!r} in {text!r}") from None
+    if not values:
+        raise ConfigError(f"expected {flag} to name at least one value, got {text!r}")
+    return tuple(dict.fromkeys(values))
 
 
 def sweep(
-    quick: Annotated[bool, typer.Option("--quick", help="Small grid: low-rank 1,0.5 x distill 0,40 x int8 none,dynamic,static(minmax) x fp32,fp16.", show_default="off")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="Small grid: --low-rank none,0.5 --distill none,40 --quantize none,int8 --int8-mode dynamic,static --calib-method minmax --precision fp32,fp16.", show_default="off")] = False,
     out: Annotated[Path, typer.Option("--out", help="Output folder for sweep.json, pareto.md and pareto.png.")] = Path("attn-export-sweep"),
-    checkpoint: Annotated[str | None, typer.Option("--checkpoint", help="Sweep a checkpoint (DIR or minilm) instead of the reference layer.", show_default="off")] = None,
-    layers: Annotated[str | None, typer.Option("--layers", help="With --checkpoint: all, or a layer index N.", show_default="all")] = None,
-    max_texts: Annotated[int | None, typer.Option("--max-texts", help="With --checkpoint: texts per corpus split.", show_default="320")] = None,
-    low_rank: Annotated[str | None, typer.Option("--low-rank", help="Low-rank ratios to try, 1 = none.", show_default="1,0.75,0.5,0.25")] = None,
-    distill: Annotated[str | None, typer.Option("--distill", help="Distillation steps to try, 0 = none.", show_default="0,100,300")] = None,
-    int8_mode: Annotated[str | None, typer.Option("--int8-mode", help="int8 routes to try: none|dynamic|static.", show_default="all three")] = None,
-    calib_method: Annotated[str | None, typer.Option("--calib-method", help="Static calibrations to try: minmax|percentile|entropy.", show_default="all three")] = None,
-    precision: Annotated[str | None, typer.Option("--precision", help="Export precisions to try: fp32|fp16.", show_default="fp32,fp16")] = None,
-    low_rank_targets: Annotated[str | None, typer.Option("--low-rank-targets", help="Linears to factorize.", show_default="q,k,v,o,ffn for a layer; q,k for --checkpoint")] = None,
-    d_model: Annotated[int, typer.Option("--d-model", help="Model width of the reference layer.")] = 512,
-    heads: Annotated[int, typer.Option("--heads", help="Attention heads of the reference layer.")] = 8,
-    seed: Annotated[int, typer.Option("--seed", help="Seed for weights, data and distillation.")] = 0,
-    batch: Annotated[int, typer.Option("--batch", help="Batch size of the latency input.")] = 8,
-    seq_len: Annotated[int, typer.Option("--seq-len", help="Sequence length of the latency input.")] = 128,
+    low_rank: Annotated[str | None, typer.Option("--low-rank", help="Low-rank ratios (none = no factorization).", show_default="none,0.75,0.5,0.25", rich_help_panel=_AXES)] = None,
+    distill: Annotated[str | None, typer.Option("--distill", help="Distillation steps (none = no distillation).", show_default="none,100,300", rich_help_panel=_AXES)] = None,
+    quantize: Annotated[str | None, typer.Option("--quantize", help="8-bit precisions (none = no quantization).", show_default="none,int8", rich_help_panel=_AXES)] = None,
+    int8_mode: Annotated[str | None, typer.Option("--int8-mode", help="8-bit routes of each quantized point (auto = the main command's selection).", show_default="dynamic,static", rich_help_panel=_AXES)] = None,
+    calib_method: Annotated[str | None, typer.Option("--calib-method", help="Static calibrations (static and auto points).", show_default="minmax,percentile,entropy", rich_help_panel=_AXES)] = None,
+    precision: Annotated[str | None, typer.Option("--precision", help="Export precisions.", show_default="fp32,fp16", rich_help_panel=_AXES)] = None,
+    checkpoint: CheckpointMainOpt = None,
+    layers: LayersMainOpt = None,
+    max_len: MaxLenOpt = None,
+    max_texts: MaxTextsOpt = None,
+    languages: LanguagesOpt = None,
+    d_model: DModelOpt = None,
+    heads: HeadsOpt = None,
+    seed: SeedOpt = 0,
+    batch: BatchOpt = 8,
+    seq_len: SeqLenOpt = 128,
+    low_rank_targets: LowRankTargetsOpt = None,
+    calib: CalibOpt = None,
+    target: TargetOpt = "ort-cpu",
+    threads: ThreadsOpt = None,
+    warmup: WarmupOpt = 2,
     repeats: Annotated[int | None, typer.Option("--repeats", help="Timed runs per configuration.", show_default="10, quick 5")] = None,
-    calib: Annotated[Path | None, typer.Option("--calib", help="Calibration data (activations for a layer, .txt for a checkpoint).", show_default="the shipped set")] = None,
-    threads: ThreadsFlag = None,
-    quiet: QuietFlag = False,
-    as_json: JsonFlag = False,
+    max_points: Annotated[int, typer.Option("--max-points", help="Refuse a grid with more points than this (each point is a pipeline run).")] = 64,
+    yes: Annotated[bool, typer.Option("--yes", help="Run a grid larger than --max-points anyway.", show_default="off")] = False,
+    save_models: Annotated[bool, typer.Option("--save-models", help="Keep the Pareto points' models in OUT/models/.", show_default="off")] = False,
+    quiet: QuietOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Grid over compression choices (each option takes a comma list); prints the Pareto front with a reproducible recipe per row."""
-    from attn_export.sweep import (
-        PARETO_COLUMNS,
-        SweepConfig,
-        pareto_rows,
-        run_sweep,
-        write_sweep,
-    )
+    """Grid over compression choices (each axis a comma list); prints the Pareto front with the main command that rebuilds each row."""
+    from attn_export.sweep import PARETO_COLUMNS, SweepConfig, pareto_rows, run_sweep, write_sweep
 
-    grid = {
-        "rank_ratios": floats(low_rank, "--low-rank"), "distill_steps": ints(distill, "--distill"),
-        "int8_modes": strs(int8_mode), "calib_methods": strs(calib_method), "precisions": strs(precision),
-        "low_rank_targets": strs(low_rank_targets), "repeats": repeats,
+    axes = {
+        "low_rank": sweep_axis(low_rank, "--low-rank", float), "distill": sweep_axis(distill, "--distill", int),
+        "quantize": sweep_axis(quantize, "--quantize", str), "int8_mode": sweep_axis(int8_mode, "--int8-mode", str),
+        "calib_method": sweep_axis(calib_method, "--calib-method", str), "precision": sweep_axis(precision, "--precision", str),
     }  # fmt: skip
-    overrides: dict[str, Any] = {k: v for k, v in grid.items() if v is not None}
-    overrides.update(d_model=d_model, heads=heads, seed=seed, batch=batch, seq_len=seq_len, threads=threads,
-                     calibration=str(calib) if calib else None, checkpoint=checkpoint, layers=layers, max_texts=max_texts)  # fmt: skip
-    cfg = SweepConfig.quick(**overrides) if quick else SweepConfig(**overrides)
-    _preflight(cfg, out, calib)
+    base = {"checkpoint": checkpoint, "layers": layers, "max_len": max_len, "max_texts": max_texts, "languages": languages, "d_model": d_model,
+            "heads": heads, "seed": seed, "batch": batch, "seq_len": seq_len, "low_rank_targets": low_rank_targets, "calib": calib,
+            "target": target, "threads": threads, "warmup": warmup, "repeats": repeats}  # fmt: skip
+    base = {k: v for k, v in base.items() if v is not None}
+    overrides: dict[str, Any] = {k: v for k, v in axes.items() if v is not None}
+    limit = 2**31 if yes else max_points
+    cfg = SweepConfig.quick(base=base, max_points=limit, **overrides) if quick else SweepConfig(base={"repeats": 10, **base}, max_points=limit, **overrides)
+    for point in cfg.points():  # every point is a valid main command, refused as one before any work
+        cfg.run_config(point, out)
+    probe = max((cfg.run_config(p, out) for p in cfg.points()), key=lambda c: c.estimate_memory().total)
+    probe.preflight()
     from attn_export.run_dir import claim
 
-    config = {k: (list(v) if isinstance(v, tuple) else v) for k, v in overrides.items()}
-    with claim(out, "--out", config={"command": "sweep", "quick": quick, **config}, seed=seed):
+    config = {"command": "sweep", "quick": quick, **{k: list(v) for k, v in overrides.items()}, **{k: str(v) for k, v in base.items()}}
+    with claim(out, "--out", config=config, seed=seed):
         with progress_bar(not (quiet or as_json), f"sweep ({len(cfg.points())} configs)") as cb:
-            result = run_sweep(cfg, progress=cb)
+            result = run_sweep(cfg, progress=cb, save_models=out / "models" if save_models else None)
         with writing(out, "--out"):
             files = write_sweep(result, out)
     if as_json:
@@ -86,21 +131,6 @@ def sweep(
     out_console.print(table)
     if not quiet:
         out_console.print(f"wrote {', '.join(str(p) for p in files.values())}", highlight=False)
-
-
-def _preflight(cfg: Any, out: Path, calib: Path | None) -> None:
-    """The main command's bounds, paths and memory estimate for the sweep's subject, before any work."""
-    from attn_export.config import LIMITS, RunConfig
-
-    int_in("--repeats", cfg.repeats, 1, LIMITS["repeats"])
-    for steps in cfg.distill_steps:
-        int_in("--distill", steps, 0, LIMITS["distill"])
-    subject: dict[str, Any] = {"checkpoint": cfg.checkpoint, "layers": cfg.layers} if cfg.checkpoint else {"d_model": cfg.d_model, "heads": cfg.heads}
-    probe = RunConfig(**subject, seed=cfg.seed, batch=cfg.batch, seq_len=cfg.seq_len, threads=cfg.threads, out=out, render=False,
-                      quantize="int8", low_rank=0.5 if any(r < 1.0 for r in cfg.rank_ratios) else None,
-                      calib=calib)  # fmt: skip
-    probe.check_paths()
-    probe.check_memory()
 
 
 def register(app: typer.Typer) -> None:

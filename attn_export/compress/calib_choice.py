@@ -29,10 +29,10 @@ from typing import Any
 import numpy as np
 
 from attn_export.compress.probe import RunningHistogram, TensorStats
+from attn_export.vocabulary import PER_TENSOR  # the --calib-method value that chooses per activation
 
 __all__ = [
     "PERCENTILE_POINTS",
-    "PER_TENSOR",
     "RangeChoice",
     "candidate_thresholds",
     "choose_ranges",
@@ -43,7 +43,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-PER_TENSOR = "per-tensor"  # the --calib-method value that chooses per activation
 PERCENTILE_POINTS: tuple[float, ...] = (99.9, 99.99, 99.999)
 _QMAX = 127  # symmetric int8: [-127, 127]
 _KL_LEVELS = 128  # TensorRT's entropy calibrator folds |x| into 128 levels

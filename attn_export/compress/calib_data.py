@@ -122,6 +122,20 @@ def default_calibration_path(d_model: int = 512) -> Path:
     )
 
 
+def shipped_or_generated(d_model: int, folder: Path, seed: int = 0) -> Path:
+    """The shipped set for ``d_model``, else a seeded synthetic one written to ``folder`` (the same file for the same seed).
+
+    For the sweep and the bench, which run many configurations of one width: every point
+    calibrates on the same data, and the file stays beside their results so each recipe
+    (``--calib FILE``) rebuilds its point exactly.
+    """
+    try:
+        return default_calibration_path(d_model)
+    except DataError:
+        path = Path(folder) / f"calib_d{d_model}_seed{seed}.npz"
+        return path if path.is_file() else generate_calibration(path, d_model, n_calib=16, n_val=4, seed=seed)
+
+
 def load_calibration(
     path: str | os.PathLike[str],
     d_model: int | None = None,
@@ -417,7 +431,7 @@ def check_generate_args(
             f"expected a set of at most {max_bytes:,} bytes (what the loader accepts), got {size:,} "
             f"({n} x {seq_len} x {d_model} {dtype}); use fewer --n-calib/--n-val or a shorter --seq-len"
         )
-    from attn_export.config import available_memory, format_bytes
+    from attn_export.resources import available_memory, format_bytes
 
     working = n * seq_len * d_model * 8 * 4 + d_model * d_model * 8 * 3  # float64 draws, mixes and LayerNorm; basis and QR
     free = available_memory()

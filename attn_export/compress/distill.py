@@ -15,7 +15,7 @@ import inspect
 import logging
 import math
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -35,11 +35,12 @@ from attn_export.compress.calib_data import (
 from attn_export.errors import ConfigError
 from attn_export.layers.projections import AttentionProjections
 
-__all__ = ["DistillConfig", "DistillSummary", "OutputError", "attention_kl", "capture_attention", "distill_", "output_error"]
+__all__ = ["DISTILL_SCOPES", "DistillConfig", "DistillSummary", "LoopResult", "OutputError", "attention_kl", "capture_attention", "distill_", "output_error", "train_loop"]
 
 log = logging.getLogger(__name__)
 
 _Batch = tuple[torch.Tensor, torch.Tensor | None]  # x (B, L, D), key_padding_mask (B, L) or None
+DISTILL_SCOPES: tuple[str, ...] = ("layer", "end-to-end")
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,10 @@ class DistillConfig:
 
     ``patience`` counts validation checks (every ``eval_every`` steps) without improvement.
     ``augment`` trains on calibration tokens recombined into new sequences (see ``_batches``).
+    ``scope``: what one loop trains: ``layer`` (one module on its own input activations: a
+    reference layer, layer N of a checkpoint, or each layer of an encoder in turn) or
+    ``end-to-end`` (a whole encoder on text, ``checkpoint.compress.distill_encoder_e2e_``).
+    Both run ``train_loop``.
     """
 
     steps: int = 200
@@ -60,8 +65,11 @@ class DistillConfig:
     seed: int = 0
     progress: bool = True
     augment: bool = True
+    scope: str = "layer"
 
     def __post_init__(self) -> None:
+        if self.scope not in DISTILL_SCOPES:
+            raise ConfigError(f"expected a distillation scope in {', '.join(DISTILL_SCOPES)}, got {self.scope!r}")
         for name in ("steps", "batch_size", "eval_every", "patience"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"expected {name} >= 1, got {getattr(self, name)}")
@@ -91,6 +99,7 @@ class DistillSummary:
     stopped_early: bool
     history: list[dict[str, float | None]] = field(default_factory=list)  # step, train_loss, val_mse, val_rel_l2
     best_step: int = 0
+    module: str = "layer"  # what trained: the whole layer, or only its attention block (self_attn)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -252,9 +261,6 @@ def _train(
     device = device_of(student)
     with torch.no_grad():
         val_ref = torch.cat([forward_layer(teacher, xb, kb) for xb, kb in val.batches(config.batch_size, device=device)])
-    before = output_error(student, val_ref, val, config.batch_size)
-    history = [{"step": 0, "train_loss": None, "val_mse": before.mse, "val_rel_l2": before.rel_l2}]
-    best, best_step, best_state, bad, stopped_early, step = before, 0, copy.deepcopy(student.state_dict()), 0, False, 0
 
     def student_loss(xb: torch.Tensor, kb: torch.Tensor | None, y_t: torch.Tensor, probs_t: dict) -> torch.Tensor:
         keep = None if kb is None else kb != 0
@@ -265,19 +271,57 @@ def _train(
         kl = torch.stack([attention_kl(probs_t[n], probs_s[n], keep) for n in probs_t]).mean()
         return _token_mse(y_s, y_t, keep) + config.attn_kl_weight * kl
 
+    batches = _batches(calib, config.batch_size, torch.Generator().manual_seed(config.seed), config.augment, device)
+
+    def step_loss(step: int) -> torch.Tensor:
+        xb, kb = next(batches)
+        y_t, probs_t = _teacher_targets(teacher, xb, kb, use_kl)
+        if config.grad_checkpointing:  # recompute the student's activations during backward
+            return checkpoint(student_loss, xb, kb, y_t, probs_t, use_reentrant=False)
+        return student_loss(xb, kb, y_t, probs_t)
+
+    def evaluate() -> tuple[float, dict[str, float]]:
+        err = output_error(student, val_ref, val, config.batch_size)
+        return err.mse, {"val_mse": err.mse, "val_rel_l2": err.rel_l2}
+
+    run = train_loop(student, params, step_loss, evaluate, config)
+    before, best = run.history[0], run.best
+    return DistillSummary(before["val_mse"], best["val_mse"], before["val_rel_l2"], best["val_rel_l2"], run.steps_run, run.stopped_early,
+                          run.history, run.best_step)  # fmt: skip
+
+
+@dataclass
+class LoopResult:
+    """What ``train_loop`` did: the metrics before and at the best step, and every check."""
+
+    best: dict[str, float]
+    best_step: int
+    steps_run: int
+    stopped_early: bool
+    history: list[dict[str, float | None]]
+
+
+def train_loop(
+    student: nn.Module, params: list[nn.Parameter], step_loss: Callable[[int], torch.Tensor],
+    evaluate: Callable[[], tuple[float, dict[str, float]]], config: DistillConfig,
+) -> LoopResult:  # fmt: skip
+    """The one distillation loop, for every scope: AdamW with warm-up and cosine decay, a check every
+    ``eval_every`` steps, early stopping after ``patience`` checks without improvement, and the best
+    check's weights restored at the end (distillation never leaves the student worse than it found it).
+
+    ``step_loss(step)`` returns the training loss of one batch; ``evaluate()`` returns
+    ``(error, metrics)`` on the select split (lower error is better).
+    """
+    first, metrics = evaluate()
+    history: list[dict[str, float | None]] = [{"step": 0, "train_loss": None, **metrics}]
+    best_err, best, best_step, best_state, bad, stopped, step = first, dict(metrics), 0, copy.deepcopy(student.state_dict()), 0, False, 0
     opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, partial(_warmup_cosine, steps=config.steps))
-    batches = _batches(calib, config.batch_size, torch.Generator().manual_seed(config.seed), config.augment, device)
     # a progress bar only where a person watches: never \r redraws in a CI log
-    bar = tqdm(total=config.steps, desc="distill", unit="step", disable=not (config.progress and sys.stderr.isatty()), leave=False)
+    bar = tqdm(total=config.steps, desc=f"distill ({config.scope})", unit="step", disable=not (config.progress and sys.stderr.isatty()), leave=False)
     try:
         for step in range(1, config.steps + 1):
-            xb, kb = next(batches)
-            y_t, probs_t = _teacher_targets(teacher, xb, kb, use_kl)
-            if config.grad_checkpointing:  # recompute the student's activations during backward
-                loss = checkpoint(student_loss, xb, kb, y_t, probs_t, use_reentrant=False)
-            else:
-                loss = student_loss(xb, kb, y_t, probs_t)
+            loss = step_loss(step)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -285,17 +329,17 @@ def _train(
             bar.update(1)
             if step % config.eval_every and step != config.steps:
                 continue
-            err, train_loss = output_error(student, val_ref, val, config.batch_size), float(loss.detach())
-            history.append({"step": step, "train_loss": train_loss, "val_mse": err.mse, "val_rel_l2": err.rel_l2})
-            bar.set_postfix(loss=f"{train_loss:.3g}", val_rel_l2=f"{err.rel_l2:.4g}")
-            if err.mse < best.mse:
-                best, best_step, best_state, bad = err, step, copy.deepcopy(student.state_dict()), 0
+            err, metrics = evaluate()
+            history.append({"step": step, "train_loss": float(loss.detach()), **metrics})
+            bar.set_postfix(loss=f"{float(loss.detach()):.3g}", error=f"{err:.4g}")
+            if err < best_err:
+                best_err, best, best_step, best_state, bad = err, dict(metrics), step, copy.deepcopy(student.state_dict()), 0
             else:
                 bad += 1
                 if bad >= config.patience:
-                    stopped_early = True
+                    stopped = True
                     break
     finally:
         bar.close()
         student.load_state_dict(best_state)
-    return DistillSummary(before.mse, best.mse, before.rel_l2, best.rel_l2, step, stopped_early, history, best_step)
+    return LoopResult(best, best_step, step, stopped, history)

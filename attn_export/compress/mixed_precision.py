@@ -45,10 +45,8 @@ from attn_export.errors import ConfigError, ExportError
 from attn_export.runtime.base import Feed, Runner
 
 __all__ = [
-    "EMBEDDING_GOAL",
-    "FALLBACK_CHOICES",
     "FallbackGoal",
-    "FallbackStep",
+    "FallbackTrial",
     "FloatFallbackPass",
     "Gemm",
     "GroupSensitivity",
@@ -63,7 +61,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-FALLBACK_CHOICES = ("auto", "none")  # or a number of groups
 SWITCH_INPUT = "int8_group_switches"  # bool [groups]: True = the group runs int8
 
 
@@ -72,31 +69,22 @@ SWITCH_INPUT = "int8_group_switches"  # bool [groups]: True = the group runs int
 class FallbackGoal:
     """What the fallback must reach on the select split, beyond the stage's own tolerance.
 
-    ``embedding_*`` apply to subjects judged by sentence embeddings: the static route's
-    acceptance bar for a checkpoint (issue 11). For a layer the int8 tolerance alone decides.
+    ``embedding`` applies to subjects judged by sentence embeddings: the 8-bit goal of the
+    tolerance table (``validate.tolerances``, issue 11's static acceptance); the subject picks
+    it (``Subject.fallback_goal``). Without it the stage's tolerance alone decides.
     """
 
-    min_mean_cosine: float | None = None
-    min_min_cosine: float | None = None
-    min_top1: float | None = None
+    embedding: Any = None  # validate.tolerances.EmbeddingTolerance | None
 
     def violations(self, judgement: Any) -> list[str]:
         out = list(judgement.violations)
         emb = judgement.details.get("embedding")
-        if emb:
-            for key, bound, label in (("mean_cosine", self.min_mean_cosine, "mean cosine"), ("min_cosine", self.min_min_cosine, "min cosine"),
-                                      ("top1_neighbor_agreement", self.min_top1, "top-1 agreement")):  # fmt: skip
-                if bound is not None and not float(emb[key]) >= bound:
-                    out.append(f"{label} {float(emb[key]):.5f} < {bound}")
+        if emb and self.embedding is not None:
+            out.extend(v for v in self.embedding.violations(emb, 0.0) if v not in out)
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
-
-
-# The static route's bar for an encoder (issue 11's acceptance, on unseen text): the select
-# split is held to it, so the report split lands there too.
-EMBEDDING_GOAL = FallbackGoal(min_mean_cosine=0.995, min_min_cosine=0.98, min_top1=0.95)
+        return self.embedding.to_dict() if self.embedding is not None else {}
 
 
 # -- inventory ---------------------------------------------------------------------------
@@ -318,7 +306,7 @@ def sensitivity(subject: Any, graph: SwitchableGraph, limit: int, split: str = "
 
 
 @dataclass
-class FallbackStep:
+class FallbackTrial:
     """The select-split judgement with ``float_groups`` kept in float."""
 
     float_groups: list[str]
@@ -330,30 +318,34 @@ class FallbackStep:
 def fallback_search(
     subject: Any, graph: SwitchableGraph, ranking: Sequence[str], tolerance_key: str, goal: FallbackGoal, mode: str | int,
     say: Callable[[str], None] | None = None,
-) -> tuple[list[str], list[FallbackStep]]:  # fmt: skip
+) -> tuple[list[str], list[FallbackTrial]]:  # fmt: skip
     """Float groups, most sensitive first, until the goal is met on the select split (``auto``) or N of them.
 
     Returns the groups kept in float and every judged step. ``auto`` stops at the first
-    step that meets the goal; when none does, every group ends in float and the last step
-    says by how much the goal was missed.
+    step that meets the goal; when none does, every group but the least sensitive ends in
+    float (an all-float model is not an int8 route) and the last step says by how much the
+    goal was missed. A fixed N that would leave no int8 GEMM is refused.
     """
     if isinstance(mode, int):
+        if mode >= len(ranking):
+            raise ConfigError(f"--int8-fallback {mode} would keep all {len(ranking)} GEMM groups in float, which leaves no int8 GEMM; "
+                              f"use auto or N < {len(ranking)}")  # fmt: skip
         chosen = list(ranking[:mode])
         j = subject.judge(graph.runner(set(graph.groups) - set(chosen)), "select", tolerance_key)
         missed = goal.violations(j)
-        return chosen, [FallbackStep(chosen, j.headline(), not missed, missed)]
-    steps: list[FallbackStep] = []
-    for k in range(len(ranking) + 1):
+        return chosen, [FallbackTrial(chosen, j.headline(), not missed, missed)]
+    steps: list[FallbackTrial] = []
+    for k in range(len(ranking)):  # at least one group stays int8: an all-float model is not an int8 route
         chosen = list(ranking[:k])
         j = subject.judge(graph.runner(set(graph.groups) - set(chosen)), "select", tolerance_key)
         missed = goal.violations(j)
-        steps.append(FallbackStep(chosen, j.headline(), not missed, missed))
+        steps.append(FallbackTrial(chosen, j.headline(), not missed, missed))
         if say:
             say(f"int8 fallback, {k} group(s) in float{' (' + chosen[-1] + ')' if chosen else ''}: {j.headline()}"
                 + ("" if missed else " - goal met"))  # fmt: skip
         if not missed:
             return chosen, steps
-    return list(ranking), steps
+    return list(ranking[: max(0, len(ranking) - 1)]), steps
 
 
 # -- what the report shows ---------------------------------------------------------------

@@ -197,6 +197,10 @@ def collect_stats(
             rows = real_tokens(feed, arr) if real_only else np.asarray(arr, dtype=np.float32).reshape(-1, np.asarray(arr).shape[-1])
             s = stats[name]
             m = np.abs(rows).max(axis=0) if len(rows) else np.zeros(rows.shape[-1], np.float32)
+            if s.channel_absmax is not None and s.channel_absmax.shape != m.shape:
+                # the last axis is not a channel axis (attention scores: it is the key length, which the trimmed
+                # feeds change): only the tensor's absmax is kept
+                m = s.channel_absmax = np.full(1, max(float(s.channel_absmax.max()), float(m.max(initial=0.0))), np.float32)
             s.channel_absmax = m if s.channel_absmax is None else np.maximum(s.channel_absmax, m)
             s.tokens += len(rows)
             if histogram:

@@ -23,7 +23,7 @@ from torch import nn
 from attn_export._lazy import require
 from attn_export.errors import ConfigError
 
-__all__ = ["EAGER_INT8_MODES", "TORCHAO_OPT_IN_NOTE", "quantize_eager_"]
+__all__ = ["EAGER_INT8_MODES", "quantize_eager_"]
 
 log = logging.getLogger(__name__)
 
@@ -73,14 +73,3 @@ def quantize_eager_(model: nn.Module, mode: str = "int8-dynamic", inplace: bool 
     q.quantize_(target, config)
     log.info("torchao %s: quantized %d Linear layers", mode, n_linear)
     return target.eval()
-
-
-
-# Why torchao is opt-in in the pipeline and the bench: measured on x86 CPUs without torch.compile,
-# its eager int8 ran at 0.04-0.05x eager fp32 on an AVX2 EPYC (3.3-4.3 s per call on the default
-# layer) and 0.2-0.8x on AVX-512 VNNI, and a quick in-process probe flips with machine load, which
-# would make a run's stage list depend on the noise. It stays the accuracy reference on request.
-TORCHAO_OPT_IN_NOTE = (
-    "int8 route torchao not run by default: torchao's eager CPU int8 runs slower than eager fp32 on x86 "
-    "(0.04-0.8x measured on AVX2 and AVX-512 VNNI); add --with-torchao (or --int8-mode torchao) to time it as the accuracy reference"
-)

@@ -29,15 +29,11 @@ from attn_export.compress.qdq import QdqSummary, inspect_qdq
 from attn_export.errors import ConfigError, DataError, ExportError
 
 __all__ = [
-    "DYNAMIC_NOT_FOR_TENSORRT",
-    "INT8_ROUTES",
     "STATIC_ON_CPU",
-    "TORCHAO_IS_EAGER_ONLY",
     "ActivationLike",
     "QuantResult",
     "calibration_feeds",
     "calibration_reader",
-    "check_route_for_target",
     "fuse_for_ort_cpu",
     "preprocess_for_quantization",
     "quantize_dynamic_onnx",
@@ -46,15 +42,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-INT8_ROUTES: tuple[str, ...] = ("static", "dynamic", "torchao")
-DYNAMIC_NOT_FOR_TENSORRT = (
-    "the dynamic int8 route emits DynamicQuantizeLinear/MatMulInteger, which TensorRT cannot parse; "
-    "use --int8-mode static (symmetric Q/DQ) for TensorRT targets"
-)
-TORCHAO_IS_EAGER_ONLY = (
-    "the torchao int8 route quantizes the eager PyTorch module and does not export to ONNX; "
-    "use --int8-mode static or dynamic for a deployable model"
-)
 STATIC_ON_CPU = (
     "the static Q/DQ model is laid out for TensorRT (signed int8, Q/DQ only on GEMM inputs); ONNX Runtime "
     "CPU runs it 5-10% slower than the dynamic route, which needs no calibration"
@@ -108,22 +95,6 @@ class QuantResult:
             f"{self.n_dynamic_quantize_linear} DynamicQ, weights {'per channel' if self.per_channel else 'per tensor'}, "
             f"{self.size_bytes} bytes ({100 * self.size_ratio:.1f}% of fp32)"
         )
-
-
-def check_route_for_target(route: str, target: str) -> list[str]:
-    """Warnings for running an int8 ``route`` on a deployment ``target`` (an ``--target`` name)."""
-    from attn_export.export.targets import get_target
-
-    if route not in INT8_ROUTES:
-        raise ConfigError(f"expected --int8-mode in {', '.join(INT8_ROUTES)}, got {route!r}")
-    tgt = get_target(target)
-    if route == "torchao":
-        return [TORCHAO_IS_EAGER_ONLY]
-    if route == "dynamic" and tgt.is_tensorrt:
-        return [DYNAMIC_NOT_FOR_TENSORRT]
-    if route == "static" and tgt.name == "ort-cpu":
-        return [STATIC_ON_CPU]
-    return []
 
 
 def _onnx_input_types(model_path: str | os.PathLike[str]) -> list[tuple[str, np.dtype, int | None]]:
@@ -319,7 +290,7 @@ def quantize_dynamic_onnx(
 
     from attn_export.compress.embedding_quant import EmbeddingQuantPass
 
-    notes = [DYNAMIC_NOT_FOR_TENSORRT]
+    notes: list[str] = []
     sq_summary: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="attn_export_q8_") as tmp:
         src = preprocess_for_quantization(fp32_onnx, Path(tmp) / "pre.onnx")

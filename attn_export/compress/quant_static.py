@@ -25,8 +25,6 @@ which that step restores fallback weights from.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import logging
 import os
 import shutil
@@ -39,7 +37,7 @@ import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common as ir_common
 
-from attn_export.compress.calib_choice import PER_TENSOR, choose_ranges
+from attn_export.compress.calib_choice import choose_ranges
 from attn_export.compress.qdq import attention_bmms, inspect_qdq, is_constant
 from attn_export.compress.quant_onnx import (
     STATIC_ON_CPU,
@@ -52,13 +50,12 @@ from attn_export.compress.quant_onnx import (
 )
 from attn_export.compress.smoothquant import smooth_onnx
 from attn_export.errors import ConfigError, ExportError
+from attn_export.vocabulary import CALIB_CHOICES, PER_TENSOR
 
-__all__ = ["CALIB_METHODS", "STATIC_CALIB_CHOICES", "TRT_INT8_MHA_MAX_SEQ", "FloatConsumersPass", "StaticQuantSpec", "calibrate_ranges", "quantize_static_onnx"]
+__all__ = ["TRT_INT8_MHA_MAX_SEQ", "FloatConsumersPass", "StaticQuantSpec", "quantize_static_onnx"]
 
 log = logging.getLogger(__name__)
 
-CALIB_METHODS: tuple[str, ...] = ("minmax", "percentile", "entropy")
-STATIC_CALIB_CHOICES: tuple[str, ...] = (*CALIB_METHODS, PER_TENSOR)  # + one method per activation
 TRT_INT8_MHA_MAX_SEQ = 512  # TensorRT fuses int8 MHA only up to this sequence length
 
 
@@ -72,8 +69,11 @@ class StaticQuantSpec:
     channel (TensorRT's recommendation). smoothquant_alpha: migrate activation outliers into
     the weights first (None = off; 0.5 is the paper's default; "auto" = searched per
     activation, applied where it helps). max_calib_samples: sequences
-    of the calibration split used. entropy_bins: histogram bins of the entropy search, which
-    runs in Python in time ~bins^2 (TensorRT's 2048 takes ~10 s for the default layer).
+    of the calibration split used.
+
+    Every method reads one real-token |x| histogram per activation (``calib_choice``: padded
+    positions never count), so ``entropy`` is always TensorRT's KL calibrator (128 levels)
+    and a method name means one calibrator, with or without SmoothQuant.
     """
 
     method: str = "minmax"
@@ -82,12 +82,11 @@ class StaticQuantSpec:
     smoothquant_alpha: float | str | None = None
     percentile: float = 99.999
     max_calib_samples: int = 64
-    entropy_bins: int = 512
     reduce_range: bool = False  # 7-bit weights for ONNX Runtime on CPUs whose U8S8 GEMM saturates (compress/int8_encoding.py)
 
     def __post_init__(self) -> None:
-        if self.method not in STATIC_CALIB_CHOICES:
-            raise ConfigError(f"expected --calib-method in {', '.join(STATIC_CALIB_CHOICES)}, got {self.method!r}")
+        if self.method not in CALIB_CHOICES:
+            raise ConfigError(f"expected --calib-method in {', '.join(CALIB_CHOICES)}, got {self.method!r}")
         if not 50.0 < self.percentile <= 100.0:
             raise ConfigError(f"expected a percentile in (50, 100], got {self.percentile}; use e.g. 99.999")
         a = self.smoothquant_alpha
@@ -95,8 +94,6 @@ class StaticQuantSpec:
             raise ConfigError(f"expected a SmoothQuant alpha in [0, 1] or 'auto', got {a!r}; use 0.5")
         if self.max_calib_samples < 1:
             raise ConfigError(f"expected max_calib_samples >= 1, got {self.max_calib_samples}")
-        if self.entropy_bins < 256:
-            raise ConfigError(f"expected entropy_bins >= 256 (the histogram must be finer than 255 int8 levels), got {self.entropy_bins}")
 
 
 class FloatConsumersPass(ir.passes.InPlacePass):
@@ -137,32 +134,6 @@ def _reaches_softmax_input(value: ir.Value | None) -> bool:
         node = node.inputs[0].producer() if node.inputs[0] is not None else None
         hops += 1
     return False
-
-
-def calibrate_ranges(model_path: Path, feeds: list[dict[str, np.ndarray]], spec: StaticQuantSpec, tmp: Path) -> dict[str, tuple[float, float]]:
-    """(low, high) of every MatMul/Gemm input and output on ``feeds``, by ``spec.method``.
-
-    ORT's calibrators are run directly because ``quantize_static`` cannot pass them a
-    histogram size, and its entropy default (128 bins for 128 levels) can never clip.
-    """
-    from onnxruntime.quantization import CalibrationMethod, create_calibrator
-
-    method = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile, "entropy": CalibrationMethod.Entropy}[spec.method]
-    options: dict[str, object] = {"symmetric": True}
-    if spec.method == "percentile":
-        options.update(percentile=spec.percentile, num_bins=2048)
-    elif spec.method == "entropy":
-        options.update(num_bins=spec.entropy_bins, num_quantized_bins=255)  # 255 = int8 levels of [-127, 127]
-    chatter = io.StringIO()  # the histogram calibrators print() their progress
-    with contextlib.redirect_stdout(chatter):
-        calibrator = create_calibrator(
-            model_path, ["MatMul", "Gemm"], augmented_model_path=str(tmp / "augmented.onnx"),
-            calibrate_method=method, extra_options=options,
-        )  # fmt: skip
-        calibrator.collect_data(calibration_reader(feeds))
-        data = calibrator.compute_data()
-    log.debug("%s", chatter.getvalue().strip())
-    return {name: (float(np.ravel(td.range_value[0])[0]), float(np.ravel(td.range_value[1])[0])) for name, td in data.items()}
 
 
 def histogram_ranges(
@@ -268,18 +239,15 @@ def quantize_static_onnx(
             if not bmms:
                 notes.append("no attention BMMs found (fused attention op?): only the projections are quantized")
         calib_summary: dict[str, Any] = {}
-        if spec.method == PER_TENSOR or spec.smoothquant_alpha == "auto":  # the search scored these very ranges
-            graph = ir.load(src).graph
-            wanted = bmm_names if spec.quantize_attention_bmm else []
-            names = [n.inputs[0].name for n in graph if n.op_type in ("MatMul", "Gemm") and n.name not in bmm_names]
-            for n in graph:
-                if n.name in wanted:
-                    names += [v.name for v in n.inputs] + [n.outputs[0].name]
-            ranges, calib_summary = histogram_ranges(src, feeds, [x for x in dict.fromkeys(names) if x], spec.method, spec.percentile)
-            if spec.method == PER_TENSOR:
-                notes.append("per-tensor calibration: " + ", ".join(f"{m} x{c}" for m, c in sorted(calib_summary["methods"].items())))
-        else:
-            ranges = calibrate_ranges(src, feeds, spec, tmp)
+        graph = ir.load(src).graph  # the SmoothQuant search scored these very ranges
+        wanted = bmm_names if spec.quantize_attention_bmm else []
+        names = [n.inputs[0].name for n in graph if n.op_type in ("MatMul", "Gemm") and n.name not in bmm_names]
+        for n in graph:
+            if n.name in wanted:
+                names += [v.name for v in n.inputs] + [n.outputs[0].name]
+        ranges, calib_summary = histogram_ranges(src, feeds, [x for x in dict.fromkeys(names) if x], spec.method, spec.percentile)
+        if spec.method == PER_TENSOR:
+            notes.append("per-tensor calibration: " + ", ".join(f"{m} x{c}" for m, c in sorted(calib_summary["methods"].items())))
         if range_overrides:
             from attn_export.compress.mixed_precision import gemm_label
 

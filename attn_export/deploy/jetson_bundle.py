@@ -152,6 +152,9 @@ def write_jetson_bundle(
         }
         (tmp / "bundle.json").write_text(json.dumps(meta, indent=2) + "\n")
         (tmp / "README.md").write_text(_readme(trt_version, spec, cmd, blocks))
+        written = sorted(p.name for p in tmp.iterdir())
+        if written != sorted(BUNDLE_FILES):  # what the device-side README and validator expect, nothing more
+            raise DataError(f"the bundle would hold {written}, expected {sorted(BUNDLE_FILES)}; this is a bug in attn-export")
         tmp.chmod(0o755)
         old = None
         if final.exists():

@@ -16,7 +16,7 @@ from typing import Any
 
 from attn_export.errors import CompatibilityError
 
-__all__ = ["bundle_tolerance", "check_for_target", "write_bundle", "write_triton"]
+__all__ = ["check_for_target", "write_bundle", "write_triton"]
 
 log = logging.getLogger(__name__)
 
@@ -36,23 +36,13 @@ def check_for_target(onnx_path: Path, target: Any, spec: Any, trt_version: str, 
     return data
 
 
-def bundle_tolerance(subject: Any, precision: str) -> Any:
-    """What the on-device validator holds every output to: the layer tolerance, or for an
-    encoder the embedding cosine bar applied to each output."""
-    from attn_export.validate.tolerances import Tolerance, encoder_tolerance_for, tolerance_for
-
-    if subject.kind == "encoder":
-        return Tolerance(cosine_min=encoder_tolerance_for(precision).min_mean_cosine)
-    return tolerance_for(precision)
-
-
 def write_bundle(subject: Any, onnx_path: Path, bundle_dir: Path, spec: Any, precision: str, trt_version: str, say: Callable[[str], None]) -> Path:
+    """The Jetson bundle of ``onnx_path``, checked on the device against the subject's own reference outputs."""
     from attn_export.deploy.jetson_bundle import write_jetson_bundle
 
     say(f"writing Jetson bundle {bundle_dir}")
-    feed = dict(subject.feeds("report")[0])
-    reference = subject.eager_runner().infer(feed)
-    return write_jetson_bundle(onnx_path, bundle_dir, spec, feed, reference, bundle_tolerance(subject, precision), trt_version=trt_version)
+    feed, reference, tolerances = subject.bundle_reference(precision)
+    return write_jetson_bundle(onnx_path, bundle_dir, spec, feed, reference, next(iter(tolerances.values())), trt_version=trt_version)
 
 
 def write_triton(onnx_path: Path, repo_dir: Path, spec: Any, engine_path: Path | None, model_name: str, say: Callable[[str], None]) -> Path:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from attn_export.errors import ConfigError
 from attn_export.export.targets import Target, get_target
-from attn_export.layers.registry import LAYER_NAMES, MASK_KINDS
+from attn_export.vocabulary import LAYER_NAMES, MASK_KINDS
 
 __all__ = ["LONG_SEQ_MIN_LEN", "choose_attention_form"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from attn_export.errors import ConfigError
-from attn_export.layers.attention import ATTENTION_FORMS
+from attn_export.vocabulary import ATTENTION_FORMS
 
 __all__ = ["ExportSpec", "PRECISIONS", "MIN_OPSET", "DEFAULT_OPSET"]
 

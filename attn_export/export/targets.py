@@ -18,7 +18,8 @@ The choices (checked against the ONNX-TensorRT operator matrix and release notes
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from attn_export.errors import ConfigError
 from attn_export.export.spec import ExportSpec
@@ -41,6 +42,7 @@ class Target:
     int8_mode: ``qdq-strong`` = symmetric Q/DQ in the graph, nothing set at build time;
     ``qdq+flag`` = Q/DQ graph built with ``--int8 --fp16`` (weakly typed TensorRT 10.x).
     trt_version: the TensorRT the target is checked against (None: not a TensorRT target).
+    route_preference: see the field's comment (the plan's selection reads it).
     """
 
     name: str
@@ -51,6 +53,10 @@ class Target:
     trt_version: str | None
     quantize_attention_bmm: bool
     description: str
+    # 8-bit routes, most preferred first, per precision: when two routes that meet the tolerance
+    # are within the timing noise of each other, the earlier one wins, so the same command ships
+    # the same route run after run. A route not listed here is never shipped for this target.
+    route_preference: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.fp16_mode not in FP16_MODES:
@@ -87,6 +93,8 @@ TARGETS: dict[str, Target] = {
         trt_version=None,
         quantize_attention_bmm=False,
         description="ONNX Runtime on CPU (default): plain ONNX ops, fp32 softmax/LayerNorm islands",
+        # dynamic needs no calibration data and is ORT CPU's fastest int8 (docs/quantization.md)
+        route_preference={"int8": ("dynamic", "static")},
     ),
     "ort-cuda": Target(
         name="ort-cuda",
@@ -97,6 +105,7 @@ TARGETS: dict[str, Target] = {
         trt_version=None,
         quantize_attention_bmm=False,
         description="ONNX Runtime CUDA EP: com.microsoft.MultiHeadAttention (fused kernel)",
+        route_preference={"int8": ("static", "dynamic")},
     ),
     "tensorrt": Target(
         name="tensorrt",
@@ -107,6 +116,7 @@ TARGETS: dict[str, Target] = {
         trt_version="10.14",
         quantize_attention_bmm=False,
         description="TensorRT >= 10.14 or 11 on server GPUs: ONNX Attention -> IAttention, strongly typed",
+        route_preference={"int8": ("static",)},  # TensorRT takes explicit Q/DQ only
     ),
     "jetson": Target(
         name="jetson",
@@ -117,6 +127,7 @@ TARGETS: dict[str, Target] = {
         trt_version="10.3",
         quantize_attention_bmm=False,
         description="JetPack 6.x (TensorRT 10.3): decomposed attention at opset 18, --fp16/--int8 flags",
+        route_preference={"int8": ("static",)},
     ),
 }
 DEFAULT_TARGET = "ort-cpu"

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -33,10 +32,6 @@ from attn_export.errors import ExportError
 from attn_export.layers.masks import AttentionMask, keep_to_bias
 
 __all__ = [
-    "ATTENTION_FORMS",
-    "ATTENTION_IMPLS",
-    "AttentionForm",
-    "AttentionImpl",
     "LONG_SEQ_DOMAIN",
     "LONG_SEQ_OP",
     "attend",
@@ -46,10 +41,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-AttentionForm = Literal["decomposed", "onnx-attention", "ort-contrib", "long-seq"]
-ATTENTION_FORMS: tuple[str, ...] = ("decomposed", "onnx-attention", "ort-contrib", "long-seq")
-AttentionImpl = Literal["math", "sdpa"]
-ATTENTION_IMPLS: tuple[str, ...] = ("math", "sdpa")
 # The placeholder the long-seq form exports; ``export.long_seq`` replaces every one of them.
 LONG_SEQ_DOMAIN = "attn_export.long_seq"
 LONG_SEQ_OP = "LongSeqAttention"

@@ -7,49 +7,16 @@ with bit-identical maths, which is what the exporter ships.
 
 from __future__ import annotations
 
-import operator
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from attn_export.errors import ConfigError
-from attn_export.layers.attention import ATTENTION_FORMS, ATTENTION_IMPLS
 
-__all__ = ["AttentionProjections", "check_heads", "fuse_qkv_", "set_attention_form_", "set_attention_impl_"]
+from attn_export.vocabulary import ATTENTION_FORMS, ATTENTION_IMPLS, check_heads
 
-
-def check_heads(d_model: int, heads: int) -> None:
-    """Validate the head split; raised at construction so a bad CLI flag fails before any work."""
-    try:
-        if isinstance(d_model, bool) or isinstance(heads, bool):
-            raise TypeError
-        d_model, heads = operator.index(d_model), operator.index(heads)
-    except TypeError:
-        raise ConfigError(f"expected integer d_model and heads, got d_model={d_model!r}, heads={heads!r}") from None
-    if d_model <= 0 or heads <= 0:
-        raise ConfigError(f"d_model and heads must be positive, got d_model={d_model}, heads={heads}")
-    if d_model % heads != 0:
-        raise ConfigError(
-            f"heads must divide d_model, got d_model={d_model}, heads={heads}; "
-            f"use e.g. --heads {_nearest_divisor(d_model, heads)}"
-        )
-
-
-# How far from the requested head count the suggestion looks. Bounded so the error path stays
-# instant for any d_model (a scan of 1..d_model hung on --d-model 999999937); 1 always divides,
-# so a suggestion always exists.
-_DIVISOR_SEARCH = 4096
-
-
-def _nearest_divisor(n: int, near: int) -> int:
-    """The divisor of ``n`` closest to ``near`` (the smaller one on a tie), looking at most
-    ``_DIVISOR_SEARCH`` steps either way; 1 when none is that close."""
-    for delta in range(_DIVISOR_SEARCH + 1):
-        for h in (near - delta, near + delta):
-            if 1 <= h <= n and n % h == 0:
-                return h
-    return 1
+__all__ = ["AttentionProjections", "fuse_qkv_", "set_attention_form_", "set_attention_impl_"]
 
 
 class AttentionProjections(nn.Module):

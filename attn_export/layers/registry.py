@@ -17,13 +17,12 @@ from attn_export.layers.block_sparse import BlockSparseAttention
 from attn_export.layers.linear_attention import LinearAttention
 from attn_export.layers.masks import AttentionMask
 from attn_export.layers.mha import MultiHeadAttention
-from attn_export.layers.projections import check_heads
 from attn_export.layers.self_attention import SelfAttention
 from attn_export.layers.transformer import TransformerLayer
+from attn_export.vocabulary import LAYER_MASKS, LAYER_NAMES, check_heads
 
-__all__ = ["LAYER_NAMES", "MASK_KINDS", "LayerInfo", "LAYERS", "build_layer", "MaskedLayer", "supported_masks"]
+__all__ = ["LayerInfo", "LAYERS", "build_layer", "MaskedLayer"]
 
-MASK_KINDS: tuple[str, ...] = ("none", "padding", "causal", "window")
 
 
 @dataclass(frozen=True)
@@ -36,17 +35,14 @@ class LayerInfo:
 
 
 LAYERS: dict[str, LayerInfo] = {
-    "transformer": LayerInfo(TransformerLayer, MASK_KINDS, "post-norm encoder layer, FFN 4x (default)"),
-    "mha": LayerInfo(MultiHeadAttention, ("none", "padding", "causal"), "multi-head attention, separate W_q/W_k/W_v/W_o"),
-    "self-attention": LayerInfo(SelfAttention, MASK_KINDS, "self-attention with padding/causal/window masks"),
-    "block-sparse": LayerInfo(BlockSparseAttention, ("none", "padding"), "attention within fixed-size blocks"),
-    "linear": LayerInfo(LinearAttention, ("none", "padding", "causal"), "linear attention, elu+1 feature map"),
+    "transformer": LayerInfo(TransformerLayer, LAYER_MASKS["transformer"], "post-norm encoder layer, FFN 4x (default)"),
+    "mha": LayerInfo(MultiHeadAttention, LAYER_MASKS["mha"], "multi-head attention, separate W_q/W_k/W_v/W_o"),
+    "self-attention": LayerInfo(SelfAttention, LAYER_MASKS["self-attention"], "self-attention with padding/causal/window masks"),
+    "block-sparse": LayerInfo(BlockSparseAttention, LAYER_MASKS["block-sparse"], "attention within fixed-size blocks"),
+    "linear": LayerInfo(LinearAttention, LAYER_MASKS["linear"], "linear attention, elu+1 feature map"),
 }
-LAYER_NAMES: tuple[str, ...] = tuple(LAYERS)
-
-
-def supported_masks(layer: str) -> tuple[str, ...]:
-    return _info(layer).masks
+if tuple(LAYERS) != LAYER_NAMES:  # pragma: no cover - the vocabulary and the classes name the same layers
+    raise ImportError(f"layers.registry builds {tuple(LAYERS)} but the vocabulary names {LAYER_NAMES}")
 
 
 def _info(layer: str) -> LayerInfo:

@@ -18,7 +18,7 @@ from torch import nn
 
 from attn_export.errors import ConfigError
 from attn_export.runtime.base import Feed, Runner
-from attn_export.subjects.base import Judgement, Split, Subject, concat_output, rel_l2
+from attn_export.subjects.base import BaseSubject, Judgement, Split, concat_output, rel_l2
 
 __all__ = ["HOLDOUT_EVERY", "LayerSubject", "random_feeds", "split_feeds"]
 
@@ -52,10 +52,13 @@ def split_feeds(mask: str, x: np.ndarray, key_padding_mask: np.ndarray | None, b
     return feeds
 
 
-class LayerSubject(Subject):
+class LayerSubject(BaseSubject):
     """``--layer`` (transformer, mha, self-attention, block-sparse, linear) at ``--d-model``/``--heads``."""
 
     kind = "layer"
+    renders_attention_maps = True
+    deploy_name = "attn"
+    quick_error_name = "relative L2 of the output"
 
     def __init__(self, cfg: Any) -> None:
         from attn_export.layers import MaskedLayer, build_layer
@@ -201,21 +204,21 @@ class LayerSubject(Subject):
         outs = [candidate.infer(f) for f in feeds[:n]]
         return rel_l2(concat_output(refs[:n], "y"), concat_output(outs, "y"))
 
+    def tensor_tolerance(self, tolerance_key: str) -> Any:
+        from attn_export.validate.tolerances import tolerance_for, with_overrides
+
+        return with_overrides(tolerance_for(tolerance_key), "y", self.cfg.tolerance_overrides)
+
     def judge(self, candidate: Runner, split: Split, tolerance_key: str) -> Judgement:
         from attn_export.validate.compare import compare_outputs
         from attn_export.validate.error_histogram import error_histogram
         from attn_export.validate.metrics import accuracy
-        from attn_export.validate.tolerances import tolerance_for
 
         feeds, refs = self.feeds(split), self._references(split)
         outs = [candidate.infer(f) for f in feeds]
         ref_all, out_all = concat_output(refs, "y"), concat_output(outs, "y")
-        tol = tolerance_for(tolerance_key)
+        tol = self.tensor_tolerance(tolerance_key)
         verdict = compare_outputs({"y": ref_all}, {"y": out_all}, tol)
-        return Judgement(
-            accuracy=accuracy(ref_all, out_all),
-            passed=bool(verdict),
-            tolerance=tol.to_dict(),
-            violations=tol.violations(accuracy(ref_all, out_all)),
-            details={"error_histogram": error_histogram(ref_all, out_all), "worst": str(verdict)},
-        )
+        acc = accuracy(ref_all, out_all)
+        return Judgement(accuracy=acc, passed=bool(verdict), tolerance=tol.to_dict(), score=float(acc.cosine), violations=tol.violations(acc),
+                         details={"error_histogram": error_histogram(ref_all, out_all), "worst": str(verdict)})  # fmt: skip

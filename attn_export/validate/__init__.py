@@ -11,10 +11,10 @@ from typing import Any
 
 _WHERE = {
     "ComparisonResult": "compare", "OutputComparison": "compare", "compare_outputs": "compare",
-    "latency_from_samples": "latency", "set_threads": "latency", "time_callable": "latency", "time_runners": "latency",
+    "latency_from_samples": "latency", "set_threads": "latency", "time_runners": "latency",
     "accuracy": "metrics", "cosine": "metrics", "sqnr_db": "metrics",
     "Accuracy": "report", "Latency": "report", "Report": "report", "Stage": "report", "atomic_write_text": "report", "load_report": "report",
-    "DEFAULT_TOLERANCES": "tolerances", "Tolerance": "tolerances", "tolerance_for": "tolerances",
+    "TOLERANCES": "tolerances", "Tolerance": "tolerances", "tolerance_for": "tolerances",
 }  # fmt: skip
 __all__ = sorted(_WHERE)
 

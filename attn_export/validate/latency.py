@@ -1,20 +1,26 @@
-"""Latency measurement: warm-up, repeats, percentiles, throughput, and a side-by-side speedup.
+"""Latency measurement: warm-up, round-robin repeats, wall and CPU percentiles, and the timing pass.
 
-Eager and the artifact are timed in the same process, on the same inputs, with the same
-thread count, and interleaved round by round so that machine noise hits both equally.
+Every variant is timed in the same process, on the same inputs, with the same thread count,
+interleaved round by round so that machine noise hits all of them equally. Each call's
+process CPU time is recorded beside its wall time: on a shared machine a variant that waited
+for a core shows a wall time its CPU time does not have.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from attn_export.runtime.base import Feed, Runner
 from attn_export.validate.report import Latency
 
-__all__ = ["latency_from_samples", "time_callable", "time_runners", "time_runners_with_cpu", "set_threads"]
+__all__ = ["TimingPoint", "TimingResult", "latency_from_samples", "set_threads", "time_pass", "time_runners"]
+
+log = logging.getLogger(__name__)
 
 
 def set_threads(threads: int) -> None:
@@ -24,54 +30,17 @@ def set_threads(threads: int) -> None:
     torch.set_num_threads(max(1, int(threads)))
 
 
-def latency_from_samples(samples_s: list[float], batch: int = 1) -> Latency:
+def latency_from_samples(samples_s: list[float], batch: int = 1, cpu_s: list[float] | None = None) -> Latency:
     ms = np.asarray(samples_s, dtype=np.float64) * 1e3
     p50 = float(np.percentile(ms, 50))
     return Latency(
-        p50=p50,
-        p90=float(np.percentile(ms, 90)),
-        p99=float(np.percentile(ms, 99)),
-        mean=float(ms.mean()),
-        repeats=int(ms.size),
-        throughput_per_s=(batch * 1e3 / p50) if p50 > 0 else 0.0,
-    )
+        p50=p50, p90=float(np.percentile(ms, 90)), p99=float(np.percentile(ms, 99)), mean=float(ms.mean()), repeats=int(ms.size),
+        throughput_per_s=(batch * 1e3 / p50) if p50 > 0 else 0.0, cpu_p50=1e3 * float(np.median(cpu_s)) if cpu_s else None,
+    )  # fmt: skip
 
 
-def time_callable(fn: Callable[[], object], warmup: int = 3, repeats: int = 20, batch: int = 1) -> Latency:
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return latency_from_samples(samples, batch)
-
-
-def time_runners(
-    runners: Mapping[str, Runner], feed: Feed, warmup: int = 3, repeats: int = 20, batch: int = 1
-) -> dict[str, Latency]:
-    """Time several runners round-robin on one feed; returns name -> Latency."""
-    for r in runners.values():
-        r.activate()
-        for _ in range(warmup):
-            r.infer(feed)
-    samples: dict[str, list[float]] = {n: [] for n in runners}
-    for _ in range(repeats):
-        for name, r in runners.items():
-            t0 = time.perf_counter()
-            r.infer(feed)
-            samples[name].append(time.perf_counter() - t0)
-    return {n: latency_from_samples(s, batch) for n, s in samples.items()}
-
-
-def time_runners_with_cpu(
-    runners: Mapping[str, Runner], feed: Feed, warmup: int = 3, repeats: int = 20, batch: int = 1
-) -> dict[str, dict[str, object]]:
-    """``time_runners`` plus each runner's median process CPU time per call (``cpu_ms_p50``).
-
-    CPU time tells a slow variant from a starved one on a shared machine.
-    """
+def time_runners(runners: Mapping[str, Runner], feed: Feed, warmup: int = 3, repeats: int = 20, batch: int = 1) -> dict[str, Latency]:
+    """Time several runners round-robin on one feed; returns name -> Latency (wall and CPU)."""
     for r in runners.values():
         r.activate()
         for _ in range(warmup):
@@ -84,4 +53,80 @@ def time_runners_with_cpu(
             r.infer(feed)
             cpu[name].append(time.process_time() - c0)
             wall[name].append(time.perf_counter() - t0)
-    return {n: {"latency": latency_from_samples(wall[n], batch), "cpu_ms_p50": 1e3 * float(np.median(cpu[n]))} for n in runners}
+    return {n: latency_from_samples(wall[n], batch, cpu[n]) for n in runners}
+
+
+@dataclass(frozen=True)
+class TimingPoint:
+    """One input every runner is timed on: a fixed shape, a batch of real texts, a bench grid point.
+
+    ``repeats`` None: as many round-robin rounds as fit ``budget_s`` (at least ``min_repeats``,
+    at most ``max_repeats``), from the first call's time.
+    """
+
+    label: str
+    feed: Feed
+    batch: int
+    warmup: int = 3
+    repeats: int | None = 20
+    budget_s: float = 10.0
+    min_repeats: int = 3
+    max_repeats: int = 20
+    details: Mapping[str, object] = field(default_factory=dict)  # e.g. the padding fraction of a real-text batch
+
+
+@dataclass
+class TimingResult:
+    """Per point label: runner -> Latency, runner -> peak memory of its first call, and what was skipped and why."""
+
+    latency: dict[str, dict[str, Latency]] = field(default_factory=dict)
+    memory: dict[str, dict[str, int | None]] = field(default_factory=dict)
+    skipped: list[dict[str, object]] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # runner -> why it could not run
+
+
+def time_pass(runners: Mapping[str, Callable[[], Runner]], points: list[TimingPoint], measure_memory: bool = False,
+              skip: Callable[[str, TimingPoint], str | None] | None = None) -> TimingResult:  # fmt: skip
+    """Every runner on every point, round-robin within a point; a runner that fails is reported, not fatal.
+
+    ``runners`` are factories: a fresh runner per point, so each point's peak memory is its own.
+    """
+    result = TimingResult()
+    for point in points:
+        live: dict[str, Runner] = {}
+        first: dict[str, float] = {}
+        for name, make in runners.items():
+            if name in result.failed:
+                continue
+            why = skip(name, point) if skip else None
+            if why:
+                result.skipped.append({"point": point.label, "runner": name, "reason": why, **point.details})
+                continue
+            runner = make()
+            try:
+                runner.activate()
+                t0 = time.perf_counter()
+                if measure_memory:
+                    from attn_export.benchmark.memory import peak_memory_delta
+
+                    runner.infer(point.feed)  # compile/allocate once, then the steady-state peak
+                    result.memory.setdefault(point.label, {})[name] = peak_memory_delta(lambda r=runner: r.infer(point.feed))
+                else:
+                    runner.infer(point.feed)
+                first[name] = time.perf_counter() - t0
+            except Exception as err:  # noqa: BLE001 - e.g. torch.compile without a C++ toolchain: reported with its reason
+                result.failed[name] = f"{point.label}: {type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:200]}"
+                runner.deactivate()
+                continue
+            live[name] = runner
+        if not live:
+            continue
+        repeats = point.repeats
+        if repeats is None:
+            per_round = sum(first.values()) or 1e-3
+            repeats = int(np.clip(point.budget_s / per_round, point.min_repeats, point.max_repeats))
+        warm = max(0, point.warmup - 1)  # the first call above counts as one warm-up
+        result.latency[point.label] = time_runners(live, point.feed, warmup=warm, repeats=repeats, batch=point.batch)
+        for r in live.values():
+            r.deactivate()
+    return result

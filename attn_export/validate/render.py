@@ -29,7 +29,7 @@ import numpy as np
 from attn_export.errors import AttnExportError
 from attn_export.validate.report import atomic_write_text, load_report
 
-__all__ = ["AttentionSection", "attention_maps_for_report", "attention_section", "markdown_escape", "write_reports"]
+__all__ = ["AttentionSection", "attention_section", "markdown_escape", "write_reports"]
 
 log = logging.getLogger(__name__)
 
@@ -164,15 +164,6 @@ def attention_section(report: Mapping[str, Any], report_dir: Path, max_seq: int 
         return AttentionSection(note=f"no attention maps for stage {name}: {err}")
     log.info("attention maps of stage %s: %s", name, res)
     return AttentionSection(res.eager_maps, res.onnx_maps, name, str(res))
-
-
-def attention_maps_for_report(report: Mapping[str, Any], report_dir: Path, max_seq: int = 32) -> tuple[np.ndarray, np.ndarray, str] | None:
-    """(eager_maps, onnx_maps, stage name) from ``attention_section``, or None (logged) when there are none."""
-    sec = attention_section(report, report_dir, max_seq)
-    if sec.eager_maps is None or sec.onnx_maps is None:
-        log.info("%s", sec.note)
-        return None
-    return sec.eager_maps, sec.onnx_maps, sec.label
 
 
 def _plots(

@@ -5,7 +5,8 @@ a TensorRT engine...). Each stage carries the same fields, so tools that read re
 (the CI gate, plots, the sweep) never special-case a stage. Fields that a later stage
 needs beyond these go in ``details``; new top-level keys are allowed, and readers must
 ignore keys they do not know (``SCHEMA_VERSION`` bumps only on incompatible changes).
-Readers validate a report with the pydantic schema in ``attn_export.validate.schema``.
+``report.json`` is one model: ``Report.write`` validates what it writes with the pydantic
+schema every reader uses (``attn_export.validate.schema``).
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SCHEMA_VERSION", "Accuracy", "Latency", "Stage", "Report", "atomic_write_text", "load_report"]
+from attn_export.validate.schema import REPORT_SCHEMA_VERSION
 
-SCHEMA_VERSION = 1
+__all__ = ["Accuracy", "Latency", "Stage", "Report", "atomic_write_text", "load_report"]
 
 
 @dataclass
@@ -42,6 +43,7 @@ class Latency:
     mean: float = 0.0
     repeats: int = 0
     throughput_per_s: float = 0.0  # samples (batch items) per second at p50
+    cpu_p50: float | None = None  # process CPU time per call, ms (p50): tells a slow variant from a starved one
 
 
 @dataclass
@@ -75,7 +77,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     selection: dict[str, Any] = field(default_factory=dict)  # e.g. {"int8": {"route": ..., "tried": [...]}}
     verdict: dict[str, Any] = field(default_factory=dict)  # {"passed": bool, "failures": [why, ...]}
-    schema_version: int = SCHEMA_VERSION
+    schema_version: int = REPORT_SCHEMA_VERSION
 
     def add(self, stage: Stage) -> Stage:
         self.stages.append(stage)
@@ -100,7 +102,12 @@ class Report:
         }
 
     def write(self, path: str | os.PathLike[str]) -> Path:
-        return atomic_write_text(path, json.dumps(self.to_dict(), indent=2, default=_json_default) + "\n")
+        """Write report.json atomically, after validating it with the same schema every reader uses."""
+        from attn_export.validate.schema import validate_report
+
+        text = json.dumps(self.to_dict(), indent=2, default=_json_default) + "\n"
+        validate_report(json.loads(text), str(path))
+        return atomic_write_text(path, text)
 
 
 def _json_default(obj: Any) -> Any:

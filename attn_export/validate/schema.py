@@ -28,7 +28,6 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from pydantic_core import PydanticCustomError
 
 from attn_export.errors import AttnExportError, DataError
-from attn_export.validate.report import SCHEMA_VERSION as REPORT_SCHEMA_VERSION
 
 __all__ = [
     "BASELINE_FORMAT_V1",
@@ -40,13 +39,20 @@ __all__ = [
     "BertConfigSchema",
     "ReportSchema",
     "RunManifestSchema",
+    "SCHEMA_VERSIONS",
     "SafetensorsIndexSchema",
+    "SweepSchema",
     "read_json",
     "validate",
     "validate_baseline",
     "validate_report",
+    "validate_sweep",
 ]
 
+# The one convention of every file attn-export writes: an integer ``schema_version`` per kind of
+# file, bumped only on an incompatible change (readers ignore keys they do not know).
+SCHEMA_VERSIONS: dict[str, int] = {"report": 1, "sweep": 1, "bench": 1}
+REPORT_SCHEMA_VERSION = SCHEMA_VERSIONS["report"]
 BASELINE_FORMAT_V1 = "attn-export-baseline/1"
 BASELINE_FORMAT_V2 = "attn-export-baseline/2"
 # "higher": bigger is better, may drop by the slack; "lower": smaller is better, may grow by it.
@@ -123,6 +129,7 @@ class LatencySchema(_Schema):
     mean: NonNegFinite | None = None
     repeats: NonNegInt | None = None
     throughput_per_s: NonNegFinite | None = None
+    cpu_p50: NonNegFinite | None = None
 
 
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
@@ -288,7 +295,30 @@ class BenchRowSchema(_Schema):
 
 
 class BenchSchema(_Schema):
+    schema_version: Annotated[int, Field(ge=1, le=SCHEMA_VERSIONS["bench"])] = SCHEMA_VERSIONS["bench"]
     results: list[BenchRowSchema]
+
+
+# --- sweep.json (attn_export.sweep) -------------------------------------------------------------
+class SweepPointSchema(_Schema):
+    key: str
+    stage: str
+    accuracy: AccuracySchema
+    passed: bool | None = None
+    latency_ms: dict[str, LatencySchema]
+    speedup_vs_eager: NonNegFinite | None = None
+    relative_latency: NonNegFinite
+    size_bytes: NonNegInt | None = None
+    params: NonNegInt | None = None
+    recipe: str
+    pareto: bool
+
+
+class SweepSchema(_Schema):
+    schema_version: Annotated[int, Field(ge=1, le=SCHEMA_VERSIONS["sweep"])]
+    kind: Literal["sweep"]
+    points: list[SweepPointSchema]
+    pareto: list[str]
 
 
 # --- checkpoint config.json ---------------------------------------------------------------------
@@ -453,6 +483,11 @@ def validate_report(data: Any, source: str = "report.json", *, finite: bool = Fa
             "the report was written by a newer attn-export: upgrade attn-export to read it"
         )
     return validate(ReportSchema, data, source, REPORT_FIX, context={"finite": finite})
+
+
+def validate_sweep(data: Any, source: str = "sweep.json") -> SweepSchema:
+    """Type-check a sweep result (what ``write_sweep`` writes is validated before it is written)."""
+    return validate(SweepSchema, data, source, "regenerate it with attn-export sweep")
 
 
 def validate_baseline(data: Any, source: str = "baseline") -> BaselineV1 | BaselineV2:

@@ -14,14 +14,14 @@ import pytest
 import torch
 from fixtures import deploy_u8u8
 
-from attn_export.checkpoint.compress import low_rank_encoder_, quantize_encoder_static
+from attn_export.checkpoint.compress import low_rank_encoder_
 from attn_export.checkpoint.evaluate import SplicedEncoder, embed
 from attn_export.checkpoint.metrics import embedding_agreement
 from attn_export.compress.distill import DistillConfig
 from attn_export.compress.lowrank import LowRankConfig, LowRankLinear
 from attn_export.compress.quant_eager import quantize_eager_
 from attn_export.compress.quant_onnx import quantize_dynamic_onnx
-from attn_export.compress.quant_static import StaticQuantSpec
+from attn_export.compress.quant_static import StaticQuantSpec, quantize_static_onnx
 from attn_export.config import RunConfig
 from attn_export.errors import ConfigError
 from attn_export.runner import run
@@ -61,9 +61,8 @@ def test_int8_dynamic_is_the_best_onnx_route(minilm_fp32_onnx, minilm_splits, mi
 
 def test_int8_static_encoder_route(minilm_fp32_onnx, minilm_splits, minilm_val_embeddings, tmp_path):
     """Static Q/DQ calibrated on the calibration texts' token feeds: runs, and stays close."""
-    result = quantize_encoder_static(
-        minilm_fp32_onnx, tmp_path / "static.onnx", minilm_splits.calib, StaticQuantSpec(method="percentile", max_calib_samples=32)
-    )
+    feeds = minilm_splits.calib.feeds(8, uniform=True, limit=32)  # what the encoder subject calibrates on
+    result = quantize_static_onnx(minilm_fp32_onnx, tmp_path / "static.onnx", feeds, StaticQuantSpec(method="percentile", max_calib_samples=32))
     assert result.route == "static" and result.n_quantize_linear > 0 and result.calib_samples == 32
     got = embedding_agreement(minilm_val_embeddings, embed(_ort(result.path), minilm_splits.val.feeds(16)))
     assert got["mean_cosine"] >= 0.97, got  # symmetric int8 activations (TensorRT's) cost more than dynamic
@@ -103,7 +102,7 @@ def test_one_layer_low_rank_and_distillation_in_context(minilm, minilm_splits, m
     summary = low_rank_encoder_(student, minilm, calib, QK_HALF, distill, layers=[5])
     layer = summary.layers[5]
     assert set(layer["low_rank"]["ranks"]) == {"self_attn.w_q", "self_attn.w_k"} and summary.replaced_ratio == pytest.approx(0.5)
-    assert layer["distill"]["scope"] == "self_attn"
+    assert layer["distill"]["module"] == "self_attn"
     assert layer["distill"]["val_rel_l2_after"] < layer["distill"]["val_rel_l2_before"], layer["distill"]
     assert isinstance(student.layers[5].self_attn.w_q, LowRankLinear) and type(student.layers[4].self_attn.w_q) is torch.nn.Linear
     assert all(p.requires_grad for p in student.parameters()), "trainability is restored after distillation"
@@ -172,11 +171,13 @@ def test_sweep_over_a_checkpoint(tmp_path):
     """``attn-export sweep --checkpoint minilm``: the same grid machinery, judged on held-out embeddings."""
     from attn_export.sweep import SweepConfig, run_sweep
 
-    cfg = SweepConfig(checkpoint="minilm", rank_ratios=(1.0,), distill_steps=(0,), int8_modes=("none", "dynamic"), calib_methods=("minmax",),
-                      precisions=("fp32",), batch=2, seq_len=16, threads=2, repeats=2, warmup=1, max_texts=32)  # fmt: skip
+    base = {"checkpoint": "minilm", "batch": 2, "seq_len": 16, "threads": 2, "repeats": 2, "warmup": 1, "max_texts": 32}
+    cfg = SweepConfig(low_rank=(None,), distill=(None,), quantize=(None, "int8"), int8_mode=("dynamic",), calib_method=("minmax",),
+                      precision=("fp32",), base=base)  # fmt: skip
     result = run_sweep(cfg, workdir=tmp_path)
     keys = [p["key"] for p in result["points"]]
     assert keys == ["full-fp32", "full-dynamic"] and result["subject"]["name"] == "minilm"
     full, dyn = result["points"]
     assert full["accuracy"]["cosine"] > 0.99999 and 0.98 < dyn["accuracy"]["cosine"] < 0.9999
     assert "--checkpoint minilm" in full["recipe"] and "--d-model" not in full["recipe"]
+    assert dyn["tolerance"] == {"min_mean_cosine": 0.99, "min_top1_agreement": 0.95}  # the encoder's int8 bar, not fp32's

@@ -17,7 +17,9 @@ import textwrap
 import numpy as np
 import pytest
 
-from attn_export.compress.int8_encoding import choose_cpu_encoding, quantize_weight_per_channel, simulate_u8s8_matmul
+from u8s8_sim import quantize_weight_per_channel, simulate_u8s8_matmul
+
+from attn_export.compress.int8_encoding import choose_cpu_encoding
 from attn_export.environment import CpuInfo
 
 
@@ -88,17 +90,18 @@ def test_auto_encoding_follows_the_instruction_set(isa, expected):
 
 
 def test_plan_keeps_tensorrt_q_dq_full_range_on_a_saturating_cpu(monkeypatch):
-    from attn_export.compress.registry import Int8Dynamic, Int8Static
+    from attn_export.compress.methods.int8_dynamic import Int8Dynamic
+    from attn_export.compress.methods.int8_static import Int8Static
     from attn_export.config import RunConfig
     from attn_export.plan import make_plan
 
     monkeypatch.setenv("ATTN_EXPORT_ISA_CLASS", "x86-avx2")
-    cpu = make_plan(RunConfig(quantize="int8"), None)
+    cpu = make_plan(RunConfig(quantize="int8"))
     assert cpu.encoding.encoding == "u8u8"
     configs = {s.name: s.config for s in cpu.steps}
     assert isinstance(configs["int8-dynamic"], Int8Dynamic) and configs["int8-dynamic"].session_u8u8
     assert isinstance(configs["int8-static"], Int8Static) and configs["int8-static"].session_u8u8
-    trt = make_plan(RunConfig(quantize="int8", target="tensorrt"), None)
+    trt = make_plan(RunConfig(quantize="int8", target="tensorrt"))
     static = next(s.config for s in trt.steps if s.name == "int8-static")
     assert static.for_tensorrt and not static.reduce_range and not static.session_u8u8  # TensorRT's Q/DQ never changes
     assert [s.name for s in trt.steps] == ["onnx-fp32", "int8-static"]

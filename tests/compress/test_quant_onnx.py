@@ -17,9 +17,7 @@ from fixtures import run_onnx
 from attn_export.compress.calib_data import ActivationSet, synthesize_hidden_states
 from attn_export.compress.qdq import attention_bmms, inspect_qdq
 from attn_export.compress.quant_onnx import (
-    DYNAMIC_NOT_FOR_TENSORRT,
     calibration_feeds,
-    check_route_for_target,
     quantize_dynamic_onnx,
 )
 from attn_export.compress.quant_static import StaticQuantSpec, quantize_static_onnx
@@ -28,6 +26,10 @@ from attn_export.compress.smoothquant import (
     activation_absmax,
     smoothable_groups,
 )
+from attn_export.compress.methods.int8_dynamic import DYNAMIC_NOT_FOR_TENSORRT, Int8Dynamic
+from attn_export.compress.methods.int8_static import Int8Static
+from attn_export.compress.methods.torchao import TorchaoInt8
+from attn_export.config import RunConfig
 from attn_export.errors import ConfigError, DataError
 from attn_export.export import export_onnx
 from attn_export.layers import MaskedLayer, build_layer
@@ -144,7 +146,6 @@ def test_dynamic_route_accuracy_size_and_graph(fp32_onnx, splits, reference, tmp
     summary = inspect_qdq(result.path)
     assert summary.n_dynamic_quantize_linear == 4, summary.describe()  # one per projection input
     assert len(summary.attention_bmms) == 2, "the attention BMMs must stay float MatMuls"
-    assert DYNAMIC_NOT_FOR_TENSORRT in result.notes
 
 
 def test_smoothquant_helps_with_outlier_channels(fp32_onnx, splits, reference, static_minmax, tmp_path):
@@ -235,16 +236,19 @@ def test_inspect_qdq_reports_nonzero_zero_points_and_per_tensor_weights():
     assert summary.quantize_linear[0].dtype == "UINT8"
 
 
-def test_route_warnings_for_targets():
-    assert check_route_for_target("dynamic", "tensorrt") == [DYNAMIC_NOT_FOR_TENSORRT]
-    assert check_route_for_target("dynamic", "jetson") == [DYNAMIC_NOT_FOR_TENSORRT]
-    assert check_route_for_target("dynamic", "ort-cpu") == []
-    assert check_route_for_target("static", "tensorrt") == []
-    assert "ONNX" in check_route_for_target("torchao", "ort-cpu")[0]
+def test_each_route_says_which_targets_can_deploy_it():
+    """The methods describe themselves: the plan and RunConfig read ``deploy_refusal``, never a route name."""
+    from attn_export.export.targets import get_target
+
+    assert Int8Dynamic.deploy_refusal(get_target("tensorrt")) == DYNAMIC_NOT_FOR_TENSORRT
+    assert Int8Dynamic.deploy_refusal(get_target("jetson")) == DYNAMIC_NOT_FOR_TENSORRT
+    assert Int8Dynamic.deploy_refusal(get_target("ort-cpu")) is None
+    assert Int8Static.deploy_refusal(get_target("tensorrt")) is None
+    assert "ONNX" in TorchaoInt8.deploy_refusal(get_target("ort-cpu"))
     with pytest.raises(ConfigError, match="int8-mode"):
-        check_route_for_target("fp8", "ort-cpu")
+        RunConfig(quantize="int8", int8_mode="fp8")
     with pytest.raises(ConfigError, match="target"):
-        check_route_for_target("static", "tpu")
+        get_target("tpu")
 
 
 def test_spec_and_input_errors_are_actionable(tmp_path, splits):

@@ -9,7 +9,7 @@ from fixtures import eager, feed_for, run_onnx, small_layer
 
 from attn_export.errors import ConfigError
 from attn_export.export import ExportSpec, export_onnx, summarize_graph
-from attn_export.layers import ATTENTION_FORMS
+from attn_export.vocabulary import ATTENTION_FORMS
 from attn_export.validate import accuracy
 
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 from fixtures import LAYER_MASKS, eager, feed_for, small_layer
 
+from attn_export.vocabulary import ATTENTION_IMPLS
 from attn_export.errors import ConfigError
 from attn_export.layers import (
-    ATTENTION_IMPLS,
     AttentionMask,
     MultiHeadAttention,
     SelfAttention,

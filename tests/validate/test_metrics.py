@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from attn_export.validate import DEFAULT_TOLERANCES, Tolerance, accuracy, compare_outputs, sqnr_db
-from attn_export.validate.latency import latency_from_samples, time_callable
+from attn_export.validate import TOLERANCES, Tolerance, accuracy, compare_outputs, sqnr_db
+from attn_export.validate.latency import latency_from_samples
 from attn_export.validate.report import Report, Stage, load_report
 
 
@@ -30,7 +30,7 @@ def test_identical_outputs_have_capped_sqnr():
 
 def test_nan_output_fails_every_tolerance():
     acc = accuracy(np.ones(3), np.array([1.0, np.nan, 1.0]))
-    for tol in DEFAULT_TOLERANCES.values():
+    for tol in (spec.tensor for spec in TOLERANCES.values()):
         assert tol.violations(acc) == ["output contains NaN/Inf"]
 
 
@@ -55,9 +55,8 @@ def test_latency_percentiles():
     lat = latency_from_samples([0.001] * 9 + [0.010], batch=8)
     assert lat.p50 == pytest.approx(1.0) and lat.p99 > 5.0 and lat.repeats == 10
     assert lat.throughput_per_s == pytest.approx(8000.0)
-    calls = []
-    t = time_callable(lambda: calls.append(1), warmup=2, repeats=5)
-    assert len(calls) == 7 and t.repeats == 5
+    with_cpu = latency_from_samples([0.002] * 4, batch=1, cpu_s=[0.001] * 4)
+    assert with_cpu.cpu_p50 == pytest.approx(1.0) and lat.cpu_p50 is None  # CPU time per call beside the wall time
 
 
 def test_report_roundtrip(tmp_path):

@@ -107,12 +107,14 @@ def test_html_renders_its_plots_in_headless_chromium(tmp_path):
 
 
 def test_report_command(tmp_path):
-    from test_sweep import _app
     from typer.testing import CliRunner
 
+    from attn_export.cli.app import _register, app
+
+    _register()
     path = tmp_path / "report.json"
     path.write_text(json.dumps(sample_report()))
-    res = CliRunner().invoke(_app(), ["report", str(path), "--out", str(tmp_path / "html"), "--no-attention-maps", "--json"])
+    res = CliRunner().invoke(app, ["report", str(path), "--out", str(tmp_path / "html"), "--no-attention-maps", "--json"])
     assert res.exit_code == 0, res.output
     files = json.loads(res.stdout)
     assert files["report.html"].endswith("report.html") and (tmp_path / "html" / "pareto.png").is_file()

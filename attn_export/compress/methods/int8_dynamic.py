@@ -1,0 +1,123 @@
+"""``Int8Dynamic``: ONNX Runtime CPU's dynamic int8 (int8 weights offline, uint8 activations per batch)."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from attn_export.compress.methods.int8_static import check_alpha
+from attn_export.compress.registry import BuildContext, Method, PlanContext, Skip, Source, register_method
+from attn_export.validate.tolerances import compose_key
+
+if TYPE_CHECKING:
+    from attn_export.artifacts import Artifact
+    from attn_export.run_options import RunOptions
+    from attn_export.export.targets import Target
+
+__all__ = ["DYNAMIC_NOT_FOR_TENSORRT", "Int8Dynamic"]
+
+log = logging.getLogger(__name__)
+
+DYNAMIC_NOT_FOR_TENSORRT = (
+    "the dynamic int8 route emits DynamicQuantizeLinear/MatMulInteger, which TensorRT cannot parse; "
+    "use --int8-mode static (symmetric Q/DQ) for TensorRT targets"
+)
+
+
+@dataclass(frozen=True)
+class Int8Dynamic(Method):
+    """ONNX Runtime CPU's dynamic int8: int8 weights offline, uint8 activations per batch at run time.
+
+    ``smoothquant_alpha``: a number, ``"auto"`` (searched per activation for the dynamic
+    quantizer) or None. ``quantize_embeddings``: int8 embedding tables, one scale per row
+    (their own accuracy cost is measured on the select split and reported). ``fuse``: the
+    ONNX Runtime CPU fusions that measured faster (BiasGelu; not SkipLayerNorm).
+    """
+
+    role: ClassVar[str] = "route"
+    precision: ClassVar[str] = "int8"
+    route: ClassVar[str] = "dynamic"
+    tolerance: ClassVar[str] = "int8"
+    produces: ClassVar[str] = "onnx"
+    needs: ClassVar[tuple[str, ...]] = ()  # ("train",) with SmoothQuant: from_run says so in the report
+    stage: ClassVar[str] = "{prefix}-dynamic"
+    filename: ClassVar[str] = "model.{prefix}-dynamic.onnx"
+
+    per_channel: bool = True
+    reduce_range: bool = False
+    session_u8u8: bool = False  # validate (and deploy) with session.x64quantprecision=1
+    smoothquant_alpha: float | str | None = None
+    quantize_embeddings: bool = False
+    fuse: bool = False  # ONNX Runtime CPU fusions that measured faster (quant_onnx.fuse_for_ort_cpu)
+
+    def __post_init__(self) -> None:
+        check_alpha(self.smoothquant_alpha)
+
+    @classmethod
+    def deploy_refusal(cls, target: Target) -> str | None:
+        return DYNAMIC_NOT_FOR_TENSORRT if target.is_tensorrt else None
+
+    @classmethod
+    def from_run(cls, run: RunOptions, ctx: PlanContext, parent: Method | None = None) -> Int8Dynamic | Skip | None:
+        if not cls.requested(run):
+            return None
+        refusal = cls.deploy_refusal(ctx.target)
+        if refusal:  # an explicit --int8-mode dynamic on TensorRT is refused by RunConfig
+            return Skip(f"int8 route dynamic skipped for target {ctx.target.name}: {refusal}")
+        enc, profile = ctx.encoding, ctx.profile
+        # int8 embedding rows and ORT's BiasGelu: measured on MiniLM (docs/quantization.md); a graph without
+        # embedding tables or GELU has nothing for them to change
+        return cls(per_channel=True, reduce_range=bool(enc.reduce_range), session_u8u8=bool(enc.session_u8u8), smoothquant_alpha=run.resolved_smoothquant,
+                   quantize_embeddings=profile.has_embeddings, fuse=profile.activation.startswith("gelu"))  # fmt: skip
+
+
+@register_method(Int8Dynamic)
+def int8_dynamic(source: Source, config: Int8Dynamic) -> Artifact:
+    """Exported with unfused Q/K/V: ONNX Runtime CPU runs three DynamicQuantizeMatMuls faster than
+    one fused QKV GEMM followed by the Split that copies its output (default layer: 20.4 vs 22.0 ms;
+    MiniLM: 3-6% less CPU time per batch)."""
+    from attn_export.compress.quant_onnx import quantize_dynamic_onnx
+
+    ctx, art = source.ctx, source.artifact
+    extras = [w for w, on in (("SmoothQuant " + str(config.smoothquant_alpha), config.smoothquant_alpha is not None),
+                              ("int8 embedding rows", config.quantize_embeddings), ("ORT CPU fusions", config.fuse)) if on]  # fmt: skip
+    ctx.say(f"int8 dynamic: ONNX Runtime quantize_dynamic ({'per-channel' if config.per_channel else 'per-tensor'}, "
+            f"{'7-bit reduce-range' if config.reduce_range else 'full-range'} weights{', ' + ', '.join(extras) if extras else ''})")  # fmt: skip
+    key = compose_key(art.tolerance_key, config.tolerance)
+    details: dict[str, Any] = {"route": "dynamic"}
+    with tempfile.TemporaryDirectory(prefix="attn_export_dyn_") as tmp:
+        unfused, float_tables = Path(tmp) / "unfused.onnx", Path(tmp) / "float_tables.onnx"
+        # ONNX Runtime's dynamic quantizer quantizes MatMul, not the Gemm the long-seq form writes for Linears
+        source.subject.export(art.module, unfused, replace(ctx.fp32_spec, fuse_qkv=False, precision="fp32", linear_gemm=False))
+        calib = source.subject.calibration() if config.smoothquant_alpha is not None else None
+        result = quantize_dynamic_onnx(unfused, source.path, per_channel=config.per_channel, reduce_range=config.reduce_range,
+                                       smoothquant_alpha=config.smoothquant_alpha, calib=calib, quantize_embeddings=config.quantize_embeddings,
+                                       fuse=config.fuse, unquantized_embeddings_out=float_tables)  # fmt: skip
+        if result.embeddings.get("tables"):
+            details["embedding_quantization"] = _table_cost(ctx, source.path, float_tables, config.session_u8u8)
+    details["quantization"] = result.to_dict()
+    if art.onnx_fp32 is not None:
+        details["size_ratio_vs_fp32"] = result.size_bytes / art.onnx_fp32.stat().st_size
+    return ctx.onnx_artifact(source.name, source.path, config.precision, key, u8u8=config.session_u8u8, module=art.module, params=art.params,
+                             route=config.route, details=details)  # fmt: skip
+
+
+def _table_cost(ctx: BuildContext, with_int8: Path, with_float: Path, u8u8: bool) -> dict[str, Any]:
+    """The int8 embedding tables' own accuracy cost: the same model with float tables, both on the whole select split."""
+    from attn_export.artifacts import ort_runner_factory
+
+    choice = ctx.runtime(u8u8=u8u8)
+    errors = {}
+    for label, p in (("float_tables", with_float), ("int8_tables", with_int8)):
+        runner = ort_runner_factory(p, choice, ctx.threads, label)()
+        try:
+            errors[label] = float(ctx.subject.quick_error(runner, "select", 1 << 30))
+        finally:
+            runner.deactivate()
+    cost = errors["int8_tables"] - errors["float_tables"]
+    ctx.say(f"int8 embedding tables: select-split error {errors['float_tables']:.2e} -> {errors['int8_tables']:.2e} ({cost:+.2e})")
+    return {"select_error_float_tables": errors["float_tables"], "select_error_int8_tables": errors["int8_tables"], "cost": cost,
+            "error": ctx.subject.quick_error_name}  # fmt: skip

@@ -1,0 +1,119 @@
+"""The rules a ``RunConfig`` is held to: bounded numbers and the combinations of options that mean something.
+
+Split from ``config`` so the config keeps what a run *is* (its fields and resolved values)
+and this module what a run may *not* be. ``cfg`` is the ``RunConfig`` being validated (typed
+``Any``: this module is imported by ``config`` and must not import it back).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attn_export.errors import ConfigError
+from attn_export.resources import MAX_BYTES
+
+__all__ = ["LIMITS", "check_combinations", "check_numbers"]
+
+# Upper bounds that keep a typo from allocating the machine away or running for days.
+LIMITS = {"d_model": 16384, "heads": 256, "seq_len": 65536, "batch": 4096, "repeats": 10000, "warmup": 1000, "threads": 1024,
+          "distill": 100000, "max_len": 8192, "max_texts": 100000, "seed": 2**32 - 1}  # fmt: skip
+
+
+def check_numbers(cfg: Any) -> None:
+    """Every number is an integer (or a ratio) within ``LIMITS``; normalizes ``--smoothquant`` and ``--int8-fallback``."""
+    for name in ("seq_len", "batch", "repeats", "validation_batches"):
+        _int_in(name, getattr(cfg, name), 1, LIMITS.get(name, 2**31))
+    _int_in("warmup", cfg.warmup, 0, LIMITS["warmup"])
+    _int_in("seed", cfg.seed, 0, LIMITS["seed"])
+    if cfg.threads is not None:
+        _int_in("threads", cfg.threads, 1, LIMITS["threads"])
+    if cfg.d_model is not None:
+        _int_in("d_model", cfg.d_model, 1, LIMITS["d_model"])
+    if cfg.heads is not None:
+        _int_in("heads", cfg.heads, 1, LIMITS["heads"])
+    if cfg.max_len is not None:
+        _int_in("max_len", cfg.max_len, 2, LIMITS["max_len"])
+    if cfg.max_texts is not None:
+        _int_in("max_texts", cfg.max_texts, 8, LIMITS["max_texts"])
+    if cfg.distill is not None:
+        _int_in("distill", cfg.distill, 1, LIMITS["distill"])
+    if cfg.low_rank is not None and not (isinstance(cfg.low_rank, (int, float)) and 0.0 < float(cfg.low_rank) < 1.0):
+        raise ConfigError(f"expected --low-rank RATIO in (0, 1), got {cfg.low_rank}; use e.g. --low-rank 0.5")
+    if isinstance(cfg.smoothquant, str) and cfg.smoothquant.strip().lower() not in ("auto", "none"):
+        try:
+            cfg.smoothquant = float(cfg.smoothquant)
+        except ValueError:
+            raise ConfigError(f"expected --smoothquant ALPHA in [0, 1], auto or none, got {cfg.smoothquant!r}; use auto") from None
+    if isinstance(cfg.smoothquant, str):
+        cfg.smoothquant = cfg.smoothquant.strip().lower()
+    elif cfg.smoothquant is not None and not (isinstance(cfg.smoothquant, (int, float)) and 0.0 <= float(cfg.smoothquant) <= 1.0):
+        raise ConfigError(f"expected --smoothquant ALPHA in [0, 1], auto or none, got {cfg.smoothquant}; use auto")
+    cfg.int8_fallback = _parse_fallback(cfg.int8_fallback)
+    if cfg.int8_qat is not None:
+        _int_in("int8_qat", cfg.int8_qat, 1, LIMITS["distill"])
+    if cfg.int8_qat_scales not in ("learned", "frozen"):
+        raise ConfigError(f"expected --int8-qat-scales learned|frozen, got {cfg.int8_qat_scales!r}")
+    if cfg.max_memory is not None:
+        _int_in("max_memory", cfg.max_memory, 1, MAX_BYTES)
+
+
+def check_combinations(cfg: Any) -> None:
+    """Options that only mean something together, or never do (one line naming both flags)."""
+    target = cfg.target_info
+    if cfg.distill is not None and cfg.low_rank is None:
+        raise ConfigError("--distill trains a compressed student; add --low-rank RATIO")
+    if cfg.calib is not None and not cfg.compresses:
+        raise ConfigError("--calib is used by --low-rank/--distill/--quantize; add one of them or drop --calib")
+    if cfg.quantize is None:
+        for flag, value, default in (("--int8-mode", cfg.int8_mode, "auto"), ("--int8-encoding", cfg.int8_encoding, "auto"),
+                                     ("--with-torchao", cfg.with_torchao, False), ("--smoothquant", cfg.smoothquant, None),
+                                     ("--int8-fallback", cfg.int8_fallback, "auto"), ("--int8-qat", cfg.int8_qat, None),
+                                     ("--int8-qat-scales", cfg.int8_qat_scales, "learned")):  # fmt: skip
+            if value != default:
+                raise ConfigError(f"{flag} configures int8; add --quantize int8 or drop {flag}")
+    if cfg.bundle is not None and cfg.target != "jetson":
+        raise ConfigError(f"--bundle writes a Jetson bundle; add --target jetson (got --target {cfg.target})")
+    if cfg.build_engine and not target.is_tensorrt:
+        raise ConfigError(f"--build-engine needs a TensorRT target; use --target tensorrt or jetson (got {cfg.target})")
+    if cfg.trt_version is not None and not target.is_tensorrt:
+        raise ConfigError(f"--trt-version applies to TensorRT targets; use --target tensorrt or jetson (got {cfg.target})")
+    if cfg.quantize and cfg.int8_mode != "auto":
+        from attn_export.compress.registry import methods
+
+        route = [m for m in methods("route") if m.precision == cfg.quantize and m.route == cfg.int8_mode]
+        if not route:
+            raise ConfigError(f"--quantize {cfg.quantize} has no route {cfg.int8_mode!r}; use --int8-mode auto")
+        refusal = route[0].deploy_refusal(target)
+        if refusal and route[0].produces != "eager":
+            raise ConfigError(f"--int8-mode {cfg.int8_mode} cannot target {target.name}: {refusal}")
+    if cfg.int8_qat is not None and cfg.int8_mode not in ("auto", "static"):
+        raise ConfigError(f"--int8-qat refines the static int8 route; drop --int8-mode {cfg.int8_mode} or --int8-qat")
+    if cfg.int8_qat_scales != "learned" and cfg.int8_qat is None:
+        raise ConfigError("--int8-qat-scales configures QAT-lite; add --int8-qat STEPS or drop --int8-qat-scales")
+    if cfg.int8_mode == "torchao" and cfg.with_torchao:
+        raise ConfigError("--int8-mode torchao already runs the torchao route; drop --with-torchao")
+    if cfg.engine is not None and not target.is_tensorrt:
+        from attn_export.runtime.tensorrt.spec import EngineSpec
+
+        if cfg.engine != EngineSpec(precision=cfg.engine.precision):
+            raise ConfigError(f"the TensorRT engine options apply to --target tensorrt or jetson (got --target {cfg.target})")
+
+
+def _parse_fallback(value: object) -> str | int:
+    """``--int8-fallback``: ``auto`` | ``none`` | N (GEMM groups kept in float)."""
+    if isinstance(value, bool):
+        raise ConfigError(f"expected --int8-fallback auto|none|N, got {value!r}; use auto")
+    text = str(value).strip().lower()
+    if text in ("auto", "none"):
+        return text
+    if not text.isdigit():
+        raise ConfigError(f"expected --int8-fallback auto|none|N, got {value!r}; use auto (keeps in float only what the tolerance needs)")
+    return int(text)
+
+
+def _int_in(name: str, value: object, lo: int, hi: int) -> None:
+    flag = f"--{name.replace('_', '-')}"
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"expected {flag} to be an integer, got {value!r}")
+    if not lo <= value <= hi:
+        raise ConfigError(f"expected {flag} in [{lo}, {hi}], got {value}")

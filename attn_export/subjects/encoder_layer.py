@@ -1,0 +1,141 @@
+"""Layer N of a pretrained checkpoint as the subject, judged in context (``--checkpoint DIR --layers N``).
+
+The subject module is ``MaskedLayer(layer N)``, with the reference layers' signature
+``(x, key_padding_mask) -> y``; its data are the hidden states that layer really sees on the
+corpus texts. An artifact of the layer is still judged by what it does to the sentence
+embeddings: the eager encoder runs with layer N replaced by the artifact
+(``checkpoint.evaluate.SplicedEncoder``), and the layer's own output error is reported beside.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from torch import nn
+
+from attn_export.runtime.base import Feed, Runner
+from attn_export.subjects.base import Judgement, Split, rel_l2
+from attn_export.subjects.encoder import FEED_BATCH, EncoderSubject
+
+__all__ = ["EncoderLayerSubject"]
+
+log = logging.getLogger(__name__)
+
+
+class EncoderLayerSubject(EncoderSubject):
+    """``--checkpoint DIR|minilm --layers N``: layer N on its real inputs, judged spliced into the encoder."""
+
+    kind = "encoder-layer"
+    deploy_name = "encoder_layer"
+    quick_error_name = "relative L2 of the layer output"
+
+    def __init__(self, cfg: Any) -> None:
+        from attn_export.layers.encoder import parse_layers
+
+        super().__init__(cfg)
+        self.index: int = parse_layers(cfg.resolved_layers, len(self.encoder.layers))  # type: ignore[assignment]
+        self._layer = self.encoder.subject(self.index)
+        self._layer_acts: dict[str, Any] = {}
+        self._quick_refs: dict[str, np.ndarray] = {}
+
+    @property
+    def name(self) -> str:
+        return f"layer{self.index}"
+
+    @property
+    def module(self) -> nn.Module:
+        return self._layer
+
+    @property
+    def input_names(self) -> list[str]:
+        return ["x", "key_padding_mask"]
+
+    @property
+    def output_names(self) -> list[str]:
+        return ["y"]
+
+    # -- data ---------------------------------------------------------------------------
+    def _acts(self, split: str) -> Any:
+        from attn_export.checkpoint.text import all_layer_inputs
+
+        if split not in self._layer_acts:
+            self._layer_acts[split] = all_layer_inputs(self.encoder, self.tokens[split], layers=[self.index])[self.index]
+        return self._layer_acts[split]
+
+    def feeds(self, split: Split) -> list[Feed]:
+        if split not in self._feeds:
+            acts = self._acts(split)
+            self._feeds[split] = [{"x": acts.x[i : i + FEED_BATCH], "key_padding_mask": acts.key_padding_mask[i : i + FEED_BATCH]}
+                                  for i in range(0, len(acts), FEED_BATCH)]  # fmt: skip
+        return self._feeds[split]
+
+    def latency_feed(self) -> Feed:
+        from attn_export.checkpoint.text import all_layer_inputs
+
+        acts = all_layer_inputs(self.encoder, self._latency_tokens, layers=[self.index])[self.index]
+        return {"x": acts.x, "key_padding_mask": acts.key_padding_mask}
+
+    def calibration(self) -> Any:
+        return self._acts("train")
+
+    # -- building -----------------------------------------------------------------------
+    def export(self, module: nn.Module, path: Path, spec: Any) -> Any:
+        from attn_export.checkpoint.export import encoder_export_spec
+        from attn_export.export import export_onnx
+
+        return export_onnx(module, path, encoder_export_spec(spec))  # type: ignore[arg-type]
+
+    def low_rank(self, student: nn.Module, config: Any) -> Any:
+        from attn_export.compress.lowrank import low_rank_
+
+        return low_rank_(student, config, self._acts("train"))
+
+    def distill(self, student: nn.Module, config: Any) -> Any:
+        from attn_export.checkpoint.compress import distill_layer_
+
+        return distill_layer_(student.layer, self._layer.layer, self._acts("train"), self._acts("select"),  # type: ignore[union-attr]
+                              self.cfg.resolved_low_rank_targets, config)  # fmt: skip
+
+    # -- judging ------------------------------------------------------------------------
+    def tensor_tolerance(self, tolerance_key: str) -> Any:
+        """The layer output's bar (the bundle compares ``y``): the tensor tolerance of the key."""
+        from attn_export.validate.tolerances import tolerance_for, with_overrides
+
+        return with_overrides(tolerance_for(tolerance_key), "y", self.cfg.tolerance_overrides)
+
+    def candidate_embeddings(self, candidate: Runner, split: str, limit: int | None = None) -> np.ndarray:
+        from attn_export.checkpoint.evaluate import RunnerLayer, SplicedEncoder, embed
+        from attn_export.checkpoint.export import ENCODER_INPUT_NAMES, ENCODER_OUTPUT_NAMES
+        from attn_export.runtime import EagerRunner
+
+        spliced = SplicedEncoder(self.encoder, self.index, RunnerLayer(candidate)).eval()
+        runner = EagerRunner(spliced, ENCODER_INPUT_NAMES, ENCODER_OUTPUT_NAMES)
+        return embed(runner, self.tokens[split].feeds(FEED_BATCH, trim=True, limit=limit))
+
+    def quick_error(self, candidate: Runner, split: Split, limit: int) -> float:
+        """The layer output's relative L2 on the real inputs of the first ``limit`` texts (its own error, without the splice)."""
+        take, seen = [], 0
+        for f in self.feeds(split):
+            if seen >= limit:
+                break
+            take.append(f)
+            seen += len(f["x"])
+        key = f"{split}:{len(take)}"
+        if key not in self._quick_refs:
+            eager = self.eager_runner()
+            self._quick_refs[key] = np.concatenate([eager.infer(f)["y"].ravel() for f in take])
+        got = np.concatenate([np.asarray(candidate.infer(f)["y"], dtype=np.float32).ravel() for f in take])
+        return rel_l2(self._quick_refs[key], got)
+
+    def judge(self, candidate: Runner, split: Split, tolerance_key: str) -> Judgement:
+        from attn_export.validate.metrics import accuracy
+
+        judgement = self.embedding_judgement(self.candidate_embeddings(candidate, split), split, tolerance_key)
+        eager, feeds = self.eager_runner(), self.feeds(split)  # the layer's own output on its real inputs, beside
+        ref_y = np.concatenate([eager.infer(f)["y"].ravel() for f in feeds])
+        got_y = np.concatenate([np.asarray(candidate.infer(f)["y"], dtype=np.float32).ravel() for f in feeds])
+        judgement.details["layer_accuracy"] = accuracy(ref_y, got_y).__dict__
+        return judgement

@@ -1,0 +1,202 @@
+"""The kinds of subject a ``RunConfig`` can name, and what each means before anything is built.
+
+A run's subject is a reference layer (``--layer``), a pretrained checkpoint (``--checkpoint``)
+or one layer of a checkpoint in context (``--checkpoint DIR --layers N``). Each kind owns its
+flags, its measured defaults and its preflight; ``RunConfig`` asks the kind instead of
+branching on it, and the plan reads the kind-free ``SubjectProfile``. This module is light
+(no torch, no onnx): it runs while the flags are validated.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from attn_export.errors import ConfigError
+from attn_export.vocabulary import LAYER_MASKS, LAYER_NAMES, check_heads
+
+if TYPE_CHECKING:
+    from attn_export.run_options import RunOptions
+
+__all__ = ["KINDS", "CheckpointKind", "LayerKind", "ModelShape", "SubjectKind", "SubjectProfile", "checkpoint_config", "kind_of"]
+
+log = logging.getLogger(__name__)
+
+# Flags each kind owns; a flag of another kind is refused, naming it.
+_LAYER_FLAGS = ("layer", "d_model", "heads", "mask")
+_CHECKPOINT_FLAGS = ("layers", "max_len", "max_texts", "languages", "pooling")
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """Sizes the memory estimate needs, read from the flags or a checkpoint's config.json."""
+
+    d_model: int
+    heads: int
+    ffn: int
+    params: int
+    attention_layer: str = "transformer"  # what the attention scores scale with (see resources.estimate_memory)
+
+
+@dataclass(frozen=True)
+class SubjectProfile:
+    """What the plan knows of a subject before it is built: no module, only facts.
+
+    ``layer`` and ``mask`` are what the attention-form choice sees (a checkpoint's layers are
+    post-norm transformer layers with a padding mask); ``has_embeddings`` says whether the
+    exported graph holds embedding tables (the int8 dynamic route quantizes them per row).
+    """
+
+    kind: str
+    layer: str
+    mask: str
+    d_model: int
+    heads: int
+    has_embeddings: bool
+    activation: str = "relu"  # the FFN's activation (ORT's BiasGelu fusion needs a GELU)
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.heads
+
+
+@dataclass(frozen=True)
+class SubjectKind:
+    """One kind of subject: its flags, its measured defaults and the checks it needs before any work."""
+
+    name: str
+    flags: tuple[str, ...]
+    defaults: Mapping[str, Any]  # measured best for this kind (docs/quantization.md, docs/encoder.md)
+    calib_suffixes: tuple[str, ...]
+    calib_hint: str  # why another --calib file kind is refused
+
+    def check_flags(self, cfg: RunOptions) -> None:
+        """This kind's flags are coherent; another kind's flags are refused by name."""
+        foreign = dict.fromkeys(n for k in KINDS.values() for n in k.flags if n not in self.flags)
+        given = [f"--{n.replace('_', '-')}" for n in foreign if getattr(cfg, n, None) is not None]
+        if given:
+            raise ConfigError(self.foreign_flags_message(cfg, given))
+        if cfg.calib is not None and Path(cfg.calib).suffix.lower() not in self.calib_suffixes:
+            raise ConfigError(f"--calib {cfg.calib}: {self.calib_hint}")
+        self.check_own_flags(cfg)
+
+    def foreign_flags_message(self, cfg: RunOptions, given: list[str]) -> str:
+        return f"{given[0]} does not apply to this subject; drop {', '.join(given)}"
+
+    def check_own_flags(self, cfg: RunOptions) -> None:
+        """Values of the kind's own flags (no files read)."""
+
+    def profile(self, cfg: RunOptions) -> SubjectProfile:
+        raise ConfigError(f"subject kind {self.name} has no profile")
+
+    def preflight(self, cfg: RunOptions) -> None:
+        """Checks that read files, before the first model is built."""
+
+    def model_shape(self, cfg: RunOptions) -> ModelShape:
+        raise ConfigError(f"subject kind {self.name} has no model shape")
+
+
+class LayerKind(SubjectKind):
+    """``--layer`` at ``--d-model``/``--heads`` with ``--mask``: a seeded reference layer."""
+
+    def __init__(self) -> None:
+        super().__init__("layer", _LAYER_FLAGS,
+                         {"layer": "transformer", "d_model": 512, "heads": 8, "mask": "padding", "low_rank_targets": "q,k,v,o",
+                          "calib_method": "minmax", "smoothquant": None},
+                         (".npz", ".npy", ".safetensors"),
+                         "text calibrates a --checkpoint; a reference layer takes activations (.npz/.npy/.safetensors, see attn-export calib generate)")  # fmt: skip
+
+    def foreign_flags_message(self, cfg: RunOptions, given: list[str]) -> str:
+        return f"{given[0]} applies to a --checkpoint run; add --checkpoint DIR|minilm or drop {', '.join(given)}"
+
+    def check_own_flags(self, cfg: RunOptions) -> None:
+        layer, mask = cfg.resolved_layer, cfg.resolved_mask
+        if layer not in LAYER_NAMES:
+            raise ConfigError(f"unknown --layer {layer!r}; choose one of {', '.join(LAYER_NAMES)}")
+        if mask not in LAYER_MASKS[layer]:
+            raise ConfigError(f"layer {layer!r} supports --mask {'|'.join(LAYER_MASKS[layer])}, got {mask!r}")
+        check_heads(cfg.resolved_d_model, cfg.resolved_heads)
+
+    def profile(self, cfg: RunOptions) -> SubjectProfile:
+        return SubjectProfile("layer", cfg.resolved_layer, cfg.resolved_mask, cfg.resolved_d_model, cfg.resolved_heads, False, "relu")
+
+    def preflight(self, cfg: RunOptions) -> None:
+        if cfg.compresses and cfg.calib is None:
+            from attn_export.compress.calib_data import default_calibration_path
+
+            default_calibration_path(cfg.resolved_d_model)  # DataError naming `calib generate` when none ships
+
+    def model_shape(self, cfg: RunOptions) -> ModelShape:
+        d, h = cfg.resolved_d_model, cfg.resolved_heads
+        params = 4 * d * d + (2 * d * 4 * d if cfg.resolved_layer == "transformer" else 0)
+        return ModelShape(d, h, 4 * d, params, cfg.resolved_layer)
+
+
+class CheckpointKind(SubjectKind):
+    """``--checkpoint DIR|minilm``: the whole encoder (``--layers all``) or layer N of it in context."""
+
+    def __init__(self, name: str) -> None:
+        # MiniLM: Q/K carry the low-rank budget (V/O/FFN cost more accuracy than they save); percentile
+        # calibration after a searched SmoothQuant keeps both int8 routes closest on real text
+        # (docs/quantization.md: static 0.978 -> 0.997, dynamic 0.991 -> 0.997 mean cosine).
+        super().__init__(name, _CHECKPOINT_FLAGS,
+                         {"layers": "all", "max_len": 64, "max_texts": 320, "low_rank_targets": "q,k", "calib_method": "percentile",
+                          "smoothquant": "auto"},
+                         (".txt", ""),
+                         "a checkpoint calibrates on text; pass a UTF-8 .txt file with one text per line "
+                         "(activation files .npz/.npy/.safetensors are for reference layers)")  # fmt: skip
+
+    def foreign_flags_message(self, cfg: RunOptions, given: list[str]) -> str:
+        return (f"{given[0]} picks a reference layer, but --checkpoint {cfg.checkpoint} brings its own architecture "
+                f"(config.json); drop {', '.join(given)}")  # fmt: skip
+
+    def check_own_flags(self, cfg: RunOptions) -> None:
+        layers = cfg.resolved_layers.strip().lower()
+        if layers != "all" and not layers.isdigit():
+            raise ConfigError(f"expected --layers all or a layer index N, got {cfg.layers!r}")
+
+    def profile(self, cfg: RunOptions) -> SubjectProfile:
+        conf = checkpoint_config(cfg)
+        return SubjectProfile(self.name, "transformer", "padding", conf.hidden_size, conf.num_attention_heads, self.name == "encoder", conf.hidden_act)
+
+    def preflight(self, cfg: RunOptions) -> None:
+        from attn_export.layers.encoder import parse_layers
+
+        conf = checkpoint_config(cfg)
+        parse_layers(cfg.resolved_layers, conf.num_hidden_layers)
+        positions = conf.max_position_embeddings
+        if cfg.resolved_max_len > positions or cfg.seq_len > positions:
+            raise ConfigError(
+                f"expected --max-len and --seq-len <= {positions} (the checkpoint's positions), got {cfg.resolved_max_len} and {cfg.seq_len}"
+            )
+
+    def model_shape(self, cfg: RunOptions) -> ModelShape:
+        from attn_export.checkpoint.loader import encoder_parameter_count
+
+        conf = checkpoint_config(cfg)
+        return ModelShape(conf.hidden_size, conf.num_attention_heads, conf.intermediate_size, encoder_parameter_count(conf))
+
+
+def checkpoint_config(cfg: RunOptions) -> Any:
+    """The checkpoint's EncoderConfig, read and schema-checked once per RunConfig (no weights loaded)."""
+    cached = cfg.__dict__.get("_checkpoint_config")
+    if cached is None:
+        from attn_export.checkpoint.loader import read_bert_config, resolve_checkpoint
+
+        cached = read_bert_config(resolve_checkpoint(cfg.checkpoint))  # type: ignore[arg-type]
+        cfg.__dict__["_checkpoint_config"] = cached
+    return cached
+
+
+KINDS: dict[str, SubjectKind] = {k.name: k for k in (LayerKind(), CheckpointKind("encoder"), CheckpointKind("encoder-layer"))}
+
+
+def kind_of(cfg: RunOptions) -> SubjectKind:
+    """The kind of subject ``cfg`` names: a reference layer, a checkpoint, or layer N of one."""
+    if cfg.checkpoint is None:
+        return KINDS["layer"]
+    layers = (cfg.layers or "all").strip().lower()
+    return KINDS["encoder" if layers == "all" else "encoder-layer"]
