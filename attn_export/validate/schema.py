@@ -369,7 +369,14 @@ class StModulesSchema(_Schema):
     modules: Annotated[list[StModuleSchema], Field(min_length=1, max_length=64)]
 
 
-StPoolingMode = Literal["cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken"]
+_ST_POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
+
+
+def _st_modes(v: str | list[str] | None) -> str | list[str] | None:
+    for mode in [v] if isinstance(v, str) else v or []:
+        if mode not in _ST_POOLING_MODES:
+            raise _expected(f"pooling modes among {', '.join(_ST_POOLING_MODES)}", got=json.dumps(mode))
+    return v
 
 
 class StPoolingSchema(_Schema):
@@ -377,7 +384,7 @@ class StPoolingSchema(_Schema):
 
     word_embedding_dimension: Annotated[int, Field(ge=1, le=65_536)] | None = None
     embedding_dimension: Annotated[int, Field(ge=1, le=65_536)] | None = None
-    pooling_mode: StPoolingMode | Annotated[list[StPoolingMode], Field(min_length=1, max_length=6)] | None = None
+    pooling_mode: Annotated[str | Annotated[list[str], Field(min_length=1, max_length=6)] | None, AfterValidator(_st_modes)] = None
     pooling_mode_cls_token: bool = False
     pooling_mode_max_tokens: bool = False
     pooling_mode_mean_tokens: bool = False
