@@ -75,6 +75,14 @@ class FidelityResult:
     tolerance: dict[str, float] = field(default_factory=lambda: {"min_cosine": FIDELITY_MIN_COSINE, "max_abs": FIDELITY_MAX_ABS})
     notes: tuple[str, ...] = ()
 
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __str__(self) -> str:
+        parts = [f"{name} min cosine {o.min_cosine:.7f}, max abs {o.max_abs:.2e}" for name, o in self.outputs.items()]
+        verdict = "PASS" if self.passed else "FAIL"
+        return f"fidelity {verdict} ({self.family} vs {self.reference}, {sum(self.probes.values())} probe rows): " + "; ".join(parts)
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["notes"] = list(self.notes)

@@ -90,6 +90,7 @@ def test_fidelity_check_passes_and_records_the_numbers(saved, name):
     _, folder = saved(name)
     ours = load_bert_checkpoint(folder)
     result = check_fidelity(ours, folder)
+    assert result and str(result).startswith(f"fidelity PASS ({result.family} vs transformers ")
     assert result.passed and result.family == json.loads((folder / "config.json").read_text())["model_type"]
     assert set(result.outputs) == set(ours.output_names)
     assert sum(result.probes.values()) >= 7 and "no tokenizer.json: random-id probes only" in result.notes
@@ -110,7 +111,7 @@ def test_fidelity_refuses_a_broken_reimplementation(saved):
         check_fidelity(ours, folder)
     assert "\n" not in str(info.value)
     result = check_fidelity(ours, folder, raise_on_failure=False)
-    assert not result.passed and result.outputs["last_hidden_state"].min_cosine < 0.99
+    assert not result and not result.passed and result.outputs["last_hidden_state"].min_cosine < 0.99
 
 
 @pytest.mark.parametrize("act", ["gelu", "gelu_new", "gelu_pytorch_tanh", "silu", "swish", "relu"])
@@ -227,3 +228,16 @@ def test_head_found_from_the_weights_when_architectures_is_absent(saved, tmp_pat
     (tmp_path / "model.safetensors").write_bytes((folder / "model.safetensors").read_bytes())
     head = load_bert_checkpoint(tmp_path).config.head
     assert (head.task, head.style, head.num_labels) == ("sequence", "distilbert", 2)
+
+
+@pytest.mark.parametrize("model_type", ["deberta-v2", "mpnet"])
+def test_cli_refuses_an_unsupported_family_with_exit_2_and_one_line(tmp_path, capsys, model_type):
+    from ckpt_fixtures import write_checkpoint
+
+    from attn_export.cli import main
+
+    ckpt = write_checkpoint(tmp_path / "ckpt", {}, {"model_type": model_type})
+    assert main(["--checkpoint", str(ckpt), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and model_type in err and "supported model_types: bert, roberta" in err
+    assert not (tmp_path / "out").exists()
