@@ -21,6 +21,7 @@ the same maths differ by ~1e-6; a wrong position offset, activation or pooling b
 from __future__ import annotations
 
 import logging
+import math
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -111,42 +112,47 @@ def probe_batches(model: SentenceEncoder, tokenizer: Any = None, texts: tuple[st
     return batches
 
 
-def _rows(name: str, ours: np.ndarray, ref: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The rows compared: real tokens of per-token outputs, every text of per-text ones."""
+def _rows(ours: np.ndarray, ref: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows compared: real tokens of per-token outputs (B, S, X) -> (N, X); per-text outputs as they are."""
     if ours.ndim == 3:
         keep = mask.astype(bool)
         return ours[keep], ref[keep]
     return ours, ref
 
 
+def _measure(ours: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
+    """(min row cosine, max abs) of one probe's rows; a non-finite output is (nan, inf), which fails."""
+    if not np.all(np.isfinite(ours)):
+        return float("nan"), float("inf")
+    return float(row_cosines(ref, ours).min()), float(np.abs(ours.astype(np.float64) - ref).max())
+
+
 def _compare(model: SentenceEncoder, reference: Any, batches: list[tuple[str, np.ndarray, np.ndarray]]) -> dict[str, OutputFidelity]:
-    worst: dict[str, dict[str, Any]] = {}
-    labels: dict[str, list[float]] = {}
+    """Per output: the worst min cosine and max abs over the probes, and the probe that was worst."""
+    per_probe: dict[str, list[tuple[str, float, float, int, float | None]]] = {}
     for probe, ids, mask in batches:
         with torch.no_grad():
             got = [t.float().numpy() for t in model(torch.from_numpy(ids), torch.from_numpy(mask))]
         ref = reference(ids, mask)
         for name, ours in zip(model.output_names, got):
             theirs = getattr(ref, name)
-            if theirs is None:
-                raise CheckpointError(f"the reference {reference.description} has no {name} output; the checkpoint's head and the loaded model disagree")
-            if theirs.shape != ours.shape:
-                raise CheckpointError(f"{name}: the project's model gives shape {ours.shape}, {reference.description} gives {theirs.shape}; they are not the same model")
-            a, b = _rows(name, ours, theirs, mask)
-            cos = float(row_cosines(b, a).min()) if np.all(np.isfinite(a)) else float("nan")
-            err = float(np.abs(a.astype(np.float64) - b).max()) if np.all(np.isfinite(a)) else float("inf")
-            w = worst.setdefault(name, {"max_abs": 0.0, "min_cosine": 1.0, "rows": 0, "worst_probe": probe})
-            if not cos >= w["min_cosine"] or err > w["max_abs"]:  # NaN counts as worse
-                w["worst_probe"] = probe
-            w["max_abs"], w["min_cosine"] = max(w["max_abs"], err), min(w["min_cosine"], cos) if cos == cos else cos
-            w["rows"] += len(a)
-            if name == "logits":
-                labels.setdefault(name, []).append(classification_agreement(theirs, ours, mask if ours.ndim == 3 else None)["label_agreement"] * len(a))
+            if theirs is None or theirs.shape != ours.shape:
+                shape = None if theirs is None else theirs.shape
+                raise CheckpointError(
+                    f"{name}: the project's model gives shape {ours.shape}, {reference.description} gives {shape}; the loaded head or pooling is not the checkpoint's"
+                )
+            a, b = _rows(ours, theirs, mask)
+            cos, err = _measure(a, b)
+            labels = classification_agreement(theirs, ours, mask if ours.ndim == 3 else None)["label_agreement"] if name == "logits" else None
+            per_probe.setdefault(name, []).append((probe, cos, err, len(a), labels))
     out = {}
-    for name in sorted(worst, key=_ORDER.index):
-        w = worst[name]
-        agree = sum(labels[name]) / w["rows"] if name in labels else None
-        out[name] = OutputFidelity(max_abs=w["max_abs"], min_cosine=w["min_cosine"], rows=w["rows"], worst_probe=w["worst_probe"], label_agreement=agree)
+    for name in sorted(per_probe, key=_ORDER.index):
+        rows = per_probe[name]
+        # the worst probe: lowest cosine (NaN lowest of all), then largest error
+        worst = min(rows, key=lambda r: (-math.inf if math.isnan(r[1]) else r[1], -r[2]))
+        total = sum(r[3] for r in rows)
+        agree = None if name != "logits" else sum(r[4] * r[3] for r in rows) / total  # type: ignore[operator]
+        out[name] = OutputFidelity(max_abs=max(r[2] for r in rows), min_cosine=worst[1], rows=total, worst_probe=worst[0], label_agreement=agree)
     return out
 
 

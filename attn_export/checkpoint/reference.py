@@ -99,12 +99,12 @@ class LibraryReference:
 
 def _transformers_model(path: Path, task: str | None) -> Any:
     transformers = require("transformers", "transformers", _WHAT, extra="minilm")
-    import json
+    from attn_export.checkpoint.loader import read_checkpoint_config
 
+    raw = read_checkpoint_config(path)[2]  # schema-checked, the family supported (or refused, in one line)
     auto = {None: transformers.AutoModel, "sequence": transformers.AutoModelForSequenceClassification,
             "token": transformers.AutoModelForTokenClassification}[task]  # fmt: skip
     kwargs: dict[str, Any] = {"local_files_only": True, "attn_implementation": "eager", "dtype": torch.float32}
-    raw = json.loads((path / "config.json").read_text(encoding="utf-8"))  # the loader validated it already
     if "model_type" not in raw:  # very old BERT exports: the loader read them as BERT, so does the reference
         kwargs["config"] = transformers.BertConfig.from_pretrained(str(path), local_files_only=True)
     try:

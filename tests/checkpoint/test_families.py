@@ -241,3 +241,15 @@ def test_cli_refuses_an_unsupported_family_with_exit_2_and_one_line(tmp_path, ca
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and model_type in err and "supported model_types: bert, roberta" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_fidelity_refuses_a_non_finite_model(saved):
+    _, folder = saved("bert")
+    ours = load_bert_checkpoint(folder)
+    with torch.no_grad():
+        ours.layers[1].ffn_in.weight[0, 0] = float("nan")
+    result = check_fidelity(ours, folder, raise_on_failure=False)
+    hidden = result.outputs["last_hidden_state"]
+    assert not result and np.isnan(hidden.min_cosine) and hidden.max_abs == float("inf")
+    with pytest.raises(CheckpointError, match=r"last_hidden_state min cosine nan"):
+        check_fidelity(ours, folder)

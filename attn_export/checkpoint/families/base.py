@@ -108,7 +108,8 @@ def task_from_architectures(config: Mapping[str, Any], path: str) -> tuple[bool,
 
 def _task_from_keys(family: Family, keys: Collection[str]) -> str | None:
     """Which head the weights hold: the family's sequence head keys win (they are the more specific)."""
-    modules = {_KEY.match(k.removeprefix(family.prefix)).group(1) for k in keys if _KEY.match(k.removeprefix(family.prefix))}  # type: ignore[union-attr]
+    matches = (_KEY.match(k.removeprefix(family.prefix)) for k in keys)
+    modules = {m.group(1) for m in matches if m is not None}
     if all(name in modules for name in family.sequence_head):
         return "sequence"
     if all(name in modules for name in family.token_head):
