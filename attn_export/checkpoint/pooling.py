@@ -73,7 +73,13 @@ def _pooling_modes(path: Path) -> tuple[str, ...]:
 
 def read_sentence_transformers(checkpoint_dir: str | os.PathLike[str]) -> SentenceTransformersInfo | None:
     """The folder's sentence-transformers pipeline, or None when it has no ``modules.json``."""
-    from attn_export.validate.schema import SentenceBertConfigSchema, StModulesSchema, StNormalizeSchema, read_json, validate
+    from attn_export.validate.schema import (
+        SentenceBertConfigSchema,
+        StModulesSchema,
+        StNormalizeSchema,
+        read_json,
+        validate,
+    )
 
     root = Path(checkpoint_dir)
     if not (root / "modules.json").is_file():

@@ -14,7 +14,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from attn_export.checkpoint.families.base import Family
-from attn_export.checkpoint.families.bert import BERT_EMBEDDING_PARTS, BERT_LAYER_KEY, BERT_LAYER_PARTS, bert_style_config
+from attn_export.checkpoint.families.bert import (
+    BERT_EMBEDDING_PARTS,
+    BERT_LAYER_KEY,
+    BERT_LAYER_PARTS,
+    bert_style_config,
+)
 from attn_export.layers.encoder import EncoderConfig
 
 __all__ = ["ELECTRA"]
