@@ -1,4 +1,4 @@
-"""Pretrained BERT-family checkpoints: safetensors loading, text calibration, encoder metrics.
+"""Pretrained encoder checkpoints: families, safetensors loading, pooling, the library reference, fidelity, text, metrics.
 
 Names load lazily (PEP 562), so reading a checkpoint's config.json needs no torch.
 """
@@ -8,8 +8,10 @@ from __future__ import annotations
 from attn_export._lazy import lazy_exports
 
 _WHERE = {
+    "FidelityResult": "fidelity", "check_fidelity": "fidelity",
     "KNOWN_CHECKPOINTS": "loader", "hf_to_reference_key": "loader", "load_bert_checkpoint": "loader", "read_bert_config": "loader",
-    "resolve_checkpoint": "loader", "embedding_agreement": "metrics",
+    "read_checkpoint_config": "loader", "resolve_checkpoint": "loader",
+    "classification_agreement": "metrics", "embedding_agreement": "metrics", "resolve_pooling": "pooling",
 }  # fmt: skip
 __all__ = sorted(_WHERE)
 __getattr__, __dir__ = lazy_exports(__name__, _WHERE)

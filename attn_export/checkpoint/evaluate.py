@@ -17,7 +17,7 @@ from torch import nn
 
 from attn_export.compress.calib_data import forward_layer
 from attn_export.errors import ConfigError
-from attn_export.layers.encoder import SentenceEncoder, mean_pool
+from attn_export.layers.encoder import SentenceEncoder
 from attn_export.runtime.base import Feed, Runner
 
 __all__ = ["RunnerLayer", "SplicedEncoder", "embed"]
@@ -48,11 +48,11 @@ class SplicedEncoder(nn.Module):
         self.index = index
         self.layer = layer
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
         h = self.encoder.embeddings(input_ids)  # (B, S, D)
         for i, layer in enumerate(self.encoder.layers):
             h = forward_layer(self.layer if i == self.index else layer, h, attention_mask)
-        return h, mean_pool(h, attention_mask)
+        return self.encoder.outputs(h, attention_mask)  # the encoder's own pooling (and head)
 
 
 def embed(runner: Runner, feeds: Sequence[Feed]) -> np.ndarray:

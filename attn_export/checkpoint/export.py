@@ -3,7 +3,8 @@
 Other tools feed the exported encoder by name, so the names and axes are fixed here:
 inputs ``input_ids`` and ``attention_mask`` (int64 [batch, seq], both axes dynamic),
 outputs ``last_hidden_state`` [batch, seq, hidden] and ``sentence_embedding``
-[batch, hidden] (mean-pooled over the mask, L2-normalised, float32 in every precision).
+[batch, hidden] (pooled over the mask as the model ships it, float32 in every precision),
+plus ``logits`` for a checkpoint with a classification head.
 The export itself is the generic ``attn_export.export.export_module``, so the attention
 form, QKV fusion, fp32 softmax/LayerNorm islands and the report fields are the layers'.
 """
@@ -61,13 +62,14 @@ def encoder_export_spec(spec: ExportSpec | None = None) -> ExportSpec:
 
 
 def export_encoder(encoder: SentenceEncoder, path: str | os.PathLike[str], spec: ExportSpec | None = None) -> ExportResult:
-    """Export the whole encoder to ONNX; fp16 keeps softmax, LayerNorm and pooling in float32."""
+    """Export the whole encoder (its pooling and head included) to ONNX; fp16 keeps softmax, LayerNorm and pooling in float32."""
     spec = encoder_export_spec(spec)
     example = encoder_example_inputs(encoder, spec.example_batch, max(spec.example_seq, 2))
-    result = export_module(encoder.eval(), path, spec, example, ENCODER_INPUT_NAMES, ENCODER_OUTPUT_NAMES, ENCODER_DYNAMIC_AXES)
-    if result.input_names != ENCODER_INPUT_NAMES or result.output_names != ENCODER_OUTPUT_NAMES:
+    outputs = list(encoder.output_names)  # ENCODER_OUTPUT_NAMES, plus "logits" with a task head
+    result = export_module(encoder.eval(), path, spec, example, ENCODER_INPUT_NAMES, outputs, ENCODER_DYNAMIC_AXES)
+    if result.input_names != ENCODER_INPUT_NAMES or result.output_names != outputs:
         raise ExportError(
-            f"expected graph inputs {ENCODER_INPUT_NAMES} and outputs {ENCODER_OUTPUT_NAMES}, got "
+            f"expected graph inputs {ENCODER_INPUT_NAMES} and outputs {outputs}, got "
             f"{result.input_names} and {result.output_names}; the encoder interface must not drift"
         )
     return result

@@ -1,18 +1,28 @@
-"""Load a Hugging Face BERT-family checkpoint directory into a ``SentenceEncoder``.
+"""Load a Hugging Face encoder checkpoint directory (BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT, ELECTRA) into a ``SentenceEncoder``.
 
 Users bring pretrained encoders, and a toolkit that only sees random weights cannot tell
 them what compression does to theirs. This reads ``config.json`` and ``model.safetensors``
 (or a sharded ``model.safetensors.index.json``) with no ``transformers`` import and no
 unpickling: a ``pytorch_model.bin`` is refused with the command to convert it.
 
+``model_type`` picks the family (``attn_export.checkpoint.families``): its config keys, weight
+names, prefix (``roberta.``...) and task heads; a family this project does not reproduce
+exactly is refused by name before anything else is read. ``architectures`` (or the head keys)
+give the task head, whose label count is read from the weight shapes; the sentence pooling
+comes from the folder's sentence-transformers files (``attn_export.checkpoint.pooling``).
+
 Every key is accounted for: a missing or unexpected key, or a shape mismatch, is a
-``CheckpointError`` naming the key, never a silently half-initialised model.
+``CheckpointError`` naming the key, never a silently half-initialised model. Keys that
+``AutoModel`` drops too (a bare encoder's pooler, masked-LM / pretraining heads) are skipped.
 
 The JSON files are validated by pydantic schemas (``attn_export.validate.schema``) before
 anything is allocated: strict integers (``num_attention_heads: true`` is refused, not read as
 1), bounded sizes, and a model the weight files could not possibly hold is refused before it
 is built. Every file opened must resolve (symlinks included) inside the checkpoint directory;
 a shard name like ``../../outside/x.safetensors`` or ``/etc/passwd`` is refused unopened.
+
+The weights alone do not prove the re-implementation right: ``attn_export.checkpoint.fidelity``
+compares the loaded model with the checkpoint's own library before a run trusts it.
 """
 
 from __future__ import annotations
@@ -20,13 +30,17 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-import re
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from attn_export.errors import CheckpointError, ConfigError, MissingDependencyError
-from attn_export.layers.encoder import ACTIVATIONS, EncoderConfig, SentenceEncoder
+from attn_export.checkpoint.families import BERT, Family, detect_head, family_for, map_key
+from attn_export.checkpoint.paths import inside as _inside
+from attn_export.errors import CheckpointError, MissingDependencyError
+from attn_export.layers.encoder import EncoderConfig, SentenceEncoder
 
 __all__ = [
     "KNOWN_CHECKPOINTS",
@@ -34,6 +48,7 @@ __all__ = [
     "hf_to_reference_key",
     "load_bert_checkpoint",
     "read_bert_config",
+    "read_checkpoint_config",
     "resolve_checkpoint",
 ]
 
@@ -45,26 +60,6 @@ KNOWN_CHECKPOINTS: dict[str, tuple[str, str, str, str]] = {
 }
 
 _UNSAFE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl", "*.h5", "*.msgpack")
-_IGNORED = re.compile(r"^(pooler\..*|embeddings\.position_ids)$")  # unused by a sentence encoder
-_LAYER_PARTS = {
-    "attention.self.query": "self_attn.w_q",
-    "attention.self.key": "self_attn.w_k",
-    "attention.self.value": "self_attn.w_v",
-    "attention.output.dense": "self_attn.w_o",
-    "attention.output.LayerNorm": "norm1",
-    "intermediate.dense": "ffn_in",
-    "output.dense": "ffn_out",
-    "output.LayerNorm": "norm2",
-}
-_EMBEDDING_PARTS = {
-    "embeddings.word_embeddings": "embeddings.word_embeddings",
-    "embeddings.position_embeddings": "embeddings.position_embeddings",
-    "embeddings.token_type_embeddings": "embeddings.token_type_embeddings",
-    "embeddings.LayerNorm": "embeddings.norm",
-}
-_LAYER_KEY = re.compile(r"^encoder\.layer\.(\d+)\.(.+)\.(weight|bias|gamma|beta)$")
-_EMB_KEY = re.compile(r"^(embeddings\.\w+)\.(weight|bias|gamma|beta)$")
-_PARAM = {"weight": "weight", "bias": "bias", "gamma": "weight", "beta": "bias"}  # old TF-style names
 
 
 def resolve_checkpoint(name_or_dir: str | os.PathLike[str]) -> Path:
@@ -88,74 +83,51 @@ def resolve_checkpoint(name_or_dir: str | os.PathLike[str]) -> Path:
     return path
 
 
-def _allowed_roots(checkpoint_dir: Path) -> list[Path]:
-    """Where the checkpoint's files may resolve to: the directory itself and, for a Hugging Face
-    cache snapshot (``<repo>/snapshots/<rev>/``, whose files are symlinks into ``<repo>/blobs/``),
-    that repository's blob store."""
-    root = checkpoint_dir.resolve()
-    roots = [root]
-    if root.parent.name == "snapshots":
-        roots.append(root.parent.parent / "blobs")
-    return roots
+_CONFIG_FIX = "fix config.json (a Hugging Face encoder config) or use the checkpoint's original one"
 
 
-def _inside(checkpoint_dir: Path, name: str, what: str) -> Path:
-    """``checkpoint_dir / name`` if it resolves (symlinks followed) inside the checkpoint; never opened otherwise."""
-    path = checkpoint_dir / name
-    try:
-        real = path.resolve()
-    except (OSError, RuntimeError, ValueError) as err:  # a symlink loop, a NUL byte
-        raise CheckpointError(f"{path}: {what}: expected a file inside {checkpoint_dir}, got an unresolvable path ({err}); fix the checkpoint") from None
-    if not any(real == r or real.is_relative_to(r) for r in _allowed_roots(checkpoint_dir)):
-        raise CheckpointError(
-            f"{path}: {what}: expected a file inside the checkpoint directory {checkpoint_dir}, got one resolving to {real}; "
-            "copy the file into the checkpoint directory"
-        )
-    return path
+def _config_json(checkpoint_dir: Path) -> tuple[dict[str, Any], Path]:
+    from attn_export.validate.schema import read_json
+
+    path = checkpoint_dir / "config.json"
+    if not path.is_file():
+        raise CheckpointError(f"expected {path} (a Hugging Face encoder config); the checkpoint directory has none")
+    _inside(checkpoint_dir, "config.json", "config")
+    raw = read_json(path, "a Hugging Face config.json", "fix or re-download it", error=CheckpointError)
+    if not isinstance(raw, dict):
+        kind = {list: "a list", str: "a string"}.get(type(raw), type(raw).__name__)
+        raise CheckpointError(f"{path}: expected a JSON object, got {kind}; {_CONFIG_FIX}")
+    return raw, path
 
 
-_CONFIG_FIX = "fix config.json (a Hugging Face BERT config) or use the checkpoint's original one"
+def read_checkpoint_config(checkpoint_dir: str | os.PathLike[str]) -> tuple[Family, EncoderConfig, dict[str, Any]]:
+    """(family, encoder shape, the raw config.json) of a checkpoint directory; no weights read.
+
+    An unsupported family, relative positions, an unknown activation or a bad value is a
+    one-line CheckpointError here, before any work.
+    """
+    raw, path = _config_json(Path(checkpoint_dir))
+    family = family_for(raw, str(path))
+    return family, family.read_config(raw, str(path)), raw
 
 
 def read_bert_config(checkpoint_dir: str | os.PathLike[str]) -> EncoderConfig:
-    """Parse ``config.json`` into an ``EncoderConfig``; anything this model cannot represent is an error."""
-    from attn_export.validate.schema import BertConfigSchema, read_json, validate
-
-    path = Path(checkpoint_dir) / "config.json"
-    if not path.is_file():
-        raise CheckpointError(f"expected {path} (a Hugging Face BERT config); the checkpoint directory has none")
-    _inside(Path(checkpoint_dir), "config.json", "config")
-    raw = read_json(path, "a BERT config.json", "fix or re-download it", error=CheckpointError)
-    cfg = validate(BertConfigSchema, raw, str(path), _CONFIG_FIX, error=CheckpointError)
-    if cfg.position_embedding_type != "absolute":
-        raise CheckpointError(
-            f"{path}: position_embedding_type: expected 'absolute', got {cfg.position_embedding_type!r}; only absolute positions are supported"
-        )
-    if cfg.hidden_act not in ACTIVATIONS:
-        raise CheckpointError(f"{path}: hidden_act: expected one of {', '.join(ACTIVATIONS)}, got {cfg.hidden_act!r}; {_CONFIG_FIX}")
-    try:
-        return EncoderConfig(
-            vocab_size=cfg.vocab_size,
-            hidden_size=cfg.hidden_size,
-            num_attention_heads=cfg.num_attention_heads,
-            num_hidden_layers=cfg.num_hidden_layers,
-            intermediate_size=cfg.intermediate_size,
-            max_position_embeddings=cfg.max_position_embeddings,
-            type_vocab_size=cfg.type_vocab_size,
-            layer_norm_eps=cfg.layer_norm_eps,
-            hidden_act=cfg.hidden_act,
-            pad_token_id=cfg.pad_token_id or 0,
-        )
-    except ConfigError as err:
-        raise CheckpointError(f"{path}: {err}") from err
+    """Parse ``config.json`` (any supported family) into an ``EncoderConfig`` (shape only: no head, default pooling)."""
+    return read_checkpoint_config(checkpoint_dir)[1]
 
 
 def encoder_parameter_count(config: EncoderConfig) -> int:
     """Parameters of the ``SentenceEncoder`` a config describes, computed without building it."""
-    h, i, n = config.hidden_size, config.intermediate_size, config.num_hidden_layers
-    embeddings = (config.vocab_size + config.max_position_embeddings + config.type_vocab_size) * h + 2 * h  # + LayerNorm
+    h, i, n, e = config.hidden_size, config.intermediate_size, config.num_hidden_layers, config.embedding_dim
+    embeddings = (config.vocab_size + config.max_position_embeddings + config.type_vocab_size) * e + 2 * e  # + LayerNorm
+    if e != h:
+        embeddings += e * h + h  # ELECTRA's embeddings_project
     layer = 4 * (h * h + h) + (h * i + i) + (i * h + h) + 2 * 2 * h  # q, k, v, o; FFN in, out; two LayerNorms
-    return embeddings + n * layer
+    head = 0
+    if config.head is not None:
+        labels = config.head.num_labels
+        head = h * labels + labels + (h * h + h if config.head.task == "sequence" else 0)
+    return embeddings + n * layer + head
 
 
 def _check_fits(config: EncoderConfig, files: list[Path], checkpoint_dir: Path) -> None:
@@ -174,24 +146,13 @@ def _check_fits(config: EncoderConfig, files: list[Path], checkpoint_dir: Path) 
         )
 
 
-def hf_to_reference_key(key: str) -> str | None:
-    """Map one Hugging Face BERT key to the ``SentenceEncoder`` state-dict key (None = ignored).
+def hf_to_reference_key(key: str, family: Family = BERT, task: str | None = None) -> str | None:
+    """Map one Hugging Face key of ``family`` to the ``SentenceEncoder`` state-dict key (None = dropped, as AutoModel does).
 
-    Raises CheckpointError for a key that belongs to neither layout (e.g. a task head).
+    ``task`` (``"sequence"``/``"token"``) admits that head's keys. Raises CheckpointError for a
+    key that belongs to none of the family's modules (e.g. a question-answering head).
     """
-    key = key.removeprefix("bert.")
-    if _IGNORED.match(key):
-        return None
-    if m := _LAYER_KEY.match(key):
-        index, part, param = m.groups()
-        if part in _LAYER_PARTS:
-            return f"layers.{index}.{_LAYER_PARTS[part]}.{_PARAM[param]}"
-    elif (m := _EMB_KEY.match(key)) and m.group(1) in _EMBEDDING_PARTS:
-        return f"{_EMBEDDING_PARTS[m.group(1)]}.{_PARAM[m.group(2)]}"
-    raise CheckpointError(
-        f"unexpected key {key!r} in the checkpoint; expected only BERT encoder keys "
-        "(embeddings.*, encoder.layer.N.*, pooler.*); save the base encoder without task heads"
-    )
+    return map_key(family, key, task)
 
 
 def _weight_files(checkpoint_dir: Path) -> list[Path]:
@@ -220,16 +181,19 @@ def _weight_files(checkpoint_dir: Path) -> list[Path]:
     raise CheckpointError(f"expected {single} (or a sharded model.safetensors.index.json); {checkpoint_dir} has no weights file")
 
 
-def _check_headers(files: list[Path]) -> None:
-    """Open each file's safetensors header (no tensor data is read): a corrupt file is named first."""
+def _check_headers(files: list[Path]) -> dict[str, tuple[int, ...]]:
+    """Every key's shape from the safetensors headers (no tensor data is read): a corrupt file is named first."""
     from safetensors import SafetensorError, safe_open
 
+    shapes: dict[str, tuple[int, ...]] = {}
     for f in files:
         try:
             with safe_open(str(f), framework="pt") as handle:
-                handle.keys()
+                for key in handle.keys():
+                    shapes[key] = tuple(handle.get_slice(key).get_shape())
         except (SafetensorError, OSError, ValueError) as err:
             raise CheckpointError(f"{f} is not a readable safetensors file ({err}); re-download or re-save it") from err
+    return shapes
 
 
 def _read_tensors(files: list[Path]) -> dict[str, torch.Tensor]:
@@ -245,25 +209,16 @@ def _read_tensors(files: list[Path]) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def load_bert_checkpoint(checkpoint_dir: str | os.PathLike[str]) -> SentenceEncoder:
-    """Build a ``SentenceEncoder`` from ``config.json`` + safetensors weights, every key checked.
-
-    Accepts the plain ``BertModel`` layout and the ``bert.``-prefixed one; ignores the
-    pooler and the ``position_ids`` buffer; casts half/bfloat16 weights to float32.
-    """
-    checkpoint_dir = resolve_checkpoint(checkpoint_dir)
-    config = read_bert_config(checkpoint_dir)
-    files = _weight_files(checkpoint_dir)
-    _check_headers(files)
-    _check_fits(config, files, checkpoint_dir)  # before the model is allocated
-    model = SentenceEncoder(config).eval()
-    expected = model.state_dict()
-    tensors = _read_tensors(files)
+def _state_dict(family: Family, config: EncoderConfig, tensors: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The checkpoint's tensors under our names, float32, every key and shape checked."""
+    task = None if config.head is None else config.head.task
     state: dict[str, torch.Tensor] = {}
     source: dict[str, str] = {}
+    dropped: list[str] = []
     for key, tensor in tensors.items():
-        ref_key = hf_to_reference_key(key)
+        ref_key = map_key(family, key, task)
         if ref_key is None:
+            dropped.append(key)
             continue
         if ref_key not in expected:  # e.g. encoder.layer.7 in a 6-layer config
             raise CheckpointError(f"unexpected key {key!r}: config.json describes {config.num_hidden_layers} layers; use the config that matches the weights")
@@ -281,25 +236,39 @@ def load_bert_checkpoint(checkpoint_dir: str | os.PathLike[str]) -> SentenceEnco
     missing = [k for k in expected if k not in state]
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-        raise CheckpointError(f"missing key {_hf_name(missing[0])!r}{more} in {checkpoint_dir}; it is not a complete BERT encoder checkpoint")
+        module, _, param = missing[0].rpartition(".")
+        raise CheckpointError(f"missing key '{family.hf_module(module)}.{param}'{more}; it is not a complete {config.family} checkpoint")
+    if dropped:
+        log.info("dropped %d keys that AutoModel drops too (e.g. %s)", len(dropped), dropped[0])
+    return state
+
+
+def load_bert_checkpoint(checkpoint_dir: str | os.PathLike[str], pooling: str | None = None) -> SentenceEncoder:
+    """Build a ``SentenceEncoder`` from ``config.json`` + safetensors weights, every key checked.
+
+    Any supported family (``attn_export.checkpoint.families``), bare or with a sequence/token
+    classification head, with or without its task model's prefix (``bert.``, ``roberta.``...);
+    casts half/bfloat16 weights to float32. ``pooling`` overrides the pooling the folder ships
+    (``"cls"``, ``"mean"``, ...: the CLI's ``--pooling``); the model's ``config.pooling.source``
+    says where it came from.
+    """
+    from attn_export.checkpoint.pooling import resolve_pooling
+
+    checkpoint_dir = resolve_checkpoint(checkpoint_dir)
+    family, config, raw = read_checkpoint_config(checkpoint_dir)
+    config = replace(config, pooling=resolve_pooling(checkpoint_dir, pooling))
+    files = _weight_files(checkpoint_dir)
+    shapes = _check_headers(files)
+    config = replace(config, head=detect_head(family, raw, shapes, str(checkpoint_dir / "config.json")))
+    _check_fits(config, files, checkpoint_dir)  # before the model is allocated
+    model = SentenceEncoder(config).eval()
+    state = _state_dict(family, config, _read_tensors(files), model.state_dict())
     model.load_state_dict(state, strict=True)
     n_params = sum(p.numel() for p in model.parameters())
+    head = "" if config.head is None else f", {config.head.task}-classification head ({config.head.num_labels} labels)"
     log.info(
-        "loaded %s: %d layers, d_model %d, %d heads, %.1fM parameters",
-        checkpoint_dir,
-        config.num_hidden_layers,
-        config.hidden_size,
-        config.num_attention_heads,
-        n_params / 1e6,
-    )
+        "loaded %s (%s): %d layers, d_model %d, %d heads, %.1fM parameters, pooling %s from %s%s",
+        checkpoint_dir, config.family, config.num_hidden_layers, config.hidden_size, config.num_attention_heads,
+        n_params / 1e6, config.pooling.name, config.pooling.source, head,
+    )  # fmt: skip
     return model
-
-
-def _hf_name(ref_key: str) -> str:
-    """The Hugging Face name of a reference key, for error messages."""
-    inverse = {v: k for k, v in _LAYER_PARTS.items()}
-    if m := re.match(r"^layers\.(\d+)\.(.+)\.(weight|bias)$", ref_key):
-        return f"encoder.layer.{m.group(1)}.{inverse[m.group(2)]}.{m.group(3)}"
-    emb = {v: k for k, v in _EMBEDDING_PARTS.items()}
-    module, _, param = ref_key.rpartition(".")
-    return f"{emb.get(module, module)}.{param}"

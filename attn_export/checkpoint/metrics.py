@@ -1,9 +1,13 @@
-"""Sentence-embedding metrics: per-text cosine to the reference and nearest-neighbour agreement.
+"""Encoder metrics: sentence embeddings (per-text cosine, nearest-neighbour agreement) and classifier logits.
 
 A flattened-tensor cosine can hide a few badly damaged sentences among many good ones,
 and what users do with sentence embeddings is retrieval. So an encoder artifact is judged
 per text (mean and worst cosine to the eager fp32 embedding) and by whether each text's
 nearest neighbour among the others is still the same text.
+
+A classifier is used for its labels: ``classification_agreement`` reports the fraction of
+texts (or real tokens, for token classification) whose arg-max label is unchanged, beside the
+per-row logit cosine, so a compression that keeps the cosine but flips close calls shows.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import numpy as np
 
 from attn_export.errors import DataError
 
-__all__ = ["embedding_agreement", "row_cosines", "top1_neighbors"]
+__all__ = ["classification_agreement", "embedding_agreement", "row_cosines", "top1_neighbors"]
 
 
 def _unit_rows(x: np.ndarray) -> np.ndarray:
@@ -57,4 +61,34 @@ def embedding_agreement(reference: np.ndarray, candidate: np.ndarray) -> dict[st
         "min_cosine": float(cos.min()),
         "top1_neighbor_agreement": float(agree.mean()),
         "num_texts": float(ref.shape[0]),
+    }
+
+
+def classification_agreement(reference: np.ndarray, candidate: np.ndarray, mask: np.ndarray | None = None) -> dict[str, float]:
+    """Compare classifier logits: (N, L) per text, or (B, S, L) per token with ``mask`` (B, S), 1 = real token.
+
+    Returns ``label_agreement`` (fraction of rows with the same arg-max label), ``mean_cosine``
+    and ``min_cosine`` of the logit rows, ``max_abs`` and ``num_rows``.
+    """
+    ref = np.asarray(reference, dtype=np.float64)
+    out = np.asarray(candidate, dtype=np.float64)
+    if ref.shape != out.shape or ref.ndim not in (2, 3):
+        raise DataError(f"expected two logit arrays of the same (N, L) or (B, S, L) shape, got {ref.shape} and {out.shape}")
+    if ref.ndim == 3:
+        if mask is None or np.asarray(mask).shape != ref.shape[:2]:
+            raise DataError(f"expected a (B, S) mask for (B, S, L) token logits, got {None if mask is None else np.asarray(mask).shape}")
+        keep = np.asarray(mask).astype(bool)
+        ref, out = ref[keep], out[keep]  # (real tokens, L)
+    if ref.shape[0] < 1:
+        raise DataError("expected at least one row of logits to compare, got none")
+    if not np.all(np.isfinite(out)):
+        nan = float("nan")
+        return {"label_agreement": 0.0, "mean_cosine": nan, "min_cosine": nan, "max_abs": nan, "num_rows": float(ref.shape[0])}
+    cos = row_cosines(ref, out)
+    return {
+        "label_agreement": float(np.mean(ref.argmax(-1) == out.argmax(-1))),
+        "mean_cosine": float(cos.mean()),
+        "min_cosine": float(cos.min()),
+        "max_abs": float(np.abs(ref - out).max()),
+        "num_rows": float(ref.shape[0]),
     }

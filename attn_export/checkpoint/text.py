@@ -367,8 +367,11 @@ def _pad_id(tokenizer: Any) -> int:
     padding = tokenizer.padding
     if padding and "pad_id" in padding:
         return int(padding["pad_id"])
-    pad = tokenizer.token_to_id("[PAD]")
-    return 0 if pad is None else int(pad)
+    for token in ("[PAD]", "<pad>"):  # BERT-style, then RoBERTa/XLM-R-style vocabularies (where id 0 is <s>)
+        pad = tokenizer.token_to_id(token)
+        if pad is not None:
+            return int(pad)
+    return 0
 
 
 def tokenize(tokenizer: Any, texts: Sequence[str], max_len: int = 128, pad_to: int | None = None) -> TokenBatch:

@@ -37,6 +37,13 @@ __all__ = [
     "BaselineV2",
     "BenchSchema",
     "BertConfigSchema",
+    "DistilBertConfigSchema",
+    "ElectraConfigSchema",
+    "RobertaConfigSchema",
+    "SentenceBertConfigSchema",
+    "StModulesSchema",
+    "StNormalizeSchema",
+    "StPoolingSchema",
     "ReportSchema",
     "RunManifestSchema",
     "SCHEMA_VERSIONS",
@@ -344,6 +351,89 @@ class BertConfigSchema(_Schema):
         if v is not None and isinstance(vocab, int) and v >= vocab:
             raise _expected(f"an id < vocab_size ({vocab})")
         return v
+
+
+class RobertaConfigSchema(BertConfigSchema):
+    """RoBERTa, XLM-RoBERTa, CamemBERT: BERT's keys; the pad id is also the position offset, so it is required to be an id."""
+
+    pad_token_id: NonNegInt = 1  # transformers' RobertaConfig default
+
+
+class ElectraConfigSchema(BertConfigSchema):
+    embedding_size: Annotated[int, Field(ge=1, le=16_384)] = 128  # transformers' ElectraConfig default
+
+
+class DistilBertConfigSchema(_Schema):
+    """DistilBERT's own key names (``dim``, ``n_heads``, ...); LayerNorm eps is fixed at 1e-12 in its modeling code."""
+
+    vocab_size: Annotated[int, Field(ge=1, le=1_048_576)]
+    dim: Annotated[int, Field(ge=1, le=16_384)]
+    n_heads: Annotated[int, Field(ge=1, le=1024)]
+    n_layers: Annotated[int, Field(ge=1, le=512)]
+    hidden_dim: Annotated[int, Field(ge=1, le=65_536)]
+    max_position_embeddings: Annotated[int, Field(ge=1, le=131_072)] = 512
+    activation: str = "gelu"
+    sinusoidal_pos_embds: bool = False  # the table is saved either way; only its initialisation differs
+    pad_token_id: NonNegInt | None = 0
+
+    @field_validator("pad_token_id")
+    @classmethod
+    def _pad_in_vocab(cls, v: int | None, info: ValidationInfo) -> int | None:
+        vocab = info.data.get("vocab_size")
+        if v is not None and isinstance(vocab, int) and v >= vocab:
+            raise _expected(f"an id < vocab_size ({vocab})")
+        return v
+
+
+# --- sentence-transformers files (modules.json, 1_Pooling/config.json, ...) ----------------------
+class StModuleSchema(_Schema):
+    idx: NonNegInt | None = None
+    name: str | None = None
+    path: str
+    type: Annotated[str, Field(min_length=1, max_length=256)]
+
+
+class StModulesSchema(_Schema):
+    """``modules.json`` (a JSON list, validated as ``{"modules": [...]}``): the pipeline, in order."""
+
+    modules: Annotated[list[StModuleSchema], Field(min_length=1, max_length=64)]
+
+
+_ST_POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
+
+
+def _st_modes(v: str | list[str] | None) -> str | list[str] | None:
+    for mode in [v] if isinstance(v, str) else v or []:
+        if mode not in _ST_POOLING_MODES:
+            raise _expected(f"pooling modes among {', '.join(_ST_POOLING_MODES)}", got=json.dumps(mode))
+    return v
+
+
+class StPoolingSchema(_Schema):
+    """``1_Pooling/config.json``: the legacy ``pooling_mode_*`` booleans or sentence-transformers 6's ``pooling_mode``."""
+
+    word_embedding_dimension: Annotated[int, Field(ge=1, le=65_536)] | None = None
+    embedding_dimension: Annotated[int, Field(ge=1, le=65_536)] | None = None
+    pooling_mode: Annotated[str | Annotated[list[str], Field(min_length=1, max_length=6)] | None, AfterValidator(_st_modes)] = None
+    pooling_mode_cls_token: bool = False
+    pooling_mode_max_tokens: bool = False
+    pooling_mode_mean_tokens: bool = False
+    pooling_mode_mean_sqrt_len_tokens: bool = False
+    pooling_mode_weightedmean_tokens: bool = False
+    pooling_mode_lasttoken: bool = False
+    include_prompt: bool = True
+
+
+class StNormalizeSchema(_Schema):
+    """``2_Normalize/config.json`` (optional): only the pooled sentence embedding is supported."""
+
+    module_input_name: Literal["sentence_embedding"] = "sentence_embedding"
+    module_output_name: Literal["sentence_embedding"] | None = None
+
+
+class SentenceBertConfigSchema(_Schema):
+    max_seq_length: Annotated[int, Field(ge=1, le=131_072)] | None = None
+    do_lower_case: bool = False
 
 
 # --- model.safetensors.index.json ---------------------------------------------------------------

@@ -56,6 +56,15 @@ def test_old_gamma_beta_layernorm_names(tmp_path, tiny_model):
     assert torch.equal(_run(loaded)[1], _run(tiny_model)[1])
 
 
+def test_pretraining_heads_are_dropped_as_automodel_drops_them(tmp_path, tiny_model):
+    """A BertForMaskedLM / ForPreTraining checkpoint loads as its encoder, like AutoModel."""
+    tensors = hf_state_dict(tiny_model, "bert.")
+    tensors["cls.predictions.bias"] = torch.zeros(64)
+    tensors["cls.seq_relationship.weight"] = torch.zeros(2, 16)
+    loaded = load_bert_checkpoint(write_checkpoint(tmp_path / "ckpt", tensors, {"architectures": ["BertForPreTraining"]}))
+    assert loaded.head is None and torch.equal(_run(loaded)[1], _run(tiny_model)[1])
+
+
 def test_missing_key_is_named(tmp_path, tiny_model):
     tensors = hf_state_dict(tiny_model)
     del tensors["encoder.layer.1.attention.self.key.weight"]
@@ -63,7 +72,7 @@ def test_missing_key_is_named(tmp_path, tiny_model):
         load_bert_checkpoint(write_checkpoint(tmp_path / "ckpt", tensors))
 
 
-@pytest.mark.parametrize("key", ["cls.predictions.bias", "encoder.layer.0.attention.self.rotary.weight", "encoder.layer.2.output.dense.bias"])
+@pytest.mark.parametrize("key", ["qa_outputs.bias", "encoder.layer.0.attention.self.rotary.weight", "encoder.layer.2.output.dense.bias"])
 def test_unexpected_key_is_named(tmp_path, tiny_model, key):
     tensors = hf_state_dict(tiny_model)
     tensors[key] = torch.zeros(16)
@@ -101,7 +110,7 @@ def test_heads_not_dividing_hidden_size(tmp_path, tiny_model):
 
 @pytest.mark.parametrize(
     ("change", "message"),
-    [({"hidden_act": "gelu_new"}, "hidden_act"), ({"position_embedding_type": "relative_key"}, "position_embedding_type")],
+    [({"hidden_act": "quick_gelu"}, "hidden_act"), ({"position_embedding_type": "relative_key"}, "position_embedding_type")],
 )
 def test_unsupported_config(tmp_path, tiny_model, change, message):
     with pytest.raises(CheckpointError, match=message):

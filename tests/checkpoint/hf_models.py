@@ -1,0 +1,85 @@
+"""Tiny random-init encoders built and saved by transformers itself, and a padded probe batch.
+
+The checkpoints are written with ``save_pretrained`` (safetensors), so the weight names,
+prefixes and config keys are the library's, not the loader's idea of them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+SIZES = dict(vocab_size=100, hidden_size=32, num_attention_heads=4, num_hidden_layers=2, intermediate_size=64, max_position_embeddings=64)
+DISTIL_SIZES = dict(vocab_size=100, dim=32, n_heads=4, n_layers=2, hidden_dim=64, max_position_embeddings=64)
+ROBERTA_LIKE = dict(type_vocab_size=1, pad_token_id=1, layer_norm_eps=1e-5)  # as the released checkpoints ship
+
+# name -> (config class, model class, config kwargs)
+MODELS: dict[str, tuple[str, str, dict]] = {
+    "bert": ("BertConfig", "BertModel", SIZES),
+    "roberta": ("RobertaConfig", "RobertaModel", {**SIZES, **ROBERTA_LIKE}),
+    "xlm-roberta": ("XLMRobertaConfig", "XLMRobertaModel", {**SIZES, **ROBERTA_LIKE}),
+    "camembert": ("CamembertConfig", "CamembertModel", {**SIZES, "pad_token_id": 1}),  # type_vocab_size absent: default 2
+    "distilbert": ("DistilBertConfig", "DistilBertModel", DISTIL_SIZES),
+    "electra": ("ElectraConfig", "ElectraModel", {**SIZES, "embedding_size": 16}),
+    "bert-seq": ("BertConfig", "BertForSequenceClassification", {**SIZES, "num_labels": 3}),
+    "roberta-seq": ("RobertaConfig", "RobertaForSequenceClassification", {**SIZES, **ROBERTA_LIKE, "num_labels": 3}),
+    "distilbert-seq": ("DistilBertConfig", "DistilBertForSequenceClassification", {**DISTIL_SIZES, "num_labels": 2}),
+    "electra-seq": ("ElectraConfig", "ElectraForSequenceClassification", {**SIZES, "embedding_size": 16, "num_labels": 4}),
+    "bert-token": ("BertConfig", "BertForTokenClassification", {**SIZES, "num_labels": 5}),
+    "xlm-roberta-token": ("XLMRobertaConfig", "XLMRobertaForTokenClassification", {**SIZES, **ROBERTA_LIKE, "num_labels": 5}),
+}
+
+
+def transformers_module():
+    return pytest.importorskip("transformers", reason="the reference is transformers' own model: pip install transformers")
+
+
+def build(name: str, seed: int = 0, **overrides):
+    """A random-init transformers model with LayerNorms and heads scaled away from their init (so a swapped key shows)."""
+    T = transformers_module()
+    config_cls, model_cls, kwargs = MODELS[name]
+    torch.manual_seed(seed)
+    model = getattr(T, model_cls)(getattr(T, config_cls)(**{**kwargs, **overrides})).eval()
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if "LayerNorm" in pname or "layer_norm" in pname:
+                p.add_(0.1 * torch.randn_like(p))
+            elif "classifier" in pname or "pooler" in pname:
+                p.mul_(20.0)  # logits of a few units, not ~1e-2: label agreement means something
+    return model
+
+
+def save(model, folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(folder))  # safetensors by default
+    return folder
+
+
+def probe(pad_id: int, vocab: int = 100, lengths: tuple[int, ...] = (20, 9, 5, 1), seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """input_ids (B, S) and attention_mask with rows of ``lengths`` real tokens, pads = ``pad_id``."""
+    g = np.random.default_rng(seed)
+    seq = max(lengths)
+    mask = (np.arange(seq)[None, :] < np.array(lengths)[:, None]).astype(np.int64)
+    ids = g.integers(3, vocab, size=mask.shape)
+    return np.where(mask == 1, ids, pad_id).astype(np.int64), mask
+
+
+def hf_forward(model, ids: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """(last hidden state, logits or None) of transformers' own forward."""
+    with torch.no_grad():
+        out = model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask), output_hidden_states=True)
+    logits = getattr(out, "logits", None)
+    return out.hidden_states[-1].numpy(), None if logits is None else logits.numpy()
+
+
+def agreement(ref: np.ndarray, got: np.ndarray, mask: np.ndarray) -> tuple[float, float]:
+    """(min per-row cosine, max abs) over real tokens (per-token arrays) or rows."""
+    if ref.ndim == 3:
+        keep = mask.astype(bool)
+        ref, got = ref[keep], got[keep]
+    ref, got = ref.astype(np.float64), got.astype(np.float64)
+    cos = (ref * got).sum(-1) / np.maximum(np.linalg.norm(ref, axis=-1) * np.linalg.norm(got, axis=-1), 1e-30)
+    return float(cos.min()), float(np.abs(ref - got).max())
