@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-from collections.abc import Callable, Mapping
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import ModuleType
 from typing import Any
 
 from attn_export.errors import MissingDependencyError
 
-__all__ = ["lazy_exports", "require"]
+__all__ = ["lazy_exports", "quiet_loggers", "require"]
 
 
 def require(module: str, pip_name: str, what: str | None = None, extra: str | None = None) -> ModuleType:
@@ -36,3 +38,22 @@ def lazy_exports(package: str, where: Mapping[str, str]) -> tuple[Callable[[str]
         return sorted(where)
 
     return __getattr__, __dir__
+
+
+@contextlib.contextmanager
+def quiet_loggers(names: Iterable[str], level: int = logging.ERROR) -> Iterator[None]:
+    """Raise the given loggers to ``level`` for the block, then put them back as they were.
+
+    Why: importing or loading third-party libraries logs what a CPU user cannot act on (torchao's
+    CUDA-only kernels, torch's pytree registration notices, transformers' loading chatter), and
+    the toolkit must not change other libraries' loggers for good.
+    """
+    loggers = [logging.getLogger(n) for n in names]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(level)
+    try:
+        yield
+    finally:
+        for lg, old in zip(loggers, levels):
+            lg.setLevel(old)

@@ -52,6 +52,7 @@ class RunConfig:
     max_len: int | None = None
     max_texts: int | None = None
     languages: str | None = None
+    pooling: str | None = None  # the sentence embedding's pooling, overriding what the checkpoint ships (sentence-transformers' modes)
     layer: str | None = None
     d_model: int | None = None
     heads: int | None = None

@@ -19,6 +19,7 @@ class RunOptions(Protocol):
     # the subject
     checkpoint: str | None
     layers: str | None
+    pooling: str | None
     calib: Path | None
     seq_len: int
     batch: int

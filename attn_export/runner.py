@@ -264,6 +264,25 @@ def _report(plan: Plan, subject: Subject, settings: RunSettings) -> Report:
     return report
 
 
+def _disagreement(plan: Plan, stage: Stage, source: str) -> list[str]:
+    """Where a stage passes on the run's data but fails on a set judged beside it (or the reverse), and the likely cause."""
+    from attn_export.compress.registry import Method
+
+    out = []
+    config = plan.step(stage.name).config
+    cause = config.fitted() if isinstance(config, Method) else None
+    mine = (stage.details.get("embedding") or {}).get("mean_cosine")
+    for name, other in (stage.details.get("also_judged_on") or {}).items():
+        if bool(other.get("passed")) == bool(stage.passed):
+            continue
+        theirs = (other.get("embedding") or {}).get("mean_cosine")
+        verdict = ("passes", "fails") if stage.passed else ("fails", "passes")
+        why = f"; likely cause: {cause}, which fits {source} and not {name}" if cause and stage.passed else (f"; likely cause: {cause}" if cause else "")
+        out.append(f"{stage.name} {verdict[0]} on {source} (mean cosine {mine:.5f}) but {verdict[1]} on {name} ({theirs:.5f}: "
+                   f"{'; '.join(other.get('violations') or []) or 'within its tolerance'}){why}")  # fmt: skip
+    return out
+
+
 def _notes(plan: Plan, stages: dict[str, Stage], report: Report, timing: TimingResult) -> None:
     stand_ins = {s.details["runtime"]["stand_in"] for s in stages.values() if (s.details.get("runtime") or {}).get("stand_in")}
     for why in sorted(stand_ins):
@@ -275,6 +294,7 @@ def _notes(plan: Plan, stages: dict[str, Stage], report: Report, timing: TimingR
                                 "a lower --low-rank ratio or fewer --low-rank-targets may pay off")  # fmt: skip
         if stage.details.get("timing_failed"):
             report.notes.append(f"{stage.name} could not be timed: {stage.details['timing_failed']}")
+        report.notes.extend(_disagreement(plan, stage, str(stage.details.get("judged_on") or "the report split")))
 
 
 def run(cfg: RunConfig, progress: Progress | None = None) -> RunResult:

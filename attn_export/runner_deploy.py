@@ -41,7 +41,8 @@ def select(plan: Plan, stages: Mapping[str, Stage], select_j: Mapping[str, Judge
             p50 = lat.p50 if lat is not None else float("inf")
             cands.append(Candidate(name, art.route or name, p50, j.passed, float(j.score), "; ".join(j.violations)))
         result = select_route(cands, sel.preference, sel.band)
-        entry: dict[str, Any] = {"route": None, "reason": result.reason, "tried": result.tried, "preference": list(sel.preference), "band": sel.band}
+        entry: dict[str, Any] = {"route": None, "reason": result.reason, "tried": result.tried, "preference": list(sel.preference), "band": sel.band,
+                                 "decided_on": report.inputs.get("selection_data")}  # fmt: skip
         if result.chosen is None:
             report.notes.append(f"no {sel.key} route selected: {result.reason}")
             if result.best_failing is not None:

@@ -24,6 +24,7 @@ __all__ = [
     "LOW_RANK_TARGET_NAMES",
     "MASK_KINDS",
     "PER_TENSOR",
+    "POOLING_MODES",
     "PRECISIONS",
     "Precision",
     "check_heads",
@@ -45,6 +46,9 @@ CALIB_CHOICES: tuple[str, ...] = (*CALIB_METHODS, PER_TENSOR)
 CPU_INT8_ENCODINGS: tuple[str, ...] = ("auto", "full-range", "reduce-range", "u8u8")
 
 LOW_RANK_METHODS: tuple[str, ...] = ("activation", "svd")
+
+# Sentence-transformers' pooling modes (``layers/pooling.py`` computes them; ``--pooling`` names one, or several joined by +).
+POOLING_MODES: tuple[str, ...] = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
 
 # How attention is written into the ONNX graph (``export/``), and how eager computes it (``layers/``).
 ATTENTION_FORMS: tuple[str, ...] = ("decomposed", "onnx-attention", "ort-contrib", "long-seq")

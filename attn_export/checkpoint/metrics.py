@@ -16,7 +16,7 @@ import numpy as np
 
 from attn_export.errors import DataError
 
-__all__ = ["classification_agreement", "embedding_agreement", "row_cosines", "top1_neighbors"]
+__all__ = ["NEAR_TIE_COSINE", "RECALL_K", "classification_agreement", "embedding_agreement", "row_cosines", "wilson_interval"]
 
 
 def _unit_rows(x: np.ndarray) -> np.ndarray:
@@ -30,20 +30,39 @@ def row_cosines(reference: np.ndarray, candidate: np.ndarray) -> np.ndarray:
     return np.sum(_unit_rows(reference) * _unit_rows(candidate), axis=-1)
 
 
-def top1_neighbors(embeddings: np.ndarray) -> np.ndarray:
-    """Index of each row's most cosine-similar other row (N,); ties go to the lower index."""
+# Two neighbours of the reference closer than this in cosine are a near-tie: a change of top-1 between
+# them says little (rounding alone can swap them), so their count is reported beside the agreement.
+NEAR_TIE_COSINE = 1e-3
+RECALL_K = 10
+
+
+def wilson_interval(successes: float, n: float, z: float = 1.96) -> tuple[float, float]:
+    """The 95% Wilson score interval of a proportion: honest for small ``n`` and for rates near 1."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return float(max(0.0, centre - half)), float(min(1.0, centre + half))
+
+
+def _neighbour_order(embeddings: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(similarities with the diagonal at -inf, each row's other texts by decreasing similarity)."""
     unit = _unit_rows(embeddings)
     sim = unit @ unit.T  # (N, N)
-    np.fill_diagonal(sim, -np.inf)  # a text is not its own neighbour
-    return np.argmax(sim, axis=-1)
+    np.fill_diagonal(sim, -np.inf)
+    return sim, np.argsort(-sim, axis=-1, kind="stable")
 
 
 def embedding_agreement(reference: np.ndarray, candidate: np.ndarray) -> dict[str, float]:
     """Compare sentence embeddings (N, D) of the same N texts.
 
-    Returns ``mean_cosine``, ``min_cosine`` (per text, vs the reference),
-    ``top1_neighbor_agreement`` (fraction of texts whose nearest other text is unchanged)
-    and ``num_texts``.
+    Returns ``mean_cosine`` and ``min_cosine`` (per text, vs the reference), and for retrieval:
+    ``top1_neighbor_agreement`` (fraction of texts whose nearest other text is unchanged) with
+    its 95% Wilson interval (``top1_ci_low``/``top1_ci_high``) and ``near_ties`` (texts whose two
+    nearest reference neighbours are within ``NEAR_TIE_COSINE``), ``recall_at_10`` (mean overlap
+    of each text's 10 nearest neighbours, reference vs candidate; fewer when N is small) and
+    ``num_texts``.
     """
     ref = np.asarray(reference)
     out = np.asarray(candidate)
@@ -51,16 +70,31 @@ def embedding_agreement(reference: np.ndarray, candidate: np.ndarray) -> dict[st
         raise DataError(f"expected two (N, D) embedding arrays of the same shape, got {ref.shape} and {out.shape}")
     if ref.shape[0] < 2:
         raise DataError(f"expected at least 2 texts to compare neighbours, got {ref.shape[0]}")
+    n = ref.shape[0]
     if not np.all(np.isfinite(out)):
         nan = float("nan")
-        return {"mean_cosine": nan, "min_cosine": nan, "top1_neighbor_agreement": 0.0, "num_texts": float(ref.shape[0])}
+        return {"mean_cosine": nan, "min_cosine": nan, "top1_neighbor_agreement": 0.0, "top1_ci_low": 0.0, "top1_ci_high": 0.0,
+                "near_ties": 0.0, "recall_at_10": 0.0, "num_texts": float(n)}  # fmt: skip
     cos = row_cosines(ref, out)
-    agree = top1_neighbors(ref) == top1_neighbors(out)
+    ref_sim, ref_order = _neighbour_order(ref)
+    _, out_order = _neighbour_order(out)
+    agree = ref_order[:, 0] == out_order[:, 0]
+    k = min(RECALL_K, n - 1)
+    recall = np.mean([len(set(ref_order[i, :k]) & set(out_order[i, :k])) / k for i in range(n)])
+    near = 0
+    if n > 2:
+        top2 = np.take_along_axis(ref_sim, ref_order[:, :2], axis=-1)
+        near = int(np.sum(top2[:, 0] - top2[:, 1] < NEAR_TIE_COSINE))
+    low, high = wilson_interval(float(agree.sum()), n)
     return {
         "mean_cosine": float(cos.mean()),
         "min_cosine": float(cos.min()),
         "top1_neighbor_agreement": float(agree.mean()),
-        "num_texts": float(ref.shape[0]),
+        "top1_ci_low": low,
+        "top1_ci_high": high,
+        "near_ties": float(near),
+        "recall_at_10": float(recall),
+        "num_texts": float(n),
     }
 
 

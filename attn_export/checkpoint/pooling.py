@@ -23,10 +23,14 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from attn_export.checkpoint.paths import inside
 from attn_export.errors import CheckpointError, ConfigError
-from attn_export.layers.pooling import POOLING_MODES, PoolingConfig
+from attn_export.vocabulary import POOLING_MODES
+
+if TYPE_CHECKING:
+    from attn_export.layers.pooling import PoolingConfig
 
 __all__ = ["SentenceTransformersInfo", "parse_pooling", "read_sentence_transformers", "resolve_pooling"]
 
@@ -134,6 +138,8 @@ def parse_pooling(text: str) -> tuple[str, ...]:
 
 def resolve_pooling(checkpoint_dir: str | os.PathLike[str], override: str | None = None) -> PoolingConfig:
     """The pooling to export for a checkpoint folder, with its source (see the module docstring)."""
+    from attn_export.layers.pooling import PoolingConfig
+
     info = read_sentence_transformers(checkpoint_dir)
     normalize = True if info is None else info.normalize
     if override is not None:

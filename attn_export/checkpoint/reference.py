@@ -22,9 +22,11 @@ transformers and sentence-transformers are imported lazily; without them this is
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attn_export._lazy import require
+from attn_export._lazy import quiet_loggers, require
 from attn_export.errors import CheckpointError
 from attn_export.layers.pooling import PoolingConfig, pool
 
@@ -60,8 +62,9 @@ class LibraryReference:
         self.path = Path(checkpoint_dir)
         self.pooling = pooling
         self.task = task
-        self.model = _transformers_model(self.path, task)
-        self.pipeline = _sentence_transformer(self.path, pooling) if (self.path / "modules.json").is_file() else None
+        with _quiet_loading():
+            self.model = _transformers_model(self.path, task)
+            self.pipeline = _sentence_transformer(self.path, pooling) if (self.path / "modules.json").is_file() else None
         if self.pipeline is not None and task is None:
             self.model = None  # the pipeline's Transformer module is the same AutoModel: load it once
         auto = self.model if self.model is not None else getattr(self.pipeline[0], "model", None)  # type: ignore[index]
@@ -95,6 +98,25 @@ class LibraryReference:
             sentence_embedding=embedding.float().numpy(),
             logits=None if logits is None else logits.float().numpy(),
         )
+
+
+@contextlib.contextmanager
+def _quiet_loading() -> Iterator[None]:
+    """transformers' weight-loading bars off and torchao's CUDA-only import notices hidden, then restored:
+    a CI log gets no progress redraws, and nothing the user cannot act on."""
+    with quiet_loggers(("torchao", "torch.utils._pytree", "transformers", "sentence_transformers")):
+        try:
+            from transformers.utils import logging as hf_logging
+        except ImportError:  # _transformers_model says which package to install
+            yield
+            return
+        bars = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()
+        try:
+            yield
+        finally:
+            if bars:
+                hf_logging.enable_progress_bar()
 
 
 def _transformers_model(path: Path, task: str | None) -> Any:

@@ -50,6 +50,7 @@ __all__ = [
     "OptLevelOpt",
     "OptShapeOpt",
     "OutOpt",
+    "PoolingOpt",
     "PrecisionOpt",
     "ProgressOpt",
     "QuantizeOpt",
@@ -168,4 +169,5 @@ CheckpointMainOpt = Annotated[
 LayersMainOpt = Annotated[Optional[str], typer.Option("--layers", help="With --checkpoint: 'all' (the whole encoder) or a layer index N.", show_default="all", rich_help_panel=_CHECKPOINT)]
 MaxLenOpt = Annotated[Optional[int], typer.Option("--max-len", help="With --checkpoint: token limit of the corpus texts.", show_default="64", rich_help_panel=_CHECKPOINT)]
 MaxTextsOpt = Annotated[Optional[int], typer.Option("--max-texts", help="With --checkpoint: texts per corpus split (train, select, report).", show_default="320", rich_help_panel=_CHECKPOINT)]
+PoolingOpt = Annotated[Optional[str], typer.Option("--pooling", help="With --checkpoint: the sentence embedding's pooling, overriding the model's own: cls|mean|max|mean_sqrt_len_tokens|weightedmean|lasttoken (or several joined by +).", show_default="the model's (1_Pooling/config.json), else mean", rich_help_panel=_CHECKPOINT)]
 LanguagesOpt = Annotated[Optional[str], typer.Option("--languages", help="With --checkpoint: corpus languages, e.g. en,de.", show_default="all shipped", rich_help_panel=_CHECKPOINT)]

@@ -20,7 +20,7 @@ from typing import Any
 
 from torch import nn
 
-from attn_export._lazy import require
+from attn_export._lazy import quiet_loggers, require
 from attn_export.errors import ConfigError
 
 __all__ = ["EAGER_INT8_MODES", "quantize_eager_"]
@@ -34,15 +34,8 @@ def _torchao_quantization() -> Any:
     """Import torchao.quantization lazily; its import warns about CUDA-only kernels on CPU hosts."""
     # torchao's import logs CUDA-only kernels it cannot load, and torch warns (W1201 ... KernelPreference)
     # about its enum registration: noise for a CPU user, kept out of the terminal and CI logs.
-    loggers = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
+    with quiet_loggers(("torchao", "torch.utils._pytree")):
         return require("torchao.quantization", "torchao", what="torchao (eager int8)")
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
 
 
 def _config_for(mode: str) -> Any:

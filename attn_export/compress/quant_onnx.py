@@ -25,6 +25,7 @@ import onnx
 import onnx_ir as ir
 
 from attn_export._atomic import atomic_path
+from attn_export._lazy import quiet_loggers
 from attn_export.compress.qdq import QdqSummary, inspect_qdq
 from attn_export.errors import ConfigError, DataError, ExportError
 
@@ -246,22 +247,11 @@ def fuse_for_ort_cpu(src: str | os.PathLike[str], out: str | os.PathLike[str]) -
             setattr(options, name, False)
     options.enable_gelu = options.enable_bias_gelu = True
     chatter = io.StringIO()  # the optimizer print()s and warns about the model producer
-    with contextlib.redirect_stdout(chatter), _quiet_logger("onnxruntime.transformers"):
+    with contextlib.redirect_stdout(chatter), quiet_loggers(("onnxruntime.transformers",)):
         model = optimize_model(os.fspath(src), model_type="bert", num_heads=0, hidden_size=0, opt_level=0, optimization_options=options)
         stats = {k: int(v) for k, v in model.get_fused_operator_statistics().items() if v}
         model.save_model_to_file(os.fspath(out))
     return stats
-
-
-@contextlib.contextmanager
-def _quiet_logger(name: str) -> Iterator[None]:
-    logger = logging.getLogger(name)
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
 
 
 def quantize_dynamic_onnx(

@@ -123,6 +123,11 @@ class Method:
     def deployable(self) -> bool:
         return self.produces != "eager"
 
+    def fitted(self) -> str | None:
+        """What this method fits on the train split (None: nothing): the likely cause when a stage passes on one
+        data set and fails on another."""
+        return None
+
     def describe(self) -> dict[str, Any]:
         """What the report records of the method: its self-description and its settings."""
         from dataclasses import asdict, is_dataclass

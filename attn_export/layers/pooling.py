@@ -30,12 +30,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from attn_export.errors import ConfigError
+from attn_export.vocabulary import POOLING_MODES
 
-__all__ = ["POOLING_MODES", "PoolingConfig", "SentencePooling", "mean_pool", "pool"]
+__all__ = ["PoolingConfig", "SentencePooling", "mean_pool", "pool"]
 
 log = logging.getLogger(__name__)
 
-POOLING_MODES: tuple[str, ...] = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,17 @@
-"""A pretrained checkpoint as the pipeline's subject: real text, sentence-embedding accuracy.
+"""A pretrained checkpoint as the pipeline's subject: the user's model is the reference, the user's texts the data.
 
 The subject is the whole encoder: inputs ``input_ids``/``attention_mask``, outputs
-``last_hidden_state``/``sentence_embedding`` (``docs/encoder.md``). An artifact is judged by
-what it does to the sentence embeddings on held-out text (``validate.tolerances``' embedding
-bar); ``EncoderLayerSubject`` (layer N of the same checkpoint) reuses all of this.
+``last_hidden_state``/``sentence_embedding`` (and ``logits`` with a task head;
+``docs/encoder.md``). The project's own layers are the export path; the **reference** every
+artifact is judged against is the model as its own library runs it: transformers' model and,
+where the folder has them, the sentence-transformers modules (``checkpoint.reference``). At
+load, a fidelity check (``checkpoint.fidelity``) refuses, in one line, a checkpoint the
+project's layers do not reproduce, so no run can pass against a re-implementation.
 
-Data roles (``subjects.base``) come from the text corpus's three disjoint splits: ``train``
-texts (or ``--calib FILE.txt``) fit 8-bit ranges, low-rank factors and distillation;
-``select`` texts decide early stopping and route selection; ``report`` texts are only
-measured. Latency is timed on ``--batch`` corpus texts padded to ``--seq-len`` tokens.
+Data roles (``subjects.text_data``): the user's texts (``--calib FILE.txt``, split 60/20/20)
+or the shipped corpus's three disjoint splits; every figure is on the report split, with the
+shipped corpus (and long texts, for a long ``--seq-len``) judged beside it as named figures.
+``EncoderLayerSubject`` (layer N of the same checkpoint) reuses all of this.
 """
 
 from __future__ import annotations
@@ -20,32 +23,15 @@ from typing import Any
 import numpy as np
 from torch import nn
 
-from attn_export.errors import DataError
 from attn_export.runtime.base import Feed, Runner
 from attn_export.subjects.base import BaseSubject, Judgement, Split
 
-__all__ = ["EncoderSubject", "read_text_file"]
+__all__ = ["EncoderSubject"]
 
 log = logging.getLogger(__name__)
 
 FEED_BATCH = 16  # texts per judged batch
 E2E_LR = 2e-4  # end-to-end distillation of the low-rank factors (after the per-layer stage)
-_MAX_CALIB_TEXT_BYTES = 64 * 2**20
-
-
-def read_text_file(path: Path) -> list[str]:
-    """``--calib FILE.txt`` for a checkpoint: UTF-8, one text per line, blank lines skipped."""
-    path = Path(path)
-    if path.stat().st_size > _MAX_CALIB_TEXT_BYTES:
-        raise DataError(f"--calib {path} is larger than {_MAX_CALIB_TEXT_BYTES >> 20} MiB; pass at most a few thousand texts")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise DataError(f"--calib {path} is not UTF-8 text (byte {err.start}); save it as UTF-8, one text per line") from None
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if len(lines) < 8:
-        raise DataError(f"--calib {path} holds {len(lines)} texts; pass at least 8, one per line")
-    return lines
 
 
 class EncoderSubject(BaseSubject):
@@ -56,32 +42,30 @@ class EncoderSubject(BaseSubject):
     quick_error_name = "1 - mean embedding cosine"
 
     def __init__(self, cfg: Any) -> None:
+        from attn_export.checkpoint.fidelity import check_fidelity
         from attn_export.checkpoint.loader import load_bert_checkpoint, resolve_checkpoint
-        from attn_export.checkpoint.text import load_text_corpus, load_tokenizer, tokenize
+        from attn_export.checkpoint.reference import load_reference
+        from attn_export.checkpoint.text import load_tokenizer, tokenize
+        from attn_export.subjects.text_data import TextData
 
         self.cfg = cfg
         self.path = resolve_checkpoint(cfg.checkpoint)
-        self.encoder = load_bert_checkpoint(self.path)
+        self.encoder = load_bert_checkpoint(self.path, pooling=cfg.pooling)
+        conf = self.encoder.config
+        self.tokenizer = load_tokenizer(self.path)
+        # the user's model, as its own library runs it: the reference every artifact is judged against
+        self.reference = load_reference(self.path, conf.pooling, None if conf.head is None else conf.head.task)
+        self.fidelity = check_fidelity(self.encoder, self.path, reference=self.reference, tokenizer=self.tokenizer)  # refuses a mismatch
         if cfg.attention_impl != "math":
             from attn_export.layers.projections import set_attention_impl_
 
             set_attention_impl_(self.encoder, cfg.attention_impl)
-        self.tokenizer = load_tokenizer(self.path)
-        corpus = load_text_corpus(cfg.resolved_languages, max_per_split=cfg.resolved_max_texts)
-        # the corpus's three disjoint splits (whole topic groups): calibration, validation, test
-        train_texts, select_texts, report_texts = list(corpus.calib), list(corpus.val), list(corpus.test)
-        self.calib_source = corpus.source
-        if cfg.calib is not None:
-            train_texts = read_text_file(cfg.calib)
-            self.calib_source = str(cfg.calib)
-        max_len = cfg.resolved_max_len
-        self.tokens = {split: tokenize(self.tokenizer, texts, max_len)
-                       for split, texts in (("train", train_texts), ("select", select_texts), ("report", report_texts))}  # fmt: skip
-        self.corpus_source = corpus.source
-        lat_texts = [report_texts[i % len(report_texts)] for i in range(cfg.batch)]
+        self.data = TextData.build(cfg, self.tokenizer, conf.max_tokens)
+        self.tokens = self.data.tokens
+        lat_texts = [self.tokens["report"].texts[i % len(self.tokens["report"])] for i in range(cfg.batch)]
         self._latency_tokens = tokenize(self.tokenizer, lat_texts, cfg.seq_len, pad_to=cfg.seq_len)
         self._feeds: dict[str, list[Feed]] = {}
-        self._ref_embeddings: dict[str, np.ndarray] = {}
+        self._references: dict[str, list[Any]] = {}
         self._distill_tokens: Any = None
 
     # -- identity -----------------------------------------------------------------------
@@ -91,25 +75,38 @@ class EncoderSubject(BaseSubject):
 
     def model_info(self) -> dict[str, Any]:
         c = self.encoder.config
-        return {
+        info = {
             "layer": f"sentence-encoder[{self.name}]", "d_model": c.hidden_size, "heads": c.num_attention_heads,
             "params": self.params(self.encoder), "subject_params": self.params(), "subject": self.kind,
             "checkpoint": str(self.path), "name": self.cfg.checkpoint, "layers": self.cfg.resolved_layers, "num_layers": c.num_hidden_layers,
+            "family": c.family, "pooling": c.pooling.to_dict(), "reference": self.reference.description, "fidelity": self.fidelity.to_dict(),
         }  # fmt: skip
+        if c.head is not None:
+            info["head"] = {"task": c.head.task, "labels": c.head.num_labels}
+        return info
 
     def inputs_info(self) -> dict[str, Any]:
-        t = self.tokens
-        return {
-            "accuracy_data": f"{len(t['report'])} held-out texts of {self.corpus_source} (report split, never used for a decision)",
-            "selection_data": f"{len(t['select'])} texts (select split): early stopping and route selection",
-            "training_data": f"{len(t['train'])} texts of {self.calib_source}: int8 ranges, low-rank, distillation",
+        from attn_export.subjects.text_data import length_profile
+
+        t, d = self.tokens, self.data
+        info: dict[str, Any] = {
+            "accuracy_data": f"{len(t['report'])} held-out texts of {d.source} (report split, never used for a decision)",
+            "selection_data": f"{len(t['select'])} texts of {d.source} (select split): early stopping and route selection",
+            "training_data": f"{len(t['train'])} texts of {d.train_source}: 8-bit ranges, low-rank, distillation",
             "max_len": self.cfg.resolved_max_len, "batch": self.cfg.batch, "seq_len": self.cfg.seq_len, "seed": self.cfg.seed,
-            "latency_data": f"{self.cfg.batch} corpus texts padded to {self.cfg.seq_len} tokens",
+            "latency_data": f"{self.cfg.batch} report texts padded to {self.cfg.seq_len} tokens",
+            "split_sizes": {role: len(tokens) for role, tokens in t.items()},
+            "report_lengths": length_profile(t["report"]),
+            "also_judged_on": {e.name: {"why": e.why, "lengths": length_profile(e.tokens)} for e in d.extra},
         }  # fmt: skip
+        if d.split_note:
+            info["split"] = d.split_note
+        return info
 
     def describe_data(self) -> str:
         t = self.tokens
-        return f"{self.corpus_source}: {len(t['train'])} train / {len(t['select'])} select / {len(t['report'])} report texts"
+        extra = "; also judged on " + ", ".join(e.name for e in self.data.extra) if self.data.extra else ""
+        return f"{self.data.source}: {len(t['train'])} train / {len(t['select'])} select / {len(t['report'])} report texts{extra}"
 
     # -- the eager reference ------------------------------------------------------------
     @property
@@ -124,9 +121,7 @@ class EncoderSubject(BaseSubject):
 
     @property
     def output_names(self) -> list[str]:
-        from attn_export.checkpoint.export import ENCODER_OUTPUT_NAMES
-
-        return list(ENCODER_OUTPUT_NAMES)
+        return list(self.encoder.output_names)  # last_hidden_state, sentence_embedding[, logits]
 
     # -- data ---------------------------------------------------------------------------
     def feeds(self, split: Split) -> list[Feed]:
@@ -147,13 +142,17 @@ class EncoderSubject(BaseSubject):
         return export_encoder(module, path, encoder_export_spec(spec))  # type: ignore[arg-type]
 
     def distill_tokens(self) -> Any:
-        """What distillation trains on: every calibration text of the corpus (or all of ``--calib``),
-        not only the ``--max-texts`` the int8 ranges use; streamed in batches, so more text costs no memory."""
+        """What distillation trains on: every calibration text of the corpus, not only the ``--max-texts`` the
+        8-bit ranges use (streamed in batches, so more text costs no memory), or the user's train split."""
         if self._distill_tokens is None:
-            from attn_export.checkpoint.text import load_text_corpus, tokenize
+            from attn_export.checkpoint.corpus import load_text_corpus
+            from attn_export.checkpoint.text import tokenize
 
-            texts = read_text_file(self.cfg.calib) if self.cfg.calib is not None else list(load_text_corpus(self.cfg.resolved_languages).calib)
-            self._distill_tokens = tokenize(self.tokenizer, texts, self.cfg.resolved_max_len)
+            if self.cfg.calib is not None:  # the user's train split only: select and report texts stay unseen
+                self._distill_tokens = self.tokens["train"]
+            else:
+                texts = list(load_text_corpus(self.cfg.resolved_languages).calib)
+                self._distill_tokens = tokenize(self.tokenizer, texts, self.cfg.resolved_max_len)
         return self._distill_tokens
 
     def low_rank(self, student: nn.Module, config: Any) -> Any:
@@ -179,22 +178,33 @@ class EncoderSubject(BaseSubject):
         return DistillConfig(lr=1e-3, batch_size=16, attn_kl_weight=1.0, eval_every=20, patience=3, progress=False, seed=self.cfg.seed)
 
     # -- judging ------------------------------------------------------------------------
-    def reference_embeddings(self, split: str) -> np.ndarray:
-        """The reference's sentence embeddings of ``split``'s texts (N, D), computed once."""
-        from attn_export.checkpoint.evaluate import embed
-        from attn_export.checkpoint.export import ENCODER_INPUT_NAMES, ENCODER_OUTPUT_NAMES
-        from attn_export.runtime import EagerRunner
+    def _set(self, name: str) -> Any:
+        """The TokenBatch of a role (train/select/report) or of an extra judged set."""
+        if name in self.tokens:
+            return self.tokens[name]
+        return next(e.tokens for e in self.data.extra if e.name == name)
 
-        if split not in self._ref_embeddings:
-            runner = EagerRunner(self.encoder, ENCODER_INPUT_NAMES, ENCODER_OUTPUT_NAMES)
-            self._ref_embeddings[split] = embed(runner, self.tokens[split].feeds(FEED_BATCH, trim=True))
-        return self._ref_embeddings[split]
+    def reference_outputs(self, name: str) -> list[Any]:
+        """The user's model's outputs (``checkpoint.reference.ReferenceOutputs``) on set ``name``, batch by batch, computed once."""
+        if name not in self._references:
+            self._references[name] = [self.reference(f["input_ids"], f["attention_mask"]) for f in self._set(name).feeds(FEED_BATCH, trim=True)]
+        return self._references[name]
+
+    def reference_embeddings(self, split: str) -> np.ndarray:
+        """The reference's sentence embeddings of ``split``'s texts (N, D)."""
+        return np.concatenate([r.sentence_embedding for r in self.reference_outputs(split)])
+
+    def encoder_runner(self, candidate: Runner) -> Runner:
+        """A runner with the encoder's inputs and outputs for ``candidate`` (the artifact itself, for the whole encoder)."""
+        return candidate
+
+    def candidate_outputs(self, candidate: Runner, name: str, limit: int | None = None) -> list[dict[str, np.ndarray]]:
+        runner = self.encoder_runner(candidate)
+        return [runner.infer(f) for f in self._set(name).feeds(FEED_BATCH, trim=True, limit=limit)]
 
     def candidate_embeddings(self, candidate: Runner, split: str, limit: int | None = None) -> np.ndarray:
         """``candidate``'s sentence embeddings of ``split``'s texts (the first ``limit``)."""
-        from attn_export.checkpoint.evaluate import embed
-
-        return embed(candidate, self.tokens[split].feeds(FEED_BATCH, trim=True, limit=limit))
+        return np.concatenate([np.asarray(o["sentence_embedding"], dtype=np.float32) for o in self.candidate_outputs(candidate, split, limit)])
 
     def quick_error(self, candidate: Runner, split: Split, limit: int) -> float:
         """1 - mean embedding cosine on the first ``limit`` texts (for ranking, never a verdict)."""
@@ -216,24 +226,49 @@ class EncoderSubject(BaseSubject):
 
         return FallbackGoal(tolerance_spec(tolerance_key).embedding_goal)
 
-    def embedding_judgement(self, emb: np.ndarray, split: Split, tolerance_key: str) -> Judgement:
-        """Judge candidate sentence embeddings ``emb`` of ``split`` against the reference's."""
-        from attn_export.checkpoint.metrics import embedding_agreement
-        from attn_export.validate.error_histogram import error_histogram
+    def _agreement(self, name: str, outputs: list[dict[str, np.ndarray]], tolerance_key: str) -> tuple[dict[str, Any], list[str], Any]:
+        """Embedding agreement (and logit agreement with a head) of ``outputs`` on set ``name``; the violations; the accuracy."""
+        from attn_export.checkpoint.metrics import classification_agreement, embedding_agreement
         from attn_export.validate.metrics import accuracy
-        from attn_export.validate.tolerances import embedding_tolerance_for
+        from attn_export.validate.tolerances import embedding_with_overrides, tolerance_spec
 
-        ref = self.reference_embeddings(split)
-        agreement = embedding_agreement(ref, emb)
+        spec = tolerance_spec(tolerance_key)
+        bar = embedding_with_overrides(spec.embedding, self.cfg.tolerance_overrides)
+        refs = self.reference_outputs(name)
+        ref = np.concatenate([r.sentence_embedding for r in refs])
+        emb = np.concatenate([np.asarray(o["sentence_embedding"], dtype=np.float32) for o in outputs])
         acc = accuracy(ref, emb)
-        tol = embedding_tolerance_for(tolerance_key)
-        violations = tol.violations(agreement, acc.max_abs)
-        details = {"embedding": agreement, "output": "sentence_embedding", "error_histogram": error_histogram(ref, emb)}
-        return Judgement(accuracy=acc, passed=not violations, tolerance=tol.to_dict(), score=float(agreement["mean_cosine"]),
-                         violations=violations, details=details)  # fmt: skip
+        result: dict[str, Any] = {"embedding": embedding_agreement(ref, emb)}
+        violations = bar.violations(result["embedding"], acc.max_abs)
+        if refs[0].logits is not None:
+            feeds = self._set(name).feeds(FEED_BATCH, trim=True)
+            rows = [(r.logits, np.asarray(o["logits"]), f["attention_mask"]) for r, o, f in zip(refs, outputs, feeds)]
+            flat = [(a[m.astype(bool)], b[m.astype(bool)]) if a.ndim == 3 else (a, b) for a, b, m in rows]  # token heads: real tokens only
+            result["logits"] = classification_agreement(np.concatenate([a for a, _ in flat]), np.concatenate([b for _, b in flat]))
+            violations += spec.logits.violations(result["logits"])
+        return result, violations, acc
 
     def judge(self, candidate: Runner, split: Split, tolerance_key: str) -> Judgement:
-        return self.embedding_judgement(self.candidate_embeddings(candidate, split), split, tolerance_key)
+        """Against the user's model on ``split``; on the report split also on every extra set, named, beside the verdict."""
+        from attn_export.validate.error_histogram import error_histogram
+        from attn_export.validate.tolerances import embedding_with_overrides, tolerance_spec
+
+        outputs = self.candidate_outputs(candidate, split)
+        result, violations, acc = self._agreement(split, outputs, tolerance_key)
+        spec = tolerance_spec(tolerance_key)
+        emb = np.concatenate([np.asarray(o["sentence_embedding"], dtype=np.float32) for o in outputs])
+        details: dict[str, Any] = {**result, "output": "sentence_embedding", "error_histogram": error_histogram(self.reference_embeddings(split), emb),
+                                   "judged_on": self.data.source}  # fmt: skip
+        if split == "report" and self.data.extra:
+            also = {}
+            for extra in self.data.extra:
+                r, v, _ = self._agreement(extra.name, self.candidate_outputs(candidate, extra.name), tolerance_key)
+                also[extra.name] = {**r, "passed": not v, "violations": v}
+            details["also_judged_on"] = also
+        bar = embedding_with_overrides(spec.embedding, self.cfg.tolerance_overrides)
+        tolerance = {**bar.to_dict(), **({f"logit_{k}": v for k, v in spec.logits.to_dict().items()} if "logits" in result else {})}
+        return Judgement(accuracy=acc, passed=not violations, tolerance=tolerance, score=float(result["embedding"]["mean_cosine"]),
+                         violations=violations, details=details)  # fmt: skip
 
 
 class _Summary:

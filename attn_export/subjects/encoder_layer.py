@@ -106,14 +106,14 @@ class EncoderLayerSubject(EncoderSubject):
 
         return with_overrides(tolerance_for(tolerance_key), "y", self.cfg.tolerance_overrides)
 
-    def candidate_embeddings(self, candidate: Runner, split: str, limit: int | None = None) -> np.ndarray:
-        from attn_export.checkpoint.evaluate import RunnerLayer, SplicedEncoder, embed
-        from attn_export.checkpoint.export import ENCODER_INPUT_NAMES, ENCODER_OUTPUT_NAMES
+    def encoder_runner(self, candidate: Runner) -> Runner:
+        """The eager encoder with layer N replaced by ``candidate``: the layer artifact in context."""
+        from attn_export.checkpoint.evaluate import RunnerLayer, SplicedEncoder
+        from attn_export.checkpoint.export import ENCODER_INPUT_NAMES
         from attn_export.runtime import EagerRunner
 
         spliced = SplicedEncoder(self.encoder, self.index, RunnerLayer(candidate)).eval()
-        runner = EagerRunner(spliced, ENCODER_INPUT_NAMES, ENCODER_OUTPUT_NAMES)
-        return embed(runner, self.tokens[split].feeds(FEED_BATCH, trim=True, limit=limit))
+        return EagerRunner(spliced, ENCODER_INPUT_NAMES, list(self.encoder.output_names))
 
     def quick_error(self, candidate: Runner, split: Split, limit: int) -> float:
         """The layer output's relative L2 on the real inputs of the first ``limit`` texts (its own error, without the splice)."""
@@ -133,7 +133,7 @@ class EncoderLayerSubject(EncoderSubject):
     def judge(self, candidate: Runner, split: Split, tolerance_key: str) -> Judgement:
         from attn_export.validate.metrics import accuracy
 
-        judgement = self.embedding_judgement(self.candidate_embeddings(candidate, split), split, tolerance_key)
+        judgement = super().judge(candidate, split, tolerance_key)
         eager, feeds = self.eager_runner(), self.feeds(split)  # the layer's own output on its real inputs, beside
         ref_y = np.concatenate([eager.infer(f)["y"].ravel() for f in feeds])
         got_y = np.concatenate([np.asarray(candidate.infer(f)["y"], dtype=np.float32).ravel() for f in feeds])

@@ -157,6 +157,10 @@ class CheckpointKind(SubjectKind):
         layers = cfg.resolved_layers.strip().lower()
         if layers != "all" and not layers.isdigit():
             raise ConfigError(f"expected --layers all or a layer index N, got {cfg.layers!r}")
+        if cfg.pooling is not None:
+            from attn_export.checkpoint.pooling import parse_pooling
+
+            parse_pooling(cfg.pooling)
 
     def profile(self, cfg: RunOptions) -> SubjectProfile:
         conf = checkpoint_config(cfg)
@@ -167,10 +171,10 @@ class CheckpointKind(SubjectKind):
 
         conf = checkpoint_config(cfg)
         parse_layers(cfg.resolved_layers, conf.num_hidden_layers)
-        positions = conf.max_position_embeddings
+        positions = conf.max_tokens  # RoBERTa-style positions start at pad + 1: 514 positions hold 512 tokens
         if cfg.resolved_max_len > positions or cfg.seq_len > positions:
             raise ConfigError(
-                f"expected --max-len and --seq-len <= {positions} (the checkpoint's positions), got {cfg.resolved_max_len} and {cfg.seq_len}"
+                f"expected --max-len and --seq-len <= {positions} (the tokens the checkpoint's positions cover), got {cfg.resolved_max_len} and {cfg.seq_len}"
             )
 
     def model_shape(self, cfg: RunOptions) -> ModelShape:

@@ -28,6 +28,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from pydantic_core import PydanticCustomError
 
 from attn_export.errors import AttnExportError, DataError
+from attn_export.vocabulary import POOLING_MODES
 
 __all__ = [
     "BASELINE_FORMAT_V1",
@@ -399,13 +400,12 @@ class StModulesSchema(_Schema):
     modules: Annotated[list[StModuleSchema], Field(min_length=1, max_length=64)]
 
 
-_ST_POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
 
 
 def _st_modes(v: str | list[str] | None) -> str | list[str] | None:
     for mode in [v] if isinstance(v, str) else v or []:
-        if mode not in _ST_POOLING_MODES:
-            raise _expected(f"pooling modes among {', '.join(_ST_POOLING_MODES)}", got=json.dumps(mode))
+        if mode not in POOLING_MODES:
+            raise _expected(f"pooling modes among {', '.join(POOLING_MODES)}", got=json.dumps(mode))
     return v
 
 

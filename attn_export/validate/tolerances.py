@@ -31,10 +31,12 @@ from attn_export.validate.report import Accuracy
 __all__ = [
     "TOLERANCES",
     "EmbeddingTolerance",
+    "LogitTolerance",
     "Tolerance",
     "ToleranceSpec",
     "compose_key",
     "embedding_tolerance_for",
+    "embedding_with_overrides",
     "parse_tolerance_overrides",
     "tolerance_for",
     "tolerance_spec",
@@ -77,12 +79,21 @@ class EmbeddingTolerance:
     max_abs: float | None = None  # on the embedding values, for exact routes (fp32)
 
     def violations(self, agreement: Mapping[str, float], max_abs: float) -> list[str]:
-        """Reasons ``agreement`` (``checkpoint.metrics.embedding_agreement``) fails (NaN fails every bound)."""
+        """Reasons ``agreement`` (``checkpoint.metrics.embedding_agreement``) fails (NaN fails every bound).
+
+        Top-1 agreement fails when the whole 95% interval of the measured rate lies below the bar,
+        so that the few texts of a small report split cannot fail it by one swap alone (27 of 30
+        is 0.90, interval 0.74-0.97) while a real loss still does (288 of 320: 0.86-0.93).
+        """
         out = []
-        for key, bound, label in (("mean_cosine", self.min_mean_cosine, "mean cosine"), ("min_cosine", self.min_min_cosine, "min cosine"),
-                                  ("top1_neighbor_agreement", self.min_top1_agreement, "top-1 neighbour agreement")):  # fmt: skip
+        for key, bound, label in (("mean_cosine", self.min_mean_cosine, "mean cosine"), ("min_cosine", self.min_min_cosine, "min cosine")):
             if bound is not None and not float(agreement[key]) >= bound:
                 out.append(f"{label} {float(agreement[key]):.6f} < {bound}")
+        if self.min_top1_agreement is not None:
+            top1, high = float(agreement["top1_neighbor_agreement"]), float(agreement.get("top1_ci_high", agreement["top1_neighbor_agreement"]))
+            if not high >= self.min_top1_agreement:
+                low = float(agreement.get("top1_ci_low", top1))
+                out.append(f"top-1 neighbour agreement {top1:.3f} (95% interval {low:.3f}-{high:.3f}) < {self.min_top1_agreement}")
         if self.max_abs is not None and not max_abs <= self.max_abs:
             out.append(f"max_abs {max_abs:.3g} > {self.max_abs:.3g}")
         return out
@@ -92,11 +103,32 @@ class EmbeddingTolerance:
 
 
 @dataclass(frozen=True)
+class LogitTolerance:
+    """What a task head's logits must keep vs the reference: the same labels, and the logits' direction."""
+
+    min_label_agreement: float
+    min_mean_cosine: float
+
+    def violations(self, agreement: Mapping[str, float]) -> list[str]:
+        """Reasons ``agreement`` (``checkpoint.metrics.classification_agreement``) fails (NaN fails)."""
+        out = []
+        if not float(agreement["label_agreement"]) >= self.min_label_agreement:
+            out.append(f"label agreement {float(agreement['label_agreement']):.4f} < {self.min_label_agreement}")
+        if not float(agreement["mean_cosine"]) >= self.min_mean_cosine:
+            out.append(f"logit mean cosine {float(agreement['mean_cosine']):.6f} < {self.min_mean_cosine}")
+        return out
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class ToleranceSpec:
-    """Every bar of one key: the tensor bar, the embedding bar, and the fallback goals (None: the bar itself)."""
+    """Every bar of one key: tensors, sentence embeddings, a task head's logits, and the fallback goal (None: the bar itself)."""
 
     tensor: Tolerance
     embedding: EmbeddingTolerance
+    logits: LogitTolerance
     embedding_goal: EmbeddingTolerance | None = None
 
 
@@ -106,15 +138,19 @@ class ToleranceSpec:
 # The encoder's 8-bit goal (issue 11's static acceptance on unseen text): the select split is
 # held to it, so the report split lands there too.
 _ENCODER_8BIT_GOAL = EmbeddingTolerance(min_mean_cosine=0.995, min_min_cosine=0.98, min_top1_agreement=0.95)
+# Logits: fp32 must keep every label; a lossy route may flip the close calls of at most 1-5%.
 TOLERANCES: dict[str, ToleranceSpec] = {
-    "fp32": ToleranceSpec(Tolerance(max_abs=1e-4, rel_l2=1e-5), EmbeddingTolerance(0.99999, min_top1_agreement=0.95, max_abs=1e-4)),
-    "fp16": ToleranceSpec(Tolerance(rel_l2=1e-2, cosine_min=0.9995), EmbeddingTolerance(0.999, min_top1_agreement=0.95)),
-    "int8": ToleranceSpec(Tolerance(rel_l2=5e-2, cosine_min=0.999), EmbeddingTolerance(0.99, min_top1_agreement=0.95), _ENCODER_8BIT_GOAL),
-    "fp8": ToleranceSpec(Tolerance(rel_l2=5e-2, cosine_min=0.999), EmbeddingTolerance(0.99, min_top1_agreement=0.95), _ENCODER_8BIT_GOAL),
-    "lowrank": ToleranceSpec(Tolerance(cosine_min=0.99), EmbeddingTolerance(0.99, min_top1_agreement=0.95)),
-    "lowrank-int8": ToleranceSpec(Tolerance(cosine_min=0.99), EmbeddingTolerance(0.98, min_top1_agreement=0.9)),
-    "lowrank-fp8": ToleranceSpec(Tolerance(cosine_min=0.99), EmbeddingTolerance(0.98, min_top1_agreement=0.9)),
-}
+    "fp32": ToleranceSpec(Tolerance(max_abs=1e-4, rel_l2=1e-5), EmbeddingTolerance(0.99999, min_top1_agreement=0.95, max_abs=1e-4),
+                          LogitTolerance(1.0, 0.99999)),
+    "fp16": ToleranceSpec(Tolerance(rel_l2=1e-2, cosine_min=0.9995), EmbeddingTolerance(0.999, min_top1_agreement=0.95), LogitTolerance(0.99, 0.999)),
+    "int8": ToleranceSpec(Tolerance(rel_l2=5e-2, cosine_min=0.999), EmbeddingTolerance(0.99, min_top1_agreement=0.95), LogitTolerance(0.95, 0.99),
+                          _ENCODER_8BIT_GOAL),
+    "fp8": ToleranceSpec(Tolerance(rel_l2=5e-2, cosine_min=0.999), EmbeddingTolerance(0.99, min_top1_agreement=0.95), LogitTolerance(0.95, 0.99),
+                         _ENCODER_8BIT_GOAL),
+    "lowrank": ToleranceSpec(Tolerance(cosine_min=0.99), EmbeddingTolerance(0.99, min_top1_agreement=0.95), LogitTolerance(0.95, 0.99)),
+    "lowrank-int8": ToleranceSpec(Tolerance(cosine_min=0.99), EmbeddingTolerance(0.98, min_top1_agreement=0.9), LogitTolerance(0.9, 0.98)),
+    "lowrank-fp8": ToleranceSpec(Tolerance(cosine_min=0.99), EmbeddingTolerance(0.98, min_top1_agreement=0.9), LogitTolerance(0.9, 0.98)),
+}  # fmt: skip
 
 
 def tolerance_spec(key: str) -> ToleranceSpec:
@@ -173,3 +209,13 @@ def with_overrides(tolerance: Tolerance, output: str, overrides: Mapping[str, Ma
         return tolerance
     fields = {**overrides.get("*", {}), **overrides.get(output, {})}
     return replace(tolerance, **fields) if fields else tolerance
+
+
+def embedding_with_overrides(tolerance: EmbeddingTolerance, overrides: Mapping[str, Mapping[str, float]] | None) -> EmbeddingTolerance:
+    """The sentence-embedding bar with ``--cosine-min``/``--atol`` for ``sentence_embedding`` (or every output) applied:
+    the mean per-text cosine and the max abs error of the embeddings."""
+    if not overrides:
+        return tolerance
+    fields = {**overrides.get("*", {}), **overrides.get("sentence_embedding", {})}
+    mapped = {{"cosine_min": "min_mean_cosine", "max_abs": "max_abs"}[k]: v for k, v in fields.items() if k in ("cosine_min", "max_abs")}
+    return replace(tolerance, **mapped) if mapped else tolerance

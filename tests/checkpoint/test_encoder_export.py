@@ -11,7 +11,8 @@ import torch
 from attn_export.checkpoint.evaluate import embed
 from attn_export.checkpoint.export import ENCODER_INPUT_NAMES, ENCODER_OUTPUT_NAMES, export_encoder
 from attn_export.checkpoint.metrics import embedding_agreement
-from attn_export.checkpoint.text import load_text_corpus, tokenize
+from attn_export.checkpoint.corpus import load_text_corpus
+from attn_export.checkpoint.text import tokenize
 from attn_export.export import ExportSpec, summarize_graph
 from attn_export.runtime import OrtRunner, SessionFromOnnx
 

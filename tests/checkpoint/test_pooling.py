@@ -15,7 +15,8 @@ from hf_models import build, probe, save, transformers_module
 from attn_export.checkpoint.loader import load_bert_checkpoint
 from attn_export.checkpoint.pooling import parse_pooling, read_sentence_transformers, resolve_pooling
 from attn_export.errors import CheckpointError, ConfigError
-from attn_export.layers.pooling import POOLING_MODES, PoolingConfig, pool
+from attn_export.layers.pooling import PoolingConfig, pool
+from attn_export.vocabulary import POOLING_MODES
 
 _TRANSFORMER = {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}
 _POOLING = {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}
@@ -158,7 +159,7 @@ def _encode(folder: Path, texts: list[str]) -> np.ndarray:
 
 
 def _texts() -> list[str]:
-    from attn_export.checkpoint.text import load_text_corpus
+    from attn_export.checkpoint.corpus import load_text_corpus
 
     corpus = load_text_corpus()
     return corpus.test[:40] + corpus.calib[:24]  # every language, 64 texts

@@ -8,24 +8,21 @@ import numpy as np
 import pytest
 import torch
 
-from attn_export.checkpoint.metrics import embedding_agreement, top1_neighbors
-from attn_export.checkpoint.text import (
+from attn_export.checkpoint.metrics import embedding_agreement, wilson_interval
+from attn_export.checkpoint.corpus import (
     CORPUS_DIR,
     GROUP_SIZE,
     LANGUAGES,
     REGISTERS,
     SPLITS,
     TextCorpus,
-    all_layer_inputs,
     load_text_corpus,
     normalize_sentence,
-    read_corpus_groups,
     read_topic_groups,
     split_of_group,
-    text_calibration,
-    text_token_splits,
-    tokenize,
+    split_user_texts,
 )
+from attn_export.checkpoint.text import all_layer_inputs, text_calibration, text_token_splits, tokenize
 from attn_export.errors import ConfigError, DataError
 from attn_export.layers.registry import MaskedLayer
 
@@ -124,7 +121,7 @@ def test_corpus_files_parse(tmp_path):
     _write(tmp_path, "xx", "# comment\n# register: chat\n\na 0\na 1\na 2\na 3\n\n\n" + _groups(4, "b", "news"))
     groups = read_topic_groups(tmp_path / "corpus_xx.txt")
     assert [(g.register, g.index, g.line) for g in groups[:2]] == [("chat", 0, 4), ("news", 1, 11)]
-    assert read_corpus_groups(tmp_path / "corpus_xx.txt")[0] == ["a 0", "a 1", "a 2", "a 3"]
+    assert list(read_topic_groups(tmp_path / "corpus_xx.txt")[0].sentences) == ["a 0", "a 1", "a 2", "a 3"]
     corpus = load_text_corpus(["xx"], directory=tmp_path)
     assert corpus.val == ["b 2 0.", "b 2 1.", "b 2 2.", "b 2 3."] and corpus.test == [f"b 3 {k}." for k in range(4)]
     b = [[f"b {g} {k}." for k in range(GROUP_SIZE)] for g in range(4)]
@@ -234,11 +231,38 @@ def test_embedding_agreement():
     assert 0.99 < noisy["mean_cosine"] < 1.0 and noisy["min_cosine"] <= noisy["mean_cosine"]
     # a pair of near-duplicates: swapping one of them to the other side breaks two neighbourhoods
     pts = np.array([[1.0, 0.0], [0.99, 0.1], [0.0, 1.0], [0.1, 0.99], [-1.0, 0.0]])
-    assert top1_neighbors(pts).tolist() == [1, 0, 3, 2, 2]
     moved = pts.copy()
     moved[1] = [0.05, 1.0]
-    assert embedding_agreement(pts, moved)["top1_neighbor_agreement"] < 1.0
+    got = embedding_agreement(pts, moved)
+    assert got["top1_neighbor_agreement"] == pytest.approx(1 / 5)  # only text 4 keeps its nearest neighbour
+    assert got["top1_ci_low"] < 0.2 < got["top1_ci_high"] and got["recall_at_10"] == pytest.approx(1.0)  # k = N - 1: every other text
+
+
+def test_retrieval_intervals_and_near_ties():
+    """Top-1 with a 95% interval (Wilson), near-ties counted, recall@10 below 1 when neighbours move."""
+    assert wilson_interval(320, 320) == pytest.approx((0.988, 1.0), abs=1e-3)  # 100% on 320 texts: at least 98.8%
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+    low, high = wilson_interval(19, 20)
+    assert low == pytest.approx(0.764, abs=1e-3) and high == pytest.approx(0.991, abs=1e-3)
+    ties = np.array([[1.0, 0.0], [0.0, 1.0], [0.0, -1.0], [-1.0, 0.0]])  # each text: two neighbours at the same cosine
+    assert embedding_agreement(ties, ties)["near_ties"] == 4.0
+    rng = np.random.default_rng(1)
+    ref = rng.standard_normal((40, 16))
+    got = embedding_agreement(ref, ref + 0.5 * rng.standard_normal(ref.shape))
+    assert 0.0 < got["recall_at_10"] < 1.0 and got["near_ties"] == 0.0
     nan = embedding_agreement(ref, np.full_like(ref, np.nan))
     assert np.isnan(nan["mean_cosine"]) and nan["top1_neighbor_agreement"] == 0.0
     with pytest.raises(DataError):
         embedding_agreement(ref, ref[:, :4])
+
+
+def test_user_texts_split_deterministically_whatever_their_order():
+    """--calib FILE: the user's texts get the three roles, 60/20/20, the same split for any order, no duplicate across splits."""
+    texts = [f"sentence number {i} about topic {i % 7}" for i in range(50)] + ["sentence number 3 about topic 3"]
+    train, select, report = split_user_texts(texts)
+    again = split_user_texts(list(reversed(texts)))
+    assert (train, select, report) == again
+    assert (len(train), len(select), len(report)) == (30, 10, 10)
+    assert not (set(train) & set(select)) and not (set(train) & set(report)) and not (set(select) & set(report))
+    with pytest.raises(DataError, match="at least 8 distinct texts"):
+        split_user_texts(["same"] * 20)

@@ -36,6 +36,9 @@ class Distill(Method):
         if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
             raise ConfigError(f"expected --distill STEPS >= 1, got {self.steps}")
 
+    def fitted(self) -> str | None:
+        return "the distilled weights, trained on the train split"
+
     @classmethod
     def from_run(cls, run: RunOptions, ctx: PlanContext, parent: Method | None = None) -> Distill | None:
         return None if run.distill is None else cls(steps=int(run.distill))

@@ -56,6 +56,11 @@ class Int8Dynamic(Method):
     def __post_init__(self) -> None:
         check_alpha(self.smoothquant_alpha)
 
+    def fitted(self) -> str | None:
+        if self.smoothquant_alpha is None:
+            return None  # ranges are taken per batch at run time: nothing is fitted
+        return f"SmoothQuant scales {'searched' if self.smoothquant_alpha == 'auto' else 'measured'} on the train split"
+
     @classmethod
     def deploy_refusal(cls, target: Target) -> str | None:
         return DYNAMIC_NOT_FOR_TENSORRT if target.is_tensorrt else None

@@ -51,6 +51,9 @@ class Int8Qat(Method):
         if self.steps < 1:
             raise ConfigError(f"expected --int8-qat STEPS >= 1, got {self.steps}")
 
+    def fitted(self) -> str | None:
+        return "the fake-quant fine-tuned weights and ranges, trained on the train split"
+
     @classmethod
     def from_run(cls, run: RunOptions, ctx: PlanContext, parent: Method | None = None) -> Int8Qat | None:
         if run.int8_qat is None or not isinstance(parent, Int8Static):

@@ -78,6 +78,10 @@ class Int8Static(Method):
         if self.sensitivity_items < 1:
             raise ConfigError(f"expected sensitivity_items >= 1, got {self.sensitivity_items}")
 
+    def fitted(self) -> str | None:
+        sq = {None: "", "auto": " and SmoothQuant scales searched"}.get(self.smoothquant_alpha, " and SmoothQuant scales")  # type: ignore[arg-type]
+        return f"the {self.method} calibration ranges{sq} on the train split"
+
     @property
     def float_precision(self) -> str:
         """What a GEMM without Q/DQ runs in: fp16 on TensorRT (weakly typed INT8+FP16 build), fp32 elsewhere."""

@@ -43,6 +43,9 @@ class LowRank(Method):
         if not self.targets or any(t not in LOW_RANK_TARGET_NAMES for t in self.targets):
             raise ConfigError(f"expected low-rank targets from {','.join(LOW_RANK_TARGET_NAMES)}, got {self.targets}")
 
+    def fitted(self) -> str | None:
+        return "the activation-aware factors, fitted on the train split's activations" if self.method == "activation" else None
+
     @classmethod
     def from_run(cls, run: RunOptions, ctx: PlanContext, parent: Method | None = None) -> LowRank | None:
         if run.low_rank is None:
