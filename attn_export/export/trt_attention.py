@@ -44,7 +44,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _PASS_UP = ("Cast", "Add", "Where", "Mul", "Div", "Sub")
-_PASS_DOWN = ("Cast", "Where", "Mul")
+_PASS_DOWN = ("Cast", "Where", "Mul", "QuantizeLinear", "DequantizeLinear")  # P of a quantized attention reaches P @ V through Q/DQ
 ATTENTION_IMPORTER = TrtVersion(10, 14)  # TensorRT CHANGELOG, 10.14 GA: "Added support for the `Attention` operator"
 _NO_DECOMPOSE = "IAttention is not decomposable as the ONNX importer creates it, so the build most likely fails"
 
