@@ -38,7 +38,7 @@ import onnx_ir as ir
 import onnx_ir.passes.common as ir_common
 
 from attn_export.compress.qdq import QdqSummary, inspect_qdq, is_constant
-from attn_export.compress.quant_onnx import ActivationLike, save_model_atomic
+from attn_export.compress.quant_onnx import STATIC_ON_CPU, ActivationLike, save_model_atomic
 from attn_export.compress.quant_static import STATIC_CALIB_CHOICES, StaticQuantSpec, quantize_static_onnx
 from attn_export.errors import ConfigError, ExportError
 
@@ -85,8 +85,9 @@ class Fp8Spec:
 
     def static_spec(self) -> StaticQuantSpec:
         """The static int8 spec whose placement and calibration the FP8 graph inherits."""
+        # bmm_max_seq=None: int8 MHA's 512-token limit is not FP8's (ModelOpt gates FP8 MHA on head size only, trt_fp8.py)
         return StaticQuantSpec(method=self.method, per_channel=self.per_channel, quantize_attention_bmm=self.quantize_attention_bmm,
-                               smoothquant_alpha=self.smoothquant_alpha, max_calib_samples=self.max_calib_samples)  # fmt: skip
+                               smoothquant_alpha=self.smoothquant_alpha, max_calib_samples=self.max_calib_samples, bmm_max_seq=None)  # fmt: skip
 
 
 @dataclass
@@ -267,7 +268,11 @@ def quantize_fp8_onnx(
         if bad:
             raise ExportError(f"FP8 graph has Q/DQ that are not float8e4m3fn with zero point 0: {bad[:3]}")
         save_model_atomic(model, out_path)
-    notes = [n for n in int8.notes if "TensorRT" not in n and "ONNX Runtime" not in n] + [SIMULATION]
+    int8_only = (STATIC_ON_CPU, "attention BMMs quantized for TensorRT's int8 MHA")  # the int8 route's notes that are not FP8's
+    notes = [n for n in int8.notes if not n.startswith(int8_only)]
+    if spec.quantize_attention_bmm:
+        notes.append("attention BMMs in FP8 (FP8 MHA: Q/DQ on both BMMs' inputs and after P @ V)")
+    notes.append(SIMULATION)
     result = Fp8Result(
         path=str(out_path), size_bytes=Path(out_path).stat().st_size, fp32_size_bytes=Path(fp32_onnx).stat().st_size,
         n_quantize_linear=summary.n_quantize_linear, n_dequantize_linear=summary.n_dequantize_linear, per_channel=spec.per_channel,

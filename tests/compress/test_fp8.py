@@ -17,7 +17,7 @@ import onnx
 import onnx_ir as ir
 import pytest
 import torch
-from fixtures import small_layer_subject
+from fixtures import D_MODEL, small_layer_subject
 from onnx import TensorProto, helper, numpy_helper
 
 from attn_export.compress.fp8 import E4M3_MAX, Fp8Spec, fp8_weight, quantize_fp8_onnx
@@ -263,3 +263,12 @@ def test_minilm_fp8_meets_the_embedding_bar(tmp_path):
     emb = subject.judge(_reference_runner(tmp_path / "model.fp8.onnx"), "report", "int8").details["embedding"]
     print(f"MiniLM fp8, test split: {emb}")
     assert emb["mean_cosine"] >= 0.995 and emb["min_cosine"] >= 0.985, emb
+
+
+def test_fp8_attention_bmms_are_not_held_to_int8_mha_sequence_limit(subject, graphs, tmp_path):
+    from attn_export.compress.calib_data import ActivationSet
+
+    long = ActivationSet(np.random.default_rng(3).standard_normal((1, 520, D_MODEL)).astype(np.float32), np.ones((1, 520), np.int32))
+    result = quantize_fp8_onnx(graphs["fp32"], tmp_path / "long.onnx", long, Fp8Spec(quantize_attention_bmm=True))
+    assert result.n_quantize_linear == 9 and any("FP8 MHA" in n for n in result.notes), result.notes
+    assert not any("int8" in n for n in result.notes), result.notes
