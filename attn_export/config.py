@@ -91,6 +91,7 @@ class RunConfig:
     # deployment
     target: str = DEFAULT_TARGET
     trt_version: str | None = None
+    gpu_arch: str | None = None  # sm87 (Jetson Orin), sm89 (Ada), sm90 (Hopper), sm100 (Blackwell)...; default: the target's
     engine: object | None = None  # runtime.trt_spec.EngineSpec; typed loosely to keep this module light
     build_engine: bool = False
     bundle: Path | None = None
@@ -121,8 +122,8 @@ class RunConfig:
             raise ConfigError(f"expected --target in {', '.join(TARGETS)}, got {self.target!r}")
         if self.quantize == "none":
             self.quantize = None
-        if self.quantize is not None and self.quantize not in precisions():
-            raise ConfigError(f"expected --quantize in {'|'.join(('none', *precisions()))}, got {self.quantize!r}")
+        if self.quantize is not None and self.quantize not in (*precisions(), "auto"):
+            raise ConfigError(f"expected --quantize in {'|'.join(('none', *precisions(), 'auto'))}, got {self.quantize!r}")
         modes = ("auto", *dict.fromkeys(r for p in precisions() for r in route_names(p)))
         if self.int8_mode not in modes:
             raise ConfigError(f"expected --int8-mode in {'|'.join(modes)}, got {self.int8_mode!r}")
@@ -274,6 +275,13 @@ class RunConfig:
         return self.threads or os.cpu_count() or 1
 
     @property
+    def resolved_gpu_arch(self) -> str | None:
+        """The GPU architecture an engine is built for: ``--gpu-arch``, else the target's (Jetson: sm87), else unknown (None)."""
+        from attn_export.export.gpu_arch import default_arch, parse_gpu_arch
+
+        return parse_gpu_arch(self.gpu_arch) if self.gpu_arch is not None else default_arch(self.target)
+
+    @property
     def resolved_trt_version(self) -> str | None:
         target = self.target_info
         return (self.trt_version or target.trt_version) if target.is_tensorrt else None
@@ -297,13 +305,15 @@ class RunConfig:
 
         from attn_export.runtime.tensorrt.spec import EngineSpec, ShapeProfile
 
-        precision = "int8" if self.quantize else self.precision
+        precision = self.quantize if self.quantize in ("int8", "fp8") else ("int8" if self.quantize else self.precision)
         spec = self.engine or EngineSpec(precision=precision)
         if spec.profiles is None:  # type: ignore[attr-defined]
             opt = (self.batch, self.seq_len)
             spec = dataclasses.replace(spec, profiles=ShapeProfile((1, 1), opt, (4 * self.batch, 4 * self.seq_len)))  # type: ignore[type-var]
         if spec.precision != precision:  # type: ignore[attr-defined]
             spec = dataclasses.replace(spec, precision=precision)  # type: ignore[type-var]
+        if self.target_info.is_tensorrt and spec.gpu_arch != self.resolved_gpu_arch:  # type: ignore[attr-defined]
+            spec = dataclasses.replace(spec, gpu_arch=self.resolved_gpu_arch)  # type: ignore[type-var]
         return spec
 
     def to_dict(self) -> dict[str, object]:

@@ -77,15 +77,12 @@ def check_combinations(cfg: Any) -> None:
         raise ConfigError(f"--build-engine needs a TensorRT target; use --target tensorrt or jetson (got {cfg.target})")
     if cfg.trt_version is not None and not target.is_tensorrt:
         raise ConfigError(f"--trt-version applies to TensorRT targets; use --target tensorrt or jetson (got {cfg.target})")
-    if cfg.quantize and cfg.int8_mode != "auto":
-        from attn_export.compress.registry import methods
-
-        route = [m for m in methods("route") if m.precision == cfg.quantize and m.route == cfg.int8_mode]
-        if not route:
-            raise ConfigError(f"--quantize {cfg.quantize} has no route {cfg.int8_mode!r}; use --int8-mode auto")
-        refusal = route[0].deploy_refusal(target)
-        if refusal and route[0].produces != "eager":
-            raise ConfigError(f"--int8-mode {cfg.int8_mode} cannot target {target.name}: {refusal}")
+    if cfg.gpu_arch is not None and not target.is_tensorrt:
+        raise ConfigError(f"--gpu-arch names the GPU a TensorRT engine is built for; use --target tensorrt or jetson (got {target.name})")
+    if cfg.gpu_arch is not None:
+        cfg.resolved_gpu_arch  # noqa: B018 - parses --gpu-arch: an unknown name is one line listing the known ones
+    if cfg.quantize and cfg.quantize != "auto":
+        _check_precision(cfg, target)
     if cfg.int8_qat is not None and cfg.int8_mode not in ("auto", "static"):
         raise ConfigError(f"--int8-qat refines the static int8 route; drop --int8-mode {cfg.int8_mode} or --int8-qat")
     if cfg.int8_qat_scales != "learned" and cfg.int8_qat is None:
@@ -97,6 +94,29 @@ def check_combinations(cfg: Any) -> None:
 
         if cfg.engine != EngineSpec(precision=cfg.engine.precision):
             raise ConfigError(f"the TensorRT engine options apply to --target tensorrt or jetson (got --target {cfg.target})")
+
+
+def _check_precision(cfg: Any, target: Any) -> None:
+    """An explicit ``--quantize P`` (and ``--int8-mode R``) the target and its GPU can deploy, refused before any work otherwise."""
+    from attn_export.compress.registry import methods
+
+    routes = [m for m in methods("route") if m.precision == cfg.quantize and (cfg.int8_mode == "auto" or m.route == cfg.int8_mode)]
+    if not routes:
+        raise ConfigError(f"--quantize {cfg.quantize} has no route {cfg.int8_mode!r}; use --int8-mode auto")
+    deployable = [m for m in routes if m.produces == "eager" or not m.deploy_refusal(target)]
+    if not deployable:
+        raise ConfigError(f"--quantize {cfg.quantize}{'' if cfg.int8_mode == 'auto' else ' --int8-mode ' + cfg.int8_mode} cannot target "
+                          f"{target.name}: {routes[0].deploy_refusal(target)}")  # fmt: skip
+    if cfg.int8_mode != "auto" and routes[0].produces != "eager" and routes[0].deploy_refusal(target):
+        raise ConfigError(f"--int8-mode {cfg.int8_mode} cannot target {target.name}: {routes[0].deploy_refusal(target)}")
+    if target.is_tensorrt and cfg.quantize not in ("int8",):
+        from attn_export.export.gpu_arch import archs_with, require_precision
+
+        arch = cfg.resolved_gpu_arch
+        if arch is None:
+            raise ConfigError(f"--quantize {cfg.quantize} needs the GPU it runs on: pass --gpu-arch ({', '.join(archs_with(cfg.quantize))} have it), "
+                              "or use --quantize auto")  # fmt: skip
+        require_precision(arch, cfg.quantize, cfg.resolved_trt_version)
 
 
 def _parse_fallback(value: object) -> str | int:

@@ -29,6 +29,7 @@ from attn_export.select import NOISE_BAND
 if TYPE_CHECKING:
     from attn_export.config import RunConfig
     from attn_export.export.spec import ExportSpec
+    from attn_export.export.targets import Target
     from attn_export.subjects.kinds import SubjectProfile
 
 __all__ = ["DeployStep", "ExportStep", "Plan", "Selection", "Step", "make_plan"]
@@ -62,13 +63,21 @@ class Step:
 
 @dataclass(frozen=True)
 class Selection:
-    """Pick the fastest of ``candidates`` that meets its tolerance on the select split; copy it to ``filename``."""
+    """Pick one of ``candidates`` that meets its tolerance on the select split; copy it to ``filename``.
+
+    ``criterion``: ``latency`` (the fastest, ties within ``band`` broken by ``preference``) where
+    the run times the target's own runtime; ``accuracy`` (the best score) for TensorRT targets,
+    whose speed this machine does not measure. ``filename`` may hold ``{precision}``: the
+    chosen artifact's (``--quantize auto`` ships ``model.fp8.onnx`` or ``model.int8.onnx``).
+    """
 
     key: str
     candidates: tuple[str, ...]
     preference: tuple[str, ...]
     filename: str
     band: float = NOISE_BAND
+    criterion: str = "latency"
+    why: str = ""  # why these candidates (the --quantize auto decision)
 
 
 @dataclass(frozen=True)
@@ -155,7 +164,7 @@ def export_spec(cfg: RunConfig, profile: SubjectProfile, graph_precision: str, e
 
 def _fp32_source(cfg: RunConfig, plan: Plan, spec: ExportSpec) -> str:
     """The fp32 graph compression starts from: the run's own export, or a second fp32 export of the subject."""
-    fp32_spec, why = export_spec(cfg, plan.profile, "fp32", cfg.quantize or "fp32")
+    fp32_spec, why = export_spec(cfg, plan.profile, "fp32", ("int8" if cfg.quantize == "auto" else cfg.quantize) or "fp32")
     if cfg.quantize and fp32_spec.attention == "long-seq":
         # Static Q/DQ cannot yet rewrite the long-seq graph's Loop/If subgraphs (onnx.checker refuses the
         # result), so the 8-bit routes start from the target's decomposed form; model.onnx keeps long-seq.
@@ -190,31 +199,57 @@ def _transforms(cfg: RunConfig, plan: Plan, ctx: PlanContext, source: str) -> tu
     return source, lossy
 
 
-def _routes(cfg: RunConfig, plan: Plan, ctx: PlanContext, source: str, prefix: str) -> None:
-    """Every route of ``--quantize``'s precision (and its refinements) as candidates of one selection."""
-    precision = str(cfg.quantize)
+def eight_bit_precisions(cfg: RunConfig, target: Target) -> tuple[tuple[str, ...], str]:
+    """The 8-bit precisions ``--quantize`` plans, and why: itself, or for ``auto`` every format the target's GPU runs."""
+    if cfg.quantize != "auto":
+        return (str(cfg.quantize),), ""
+    if not target.is_tensorrt:
+        return ("int8",), f"--quantize auto: int8 ({target.name} has no FP8 kernels)"
+    from attn_export.export.gpu_arch import best_8bit, supports
+
+    arch = cfg.resolved_gpu_arch
+    if arch is None:
+        return ("int8",), "--quantize auto: int8, which every TensorRT GPU runs; pass --gpu-arch to consider FP8 (sm89 and later)"
+    best, why = best_8bit(arch, str(cfg.resolved_trt_version))
+    both = tuple(p for p in ("fp8", "int8") if supports(arch, p, str(cfg.resolved_trt_version)))
+    if len(both) > 1:
+        return both, f"--quantize auto on {arch}: {' and '.join(both)} both run ({why}); the more accurate on the select split ships"
+    return (best,), f"--quantize auto on {arch}: {why}"
+
+
+def _routes(cfg: RunConfig, plan: Plan, ctx: PlanContext, source: str, lowrank: bool) -> None:
+    """Every route of the planned 8-bit precisions (and their refinements) as candidates of one selection."""
+    precisions, why = eight_bit_precisions(cfg, ctx.target)
+    if why:
+        plan.notes.append(why)
     built: list[Step] = []
-    for method in methods("route"):
-        if method.precision != precision:
-            continue
-        name = method.stage.format(prefix=prefix)
-        config = method.from_run(cfg, ctx)
-        if isinstance(config, Skip):
-            plan.skipped[name] = config.reason
-            plan.notes.append(config.reason)
-            continue
-        if config is None:
-            continue
-        built.append(Step(name, config, source, method.filename.format(prefix=prefix), required=False))
-        for refinement in methods("refine"):
-            if refinement.refines is method and (r := refinement.from_run(cfg, ctx, parent=config)) is not None and not isinstance(r, Skip):
-                built.append(Step(refinement.stage.format(prefix=prefix), r, name, refinement.filename.format(prefix=prefix), required=False))
+    for precision in precisions:
+        ctx.precision = precision
+        prefix = ("lowrank-" if lowrank else "") + precision
+        for method in methods("route"):
+            if method.precision != precision:
+                continue
+            name = method.stage.format(prefix=prefix)
+            config = method.from_run(cfg, ctx)
+            if isinstance(config, Skip):
+                plan.skipped[name] = config.reason
+                plan.notes.append(config.reason)
+                continue
+            if config is None:
+                continue
+            built.append(Step(name, config, source, method.filename.format(prefix=prefix), required=False))
+            for refinement in methods("refine"):
+                if refinement.refines is method and (r := refinement.from_run(cfg, ctx, parent=config)) is not None and not isinstance(r, Skip):
+                    built.append(Step(refinement.stage.format(prefix=prefix), r, name, refinement.filename.format(prefix=prefix), required=False))
     plan.steps.extend(built)
     candidates = tuple(s.name for s in built if isinstance(s.config, Method) and s.config.deployable)
+    key = str(cfg.quantize)
     if candidates:
-        preference = ctx.target.route_preference.get(precision, ())
-        plan.selections.append(Selection(precision, candidates, preference, f"model.{precision}.onnx"))
-        plan.deploy_source, plan.deploy_precision = f"select:{precision}", precision
+        preference = tuple(r for p in precisions for r in ctx.target.route_preference.get(p, ()))
+        criterion = "accuracy" if ctx.target.is_tensorrt else "latency"  # TensorRT's speed is not measured on this machine
+        filename = "model.{precision}.onnx" if len(precisions) > 1 else f"model.{precisions[0]}.onnx"
+        plan.selections.append(Selection(key, candidates, preference, filename, criterion=criterion, why=why))
+        plan.deploy_source, plan.deploy_precision = f"select:{key}", precisions[0] if len(precisions) == 1 else "8bit"
     else:  # only eager references (torchao): they are what the run measures, so they decide it
         plan.steps[:] = [dataclasses.replace(s, required=True) if s in built else s for s in plan.steps]
 
@@ -222,7 +257,7 @@ def _routes(cfg: RunConfig, plan: Plan, ctx: PlanContext, source: str, prefix: s
 def make_plan(cfg: RunConfig) -> Plan:
     """The stages ``cfg`` asks for (nothing is built here)."""
     profile = cfg.kind.profile(cfg)
-    engine_precision = cfg.quantize if cfg.quantize and cfg.precision == "fp32" else cfg.precision
+    engine_precision = ("int8" if cfg.quantize == "auto" else cfg.quantize) if cfg.quantize and cfg.precision == "fp32" else cfg.precision
     spec, why = export_spec(cfg, profile, cfg.precision, engine_precision)
     base = f"onnx-{spec.precision}"
     plan = Plan(cfg, profile, [Step(base, ExportStep(spec.precision, spec), "subject", "model.onnx")], deploy_source=base,
@@ -237,7 +272,7 @@ def make_plan(cfg: RunConfig) -> Plan:
         from attn_export.compress.int8_encoding import choose_cpu_encoding
 
         plan.encoding = ctx._encoding = choose_cpu_encoding(cfg.int8_encoding)
-        _routes(cfg, plan, ctx, source, ("lowrank-" if lossy else "") + cfg.quantize)
+        _routes(cfg, plan, ctx, source, lossy)
     if target.is_tensorrt:
         plan.deploy.append(DeployStep("trt-check"))
         if cfg.build_engine:

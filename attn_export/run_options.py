@@ -35,6 +35,9 @@ class RunOptions(Protocol):
     int8_fallback: str | int
     int8_qat: int | None
     int8_qat_scales: str
+    calib_method: str | None
+    smoothquant: float | str | None
+    gpu_arch: str | None
 
     @property
     def kind(self) -> Any: ...  # subjects.kinds.SubjectKind
@@ -58,3 +61,7 @@ class RunOptions(Protocol):
     def resolved_calib_method(self) -> str: ...
     @property
     def resolved_smoothquant(self) -> float | str | None: ...
+    @property
+    def resolved_trt_version(self) -> str | None: ...
+    @property
+    def resolved_gpu_arch(self) -> str | None: ...

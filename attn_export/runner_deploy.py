@@ -19,8 +19,8 @@ from attn_export.plan import Plan
 from attn_export.validate.report import Report, Stage
 
 if TYPE_CHECKING:
-    from attn_export.validate.latency import TimingPoint
     from attn_export.subjects.base import Judgement, Subject
+    from attn_export.validate.latency import TimingPoint
 
 __all__ = ["deploy", "select"]
 
@@ -31,7 +31,7 @@ def select(plan: Plan, stages: Mapping[str, Stage], select_j: Mapping[str, Judge
            say: Callable[[str], None]) -> dict[str, Path]:  # fmt: skip
     """Each selection of ``plan``: the fastest candidate meeting its tolerance on the select split, copied to its file."""
     from attn_export._atomic import atomic_path
-    from attn_export.select import Candidate, select_route
+    from attn_export.select import Candidate, select_most_accurate, select_route
 
     chosen_paths: dict[str, Path] = {}
     for sel in plan.selections:
@@ -40,9 +40,11 @@ def select(plan: Plan, stages: Mapping[str, Stage], select_j: Mapping[str, Judge
             j, art, lat = select_j[name], artifacts[name], stages[name].latency_ms.get("artifact")
             p50 = lat.p50 if lat is not None else float("inf")
             cands.append(Candidate(name, art.route or name, p50, j.passed, float(j.score), "; ".join(j.violations)))
-        result = select_route(cands, sel.preference, sel.band)
+        result = select_most_accurate(cands, sel.preference) if sel.criterion == "accuracy" else select_route(cands, sel.preference, sel.band)
         entry: dict[str, Any] = {"route": None, "reason": result.reason, "tried": result.tried, "preference": list(sel.preference), "band": sel.band,
-                                 "decided_on": report.inputs.get("selection_data")}  # fmt: skip
+                                 "criterion": sel.criterion, "decided_on": report.inputs.get("selection_data")}  # fmt: skip
+        if sel.why:
+            entry["why_these"] = sel.why
         if result.chosen is None:
             report.notes.append(f"no {sel.key} route selected: {result.reason}")
             if result.best_failing is not None:
@@ -50,11 +52,11 @@ def select(plan: Plan, stages: Mapping[str, Stage], select_j: Mapping[str, Judge
             report.selection[sel.key] = entry
             report.verdict.setdefault("failures", []).append(f"selection {sel.key}: {result.reason}")
             continue
-        final = plan.out / sel.filename
+        final = plan.out / sel.filename.format(precision=artifacts[result.chosen.stage].precision)
         with atomic_path(final) as tmp:
             shutil.copyfile(artifacts[result.chosen.stage].path, tmp)  # type: ignore[arg-type]
         chosen = stages[result.chosen.stage]
-        entry.update(route=result.chosen.route, stage=chosen.name, artifact=str(final))
+        entry.update(route=result.chosen.route, stage=chosen.name, artifact=str(final), precision=artifacts[result.chosen.stage].precision)
         report.selection[sel.key] = entry
         say(f"selected {chosen.name} as {final.name}: {result.reason}")
         report.notes.append(f"selected {chosen.name} as {final.name}: {result.reason}")
@@ -82,6 +84,11 @@ def deploy(plan: Plan, subject: Subject, artifacts: Mapping[str, Artifact], chos
     else:
         onnx = artifacts[plan.deploy_source].path  # type: ignore[assignment]
     target, spec = cfg.target_info, cfg.engine_spec()
+    shipped = next((e.get("precision") for e in report.selection.values() if isinstance(e, dict) and e.get("artifact") == str(onnx)), None)
+    if shipped in ("int8", "fp8") and spec.precision != shipped:  # --quantize auto: the engine is built in the precision that shipped
+        import dataclasses
+
+        spec = dataclasses.replace(spec, precision=shipped)
     deployed: dict[str, Any] = {"onnx": str(onnx)}
     report.selection["deploy"] = deployed
     engine_path: Path | None = None

@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["NOISE_BAND", "Candidate", "SelectionResult", "select_route"]
+__all__ = ["NOISE_BAND", "Candidate", "SelectionResult", "select_most_accurate", "select_route"]
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,26 @@ class SelectionResult:
     reason: str
     tried: list[dict[str, Any]] = field(default_factory=list)
     best_failing: Candidate | None = None
+
+
+def select_most_accurate(candidates: list[Candidate], preference: tuple[str, ...]) -> SelectionResult:
+    """The passing candidate with the best select-split score (ties broken by ``preference``): for targets whose
+    runtime this machine does not time (TensorRT), where a CPU latency would rank the wrong thing."""
+    tried = [{"stage": c.stage, "route": c.route, "p50_ms": c.p50_ms, "passed_select": c.passed_select, "select_accuracy": c.headline}
+             for c in candidates]  # fmt: skip
+    ok = [c for c in candidates if c.passed_select]
+    if not ok:
+        best = max(candidates, key=lambda c: c.headline, default=None)
+        why = "no candidate met its tolerance on the select split"
+        if best is not None:
+            why += f"; the most accurate was {best.stage} ({best.shortfall or f'{best.headline:.6f}'})"
+        return SelectionResult(None, why, tried, best)
+    rank = {route: i for i, route in enumerate(preference)}
+    chosen = max(ok, key=lambda c: (round(c.headline, 6), -rank.get(c.route, len(rank))))
+    others = ", ".join(f"{c.stage} {c.headline:.6f}" for c in ok if c is not chosen)
+    reason = (f"{chosen.stage} is the most accurate route meeting its tolerance on the select split ({chosen.headline:.6f}"
+              + (f"; {others}" if others else "") + "); the target's own latency is not measured on this machine")  # fmt: skip
+    return SelectionResult(chosen, reason, tried)
 
 
 def select_route(candidates: list[Candidate], preference: tuple[str, ...], band: float = NOISE_BAND) -> SelectionResult:

@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from attn_export.checks.trt_compat import check_trt_compat
 from attn_export.export import example_inputs_for, export_onnx
 from attn_export.export.targets import export_spec_for
-from attn_export.checks.trt_compat import check_trt_compat
 from attn_export.layers import MaskedLayer, build_layer
 from attn_export.runtime import EagerRunner
 from attn_export.runtime.tensorrt.spec import ShapeProfile, parse_trt_version

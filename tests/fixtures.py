@@ -65,3 +65,15 @@ def run_onnx(path: str, feed: dict[str, np.ndarray], dtype=np.float32) -> np.nda
     names = {i.name for i in sess.get_inputs()}
     cast = {k: (v.astype(dtype) if v.dtype == np.float32 else v) for k, v in feed.items() if k in names}
     return sess.run(None, cast)[0].astype(np.float32)
+
+
+def small_layer_subject(tmp):  # type: ignore[no-untyped-def]
+    """A 64-wide TransformerLayer subject with 30 calibration (24 train / 6 select) and 8 report sequences of 16 tokens."""
+    from attn_export.compress.calib_data import synthesize_hidden_states
+    from attn_export.config import RunConfig
+    from attn_export.subjects.layer import LayerSubject
+
+    x, kpm = synthesize_hidden_states(38, 16, D_MODEL, np.random.default_rng(0))
+    np.savez(tmp / "acts.npz", calib_x=x[:30], calib_key_padding_mask=kpm[:30], val_x=x[30:], val_key_padding_mask=kpm[30:])
+    cfg = RunConfig(quantize="int8", d_model=D_MODEL, heads=HEADS, calib=tmp / "acts.npz", out=tmp / "out", seq_len=16, batch=4, threads=1)
+    return LayerSubject(cfg)

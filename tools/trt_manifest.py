@@ -248,7 +248,7 @@ def manifest_for(version: str, work: Path, cc: str) -> dict:
 # trtexec's command line, per release branch: the flags that samples/common/sampleOptions.cpp
 # parses for building and running (SafeBuilderOptions belongs to the safety runtime, not
 # trtexec), plus the values it accepts for the options whose values we write.
-TRTEXEC_BRANCHES = {"10.3": "release/10.3", "10.14": "release/10.14", "11.0": "release/11.0"}
+TRTEXEC_BRANCHES = {"10.3": "release/10.3", "10.14": "release/10.14", "11.0": "release/11.0", "11.1": "release/11.1"}
 TRTEXEC_VALUE_OPTIONS = {"--hardwareCompatibilityLevel": "hardwareCompatibleArgs", "--profilingVerbosity": "profilingVerbosityString",
                          "--memPoolSize": "memPoolName"}
 TRTEXEC_OUT = OUT.parent / "trtexec"

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import onnx_ir as ir
 
-from attn_export.errors import ConfigError
 from attn_export.checks.trt_support import Finding
+from attn_export.errors import ConfigError
 from attn_export.runtime.tensorrt.spec import ShapeProfile, TrtVersion, parse_trt_version
 
 __all__ = [
@@ -44,7 +44,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _PASS_UP = ("Cast", "Add", "Where", "Mul", "Div", "Sub")
-_PASS_DOWN = ("Cast", "Where", "Mul")
+_PASS_DOWN = ("Cast", "Where", "Mul", "QuantizeLinear", "DequantizeLinear")  # P of a quantized attention reaches P @ V through Q/DQ
 ATTENTION_IMPORTER = TrtVersion(10, 14)  # TensorRT CHANGELOG, 10.14 GA: "Added support for the `Attention` operator"
 _NO_DECOMPOSE = "IAttention is not decomposable as the ONNX importer creates it, so the build most likely fails"
 
@@ -100,23 +100,23 @@ def trt_attention_form(
 ) -> tuple[str, str]:
     """The attention form to export for TensorRT: ``("onnx-attention" | "decomposed", reason)``.
 
-    precision: the engine precision (``fp32``/``fp16``/``int8``); strongly_typed: the build
+    precision: the engine precision (``fp32``/``fp16``/``int8``/``fp8``); strongly_typed: the build
     runs the graph's own types (the ``tensorrt`` target; always so on TensorRT 11). A fp16
     strongly typed graph carries fp16 Q/K/V; fp32 and int8 graphs carry fp32 Q/K/V (the
     quantizer starts from the fp32 graph and leaves the attention BMMs in float unless
     ``quantize_attention_bmm``). ONNX ``Attention`` is chosen only where IAttention has a
     fused kernel; everywhere else the decomposed form, which always builds.
     """
-    if precision not in ("fp32", "fp16", "int8"):
-        raise ConfigError(f"expected precision fp32, fp16 or int8, got {precision!r}")
+    if precision not in ("fp32", "fp16", "int8", "fp8"):
+        raise ConfigError(f"expected precision fp32, fp16, int8 or fp8, got {precision!r}")
     ver = trt_version if isinstance(trt_version, TrtVersion) else parse_trt_version(str(trt_version))
     # fp32 engines run the graph's fp32 whatever the typing; only fp16/int8 weak builds pick precisions
     strongly = strongly_typed or ver.major >= 11 or precision == "fp32"
     dtype = "FLOAT16" if precision == "fp16" and strongly else "FLOAT"
-    quantized = precision == "int8" and quantize_attention_bmm
+    quantized = precision in ("int8", "fp8") and quantize_attention_bmm
     has_kernel, why = iattention_kernel(dtype, head_dim, trt_version, strongly, quantized)
-    if precision == "int8" and not quantized and ver >= ATTENTION_IMPORTER:
-        why = f"the int8 graph keeps the attention itself in fp32 (Q/DQ on the projections only): {why}"
+    if precision in ("int8", "fp8") and not quantized and ver >= ATTENTION_IMPORTER:
+        why = f"the {precision} graph keeps the attention itself in fp32 (Q/DQ on the projections only): {why}"
     if has_kernel:
         return "onnx-attention", why
     return "decomposed", f"{why}; exporting the decomposed form (MatMul -> fp32 Softmax -> MatMul), which TensorRT always builds"

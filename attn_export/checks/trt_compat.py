@@ -24,9 +24,9 @@ import onnx
 import onnx.numpy_helper
 import onnx_ir as ir
 
-from attn_export.errors import CompatibilityError, ConfigError
 from attn_export.checks.trt_attention import attention_findings, mha_fusion_findings
 from attn_export.checks.trt_support import MIN_OPSET, OP_SUPPORT, Finding, max_opset
+from attn_export.errors import CompatibilityError, ConfigError
 from attn_export.runtime.tensorrt.spec import ShapeProfile, TrtVersion, parse_trt_version
 
 __all__ = ["Finding", "CompatReport", "check_trt_compat", "const_array", "report_dict", "SEVERITIES"]
@@ -79,11 +79,13 @@ def check_trt_compat(
     trt_version: str,
     profiles: ShapeProfile | None = None,
     precision: str | None = None,
+    gpu_arch: str | None = None,
 ) -> CompatReport:
     """Check an ONNX model against TensorRT ``trt_version`` (e.g. "10.3", "10.14", "11").
 
-    precision: the engine precision ("fp32"|"fp16"|"int8"); None infers it from the graph
-    (Q/DQ nodes -> int8, fp16 MatMuls -> fp16, else fp32).
+    precision: the engine precision ("fp32"|"fp16"|"int8"|"fp8"); None infers it from the graph
+    (float8 Q/DQ -> fp8, other Q/DQ -> int8, fp16 MatMuls -> fp16, else fp32). gpu_arch
+    (e.g. "sm90"): FP8 is checked against it (``trt_fp8``); None warns that it is unchecked.
     """
     version = parse_trt_version(trt_version)
     if version.major not in SUPPORTED_MAJORS:
@@ -104,8 +106,8 @@ def check_trt_compat(
     model = ir.serde.deserialize_model(proto)
     opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 0))
     precision = precision or _infer_precision(model)
-    if precision not in ("fp32", "fp16", "int8"):
-        raise ConfigError(f"expected precision fp32, fp16 or int8, got {precision!r}")
+    if precision not in ("fp32", "fp16", "int8", "fp8"):
+        raise ConfigError(f"expected precision fp32, fp16, int8 or fp8, got {precision!r}")
     report = CompatReport(str(trt_version), name, opset, precision)
     add = report.findings.append
 
@@ -121,8 +123,14 @@ def check_trt_compat(
         report.findings.extend(_check_node(node, version))
     graph_fp16 = any(v.dtype == ir.DataType.FLOAT16 for v in [*model.graph.inputs, *model.graph.initializers.values()])
     strongly_typed = version.major >= 11 or graph_fp16  # plan_build's default: the precision lives in the graph
-    report.findings.extend(attention_findings(model, version, strongly_typed, precision))
-    report.findings.extend(mha_fusion_findings(model, version, precision, profiles))
+    # an FP8 graph's float parts are built as an int8 graph's are (Q/DQ + fp16 on 10.x); its MHA rules are trt_fp8's
+    report.findings.extend(attention_findings(model, version, strongly_typed, "int8" if precision == "fp8" else precision))
+    if precision == "fp8":
+        from attn_export.checks.trt_fp8 import fp8_findings
+
+        report.findings.extend(fp8_findings(model, version, gpu_arch))
+    else:
+        report.findings.extend(mha_fusion_findings(model, version, precision, profiles))
     report.findings.sort(key=lambda f: SEVERITIES.index(f.severity))
     log.info("check-trt %s for TensorRT %s: %d error(s), %d warning(s)", name, version, len(report.errors), len(report.warnings))
     return report
@@ -205,7 +213,9 @@ def _load(model_or_path: onnx.ModelProto | str | os.PathLike[str]) -> tuple[onnx
 def _infer_precision(model: ir.Model) -> str:
     ops = {n.op_type for n in model.graph.all_nodes()}
     if ops & set(_QUANT_OPS):
-        return "int8"
+        from attn_export.checks.trt_fp8 import qdq_kinds
+
+        return "fp8" if "FLOAT8E4M3FN" in qdq_kinds(model) else "int8"
     for node in model.graph.all_nodes():
         if node.op_type in ("MatMul", "Gemm", "Attention") and node.outputs[0].dtype == ir.DataType.FLOAT16:
             return "fp16"

@@ -23,7 +23,7 @@ from attn_export.runtime.tensorrt.spec import EngineSpec, ShapeProfile
 
 __all__ = ["PRECISIONS", "register", "check_trt", "engine_spec_from_options"]
 
-PRECISIONS = ("fp32", "fp16", "int8")
+PRECISIONS = ("fp32", "fp16", "int8", "fp8")
 
 log = logging.getLogger(__name__)
 
@@ -64,13 +64,14 @@ def check_trt(
     min_shape: Optional[str] = typer.Option(None, "--min-shape", help="Profile min BATCHxSEQ, e.g. 1x16.", show_default="off"),
     opt_shape: Optional[str] = typer.Option(None, "--opt-shape", help="Profile opt BATCHxSEQ, e.g. 8x128.", show_default="off"),
     max_shape: Optional[str] = typer.Option(None, "--max-shape", help="Profile max BATCHxSEQ, e.g. 32x512.", show_default="off"),
-    precision: Optional[str] = typer.Option(None, "--precision", help="Engine precision fp32|fp16|int8 (default: from the graph).", show_default="off"),
+    precision: Optional[str] = typer.Option(None, "--precision", help="Engine precision fp32|fp16|int8|fp8 (default: from the graph).", show_default="from the graph"),
+    gpu_arch: Optional[str] = typer.Option(None, "--gpu-arch", help="GPU the engine is for (sm87 Orin, sm89 Ada, sm90 Hopper, sm100 Blackwell...): FP8 is checked against it.", show_default="unchecked"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the findings as JSON.", show_default="off"),
     errors_only: bool = typer.Option(False, "--errors-only", help="Print errors only.", show_default="off"),
 ) -> None:
     """Check an ONNX model against what TensorRT's parser and builder accept (no GPU needed)."""
-    from attn_export.cli._common import writing
     from attn_export.checks.trt_compat import check_trt_compat, report_dict
+    from attn_export.cli._common import writing
     from attn_export.paths import check_input_file, check_output_file
 
     # the model, the --json path and every option before the check runs
@@ -80,7 +81,11 @@ def check_trt(
     if precision is not None and precision not in PRECISIONS:
         raise ConfigError(f"expected --precision in {'|'.join(PRECISIONS)}, got {precision!r}")
     profiles = ShapeProfile.parse(min_shape, opt_shape, max_shape)
-    report = check_trt_compat(model, trt, profiles, precision)
+    if gpu_arch is not None:
+        from attn_export.export.gpu_arch import parse_gpu_arch
+
+        gpu_arch = parse_gpu_arch(gpu_arch)
+    report = check_trt_compat(model, trt, profiles, precision, gpu_arch=gpu_arch)
     shown = report.errors if errors_only else report.findings
     lines = str(report).splitlines()
     typer.echo(lines[0])

@@ -29,6 +29,7 @@ from attn_export.cli.options import (
     DistillOpt,
     DlaCoreOpt,
     DModelOpt,
+    GpuArchOpt,
     HeadsOpt,
     HwCompatOpt,
     Int8EncodingOpt,
@@ -97,7 +98,7 @@ def config_from_options(options: dict[str, Any]) -> Any:
     opts["tolerance_overrides"] = tolerances or None
     engine_args = {k: opts.pop(k) for k in ENGINE_OPTIONS}
     engine = engine_spec_from_options(
-        precision="int8" if opts.get("quantize") else opts.get("precision", "fp32"),
+        precision=opts["quantize"] if opts.get("quantize") in ("int8", "fp8") else ("int8" if opts.get("quantize") not in (None, "none") else opts.get("precision", "fp32")),
         min_shape=engine_args["min_shape"], opt_shape=engine_args["opt_shape"], max_shape=engine_args["max_shape"],
         workspace=engine_args["workspace"], timing_cache=engine_args["timing_cache"],
         hardware_compatibility=engine_args["hardware_compatibility"], version_compatible=engine_args["version_compatible"],
@@ -175,6 +176,7 @@ def register(app: typer.Typer) -> None:
         int8_qat_scales: Int8QatScalesOpt = "learned",
         target: TargetOpt = "ort-cpu",
         trt_version: TrtVersionOpt = None,
+        gpu_arch: GpuArchOpt = None,
         min_shape: MinShapeOpt = None,
         opt_shape: OptShapeOpt = None,
         max_shape: MaxShapeOpt = None,

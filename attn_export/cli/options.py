@@ -27,6 +27,7 @@ __all__ = [
     "DModelOpt",
     "DistillOpt",
     "DlaCoreOpt",
+    "GpuArchOpt",
     "HeadsOpt",
     "HwCompatOpt",
     "Int8EncodingOpt",
@@ -132,7 +133,7 @@ DistillOpt = Annotated[
     Optional[int],
     typer.Option("--distill", metavar="[STEPS]", help="Distil the low-rank student from the original (alone: 200 steps).", show_default="off", rich_help_panel=_COMPRESS),
 ]
-QuantizeOpt = Annotated[Optional[str], typer.Option("--quantize", help="8-bit precision: int8 (every route the target can deploy; the fastest meeting the tolerance ships) | none.", show_default="off", rich_help_panel=_COMPRESS)]
+QuantizeOpt = Annotated[Optional[str], typer.Option("--quantize", help="8-bit precision: int8 | fp8 (TensorRT on sm89+) | auto (the best 8-bit format the target's GPU runs) | none. Every route the target can deploy is built; the one meeting the tolerance ships.", show_default="off", rich_help_panel=_COMPRESS)]
 Int8ModeOpt = Annotated[str, typer.Option("--int8-mode", help="auto (every route the target can deploy) | static (Q/DQ) | dynamic (ORT CPU) | torchao (eager reference).", rich_help_panel=_COMPRESS)]
 Int8EncodingOpt = Annotated[
     str,
@@ -147,6 +148,7 @@ Int8QatScalesOpt = Annotated[str, typer.Option("--int8-qat-scales", help="QAT-li
 Int8FallbackOpt = Annotated[str, typer.Option("--int8-fallback", metavar="auto|none|N", help="Static int8: keep the most sensitive GEMM groups in float (fp16 on TensorRT) until the tolerance is met on the select split (auto), none, or exactly N.", rich_help_panel=_COMPRESS)]
 
 TargetOpt = Annotated[str, typer.Option("--target", help="ort-cpu | ort-cuda | tensorrt | jetson (fixes opset, attention form, precision).", rich_help_panel=_DEPLOY)]
+GpuArchOpt = Annotated[Optional[str], typer.Option("--gpu-arch", help="GPU the engine is for: sm87 (Jetson Orin), sm89 (Ada: L4, L40S), sm90 (Hopper: H100, H200), sm100 (Blackwell)...; decides FP8 and --quantize auto.", show_default="sm87 for jetson; unknown for tensorrt", rich_help_panel=_DEPLOY)]
 TrtVersionOpt = Annotated[Optional[str], typer.Option("--trt-version", help="TensorRT version to check against.", show_default="the target's", rich_help_panel=_DEPLOY)]
 MinShapeOpt = Annotated[Optional[str], typer.Option("--min-shape", help="Engine profile min BATCHxSEQ (default 1x1).", show_default="off", rich_help_panel=_DEPLOY)]
 OptShapeOpt = Annotated[Optional[str], typer.Option("--opt-shape", help="Engine profile opt BATCHxSEQ (default --batch x --seq-len).", show_default="off", rich_help_panel=_DEPLOY)]

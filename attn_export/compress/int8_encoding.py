@@ -48,7 +48,6 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-
 from attn_export.environment import CpuInfo, detect_cpu
 from attn_export.errors import ConfigError
 from attn_export.vocabulary import CPU_INT8_ENCODINGS

@@ -356,6 +356,7 @@ class MixedPrecisionResult:
     mode: str
     goal: dict[str, Any]
     float_precision: str  # what a float GEMM runs in on the target: fp16 (TensorRT) or fp32
+    quant_precision: str = "int8"  # what the Q/DQ GEMMs run in: int8, or fp8 (compress/fp8.py)
     gemms: list[dict[str, Any]] = field(default_factory=list)
     float_groups: list[str] = field(default_factory=list)
     steps: list[dict[str, Any]] = field(default_factory=list)
@@ -367,7 +368,7 @@ class MixedPrecisionResult:
 
     @property
     def n_float(self) -> int:
-        return sum(1 for g in self.gemms if g["precision"] != "int8")
+        return sum(1 for g in self.gemms if g["precision"] != self.quant_precision)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -385,11 +386,11 @@ class MixedPrecisionResult:
         if self.latency_ms_all_int8 and self.latency_ms_mixed:
             cost = f", latency {self.latency_ms_all_int8:.1f} -> {self.latency_ms_mixed:.1f} ms ({100 * (self.latency_ms_mixed / self.latency_ms_all_int8 - 1):+.1f}%)"
         goal = "" if self.met is None else ("; goal met on the select split" if self.met else "; goal NOT met on the select split")
-        return f"int8 fallback {self.mode}: {what}{cost}{goal}"
+        return f"{self.quant_precision} fallback {self.mode}: {what}{cost}{goal}"
 
 
 def gemm_table(gemms: Sequence[Gemm], ranking: Sequence[GroupSensitivity], float_groups: Sequence[str], float_precision: str,
-               cost_ms: float | None) -> list[dict[str, Any]]:  # fmt: skip
+               cost_ms: float | None, quant_precision: str = "int8") -> list[dict[str, Any]]:  # fmt: skip
     """One row per GEMM: label, group, precision, sensitivity of its group, estimated latency cost of its fallback."""
     sens = {s.group: s.error for s in ranking}
     rank = {s.group: i + 1 for i, s in enumerate(ranking)}
@@ -397,7 +398,7 @@ def gemm_table(gemms: Sequence[Gemm], ranking: Sequence[GroupSensitivity], float
     float_macs = sum(g.macs_per_token for g in gemms if g.group in floated)
     rows = []
     for g in gemms:
-        row: dict[str, Any] = {"gemm": g.label, "node": g.node, "group": g.group, "precision": float_precision if g.group in floated else "int8",
+        row: dict[str, Any] = {"gemm": g.label, "node": g.node, "group": g.group, "precision": float_precision if g.group in floated else quant_precision,
                                "macs_per_token": g.macs_per_token, "sensitivity": sens.get(g.group), "rank": rank.get(g.group)}  # fmt: skip
         if g.group in floated and cost_ms is not None and float_macs:
             row["latency_cost_ms"] = cost_ms * g.macs_per_token / float_macs  # the measured total, shared by MACs
@@ -434,6 +435,7 @@ def apply_fallback(qdq_path: Path, float_model: ir.Model, float_groups: Sequence
 def mixed_precision_(
     qdq_path: Path, float_path: Path, out_path: Path, subject: Any, tolerance_key: str, goal: FallbackGoal, mode: str | int,
     float_precision: str, limit: int, threads: int, timing: dict[str, Any] | None = None, say: Callable[[str], None] | None = None,
+    quant_precision: str = "int8",
 ) -> MixedPrecisionResult:  # fmt: skip
     """Sensitivity, fallback and the final graph: ``qdq_path`` (all int8) -> ``out_path`` (mixed).
 
@@ -451,7 +453,8 @@ def mixed_precision_(
             graph.close()
         moved = apply_fallback(qdq_path, float_model, float_groups, out_path)
     result = MixedPrecisionResult(
-        mode=str(mode), goal={"tolerance": tolerance_key, **goal.to_dict()}, float_precision=float_precision, float_groups=list(float_groups),
+        mode=str(mode), goal={"tolerance": tolerance_key, **goal.to_dict()}, float_precision=float_precision, quant_precision=quant_precision,
+        float_groups=list(float_groups),
         steps=[asdict(s) for s in steps], sensitivity_items=limit, met=steps[-1].met if steps else None,
     )  # fmt: skip
     if moved and timing is not None:
@@ -460,6 +463,6 @@ def mixed_precision_(
         result.latency_note = ("measured on ONNX Runtime CPU in this process (fp32 GEMMs); TensorRT runs the float GEMMs in fp16, "
                                "so its cost is smaller") if float_precision == "fp16" else "measured on ONNX Runtime CPU in this process"  # fmt: skip
     cost = None if result.latency_ms_all_int8 is None else result.latency_ms_mixed - result.latency_ms_all_int8  # type: ignore[operator]
-    result.gemms = gemm_table(graph.gemms, ranking, float_groups, float_precision, cost)
+    result.gemms = gemm_table(graph.gemms, ranking, float_groups, float_precision, cost, quant_precision)
     say(result.describe())
     return result

@@ -83,6 +83,7 @@ class StaticQuantSpec:
     percentile: float = 99.999
     max_calib_samples: int = 64
     reduce_range: bool = False  # 7-bit weights for ONNX Runtime on CPUs whose U8S8 GEMM saturates (compress/int8_encoding.py)
+    bmm_max_seq: int | None = TRT_INT8_MHA_MAX_SEQ  # longest calibration sequence with quantized BMMs (int8 MHA's limit; None: no limit, FP8)
 
     def __post_init__(self) -> None:
         if self.method not in CALIB_CHOICES:
@@ -197,7 +198,7 @@ def quantize_static_onnx(
         seq = max((int(np.asarray(v).shape[1]) for f in calib for v in f.values() if np.asarray(v).ndim >= 2), default=0)
     else:
         seq = int(np.asarray(calib.x).shape[1]) if np.asarray(calib.x).ndim == 3 else 0
-    if spec.quantize_attention_bmm and seq > TRT_INT8_MHA_MAX_SEQ:
+    if spec.quantize_attention_bmm and spec.bmm_max_seq is not None and seq > spec.bmm_max_seq:
         raise ConfigError(
             f"quantize_attention_bmm follows TensorRT's int8 MHA, which fuses only up to sequence length "
             f"{TRT_INT8_MHA_MAX_SEQ}, got calibration sequences of {seq}; leave the BMMs float"

@@ -35,8 +35,8 @@ from attn_export.errors import ConfigError
 
 if TYPE_CHECKING:
     from attn_export.artifacts import Artifact, OnnxRuntimeChoice
-    from attn_export.run_options import RunOptions
     from attn_export.export.targets import Target
+    from attn_export.run_options import RunOptions
     from attn_export.subjects.base import Subject
 
 __all__ = [
@@ -63,6 +63,7 @@ METHOD_MODULES: tuple[str, ...] = (
     "attn_export.compress.methods.int8_qat",
     "attn_export.compress.methods.int8_dynamic",
     "attn_export.compress.methods.torchao",
+    "attn_export.compress.methods.fp8_static",
 )
 
 
@@ -79,6 +80,7 @@ class PlanContext:
 
     target: Target
     profile: Any  # subjects.kinds.SubjectProfile
+    precision: str | None = None  # the 8-bit precision being planned (--quantize, or each candidate of --quantize auto)
     _encoding: Any = None
 
     @property
@@ -115,9 +117,9 @@ class Method:
         return None
 
     @classmethod
-    def requested(cls, run: RunOptions) -> bool:
-        """A route is requested by ``--quantize <precision>`` with ``--int8-mode auto`` or its own route name."""
-        return run.quantize == cls.precision and run.int8_mode in ("auto", cls.route)
+    def requested(cls, run: RunOptions, ctx: PlanContext) -> bool:
+        """A route is requested when its precision is planned (``--quantize``) with ``--int8-mode auto`` or its own route name."""
+        return ctx.precision == cls.precision and run.int8_mode in ("auto", cls.route)
 
     @property
     def deployable(self) -> bool:

@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from attn_export.errors import DataError
 from attn_export.checks.trt_attention import find_attention_blocks
 from attn_export.checks.trt_compat import check_trt_compat, report_dict
+from attn_export.errors import DataError
 from attn_export.runtime.tensorrt.sidecar import sha256_file
 from attn_export.runtime.tensorrt.spec import EngineSpec
 from attn_export.runtime.tensorrt.trtexec import onnx_io_dims, shell_line, trtexec_command
@@ -120,7 +120,7 @@ def write_jetson_bundle(
     trt_version: str = "10.3",
 ) -> Path:
     """Write the bundle for ``onnx_path`` into ``bundle_dir`` (replacing an older bundle)."""
-    report = check_trt_compat(onnx_path, trt_version, spec.profiles, spec.precision)
+    report = check_trt_compat(onnx_path, trt_version, spec.profiles, spec.precision, gpu_arch=spec.gpu_arch)
     report.raise_if_failed()
     dims, graph_float, has_qdq = onnx_io_dims(onnx_path)
     _check_reference(reference_inputs, reference_outputs, dims)

@@ -26,7 +26,7 @@ def check_for_target(onnx_path: Path, target: Any, spec: Any, trt_version: str, 
     from attn_export.checks.trt_compat import check_trt_compat, report_dict
 
     say(f"static TensorRT {trt_version} check of {onnx_path.name} for target {target.name}")
-    report = check_trt_compat(onnx_path, trt_version, spec.profiles, spec.precision)
+    report = check_trt_compat(onnx_path, trt_version, spec.profiles, spec.precision, gpu_arch=spec.gpu_arch)
     data = report_dict(report)
     for finding in report.warnings:
         notes.append(f"trt-check {trt_version}: {finding}")

@@ -103,6 +103,12 @@ class SessionFromOnnx:
         # LayerNormalization it replaces on this layer (docs/quantization.md); off on CPU.
         if disabled_optimizers is None:
             disabled_optimizers = ("SkipLayerNormFusion",) if self.providers == ["CPUExecutionProvider"] else ()
+        # Q/DQ as written also means keeping a Relu in front of a QuantizeLinear: ORT's
+        # "ReluQuantRewrite" (qdq_transformer/relu_quantizelinear.cc) removes the Relu unless the
+        # zero point is an int8 -128 or a uint8 0, so it drops it before a float8 Q (zero point
+        # 0.0), which turns FP8 FFN2 inputs negative (tests/compress/test_fp8.py).
+        if not qdq_fusion and "ReluQuantRewrite" not in disabled_optimizers:
+            disabled_optimizers = (*disabled_optimizers, "ReluQuantRewrite")
         self.disabled_optimizers = tuple(disabled_optimizers)
         # The padding-mask bias drives exp() in Softmax into denormals, which run ~8x slower.
         self.flush_denormals = flush_denormals

@@ -138,6 +138,7 @@ class ToleranceSpec:
 # The encoder's 8-bit goal (issue 11's static acceptance on unseen text): the select split is
 # held to it, so the report split lands there too.
 _ENCODER_8BIT_GOAL = EmbeddingTolerance(min_mean_cosine=0.995, min_min_cosine=0.98, min_top1_agreement=0.95)
+_ENCODER_FP8_GOAL = EmbeddingTolerance(min_mean_cosine=0.995, min_min_cosine=0.985, min_top1_agreement=0.95)  # issue 22's FP8 acceptance
 # Logits: fp32 must keep every label; a lossy route may flip the close calls of at most 1-5%.
 TOLERANCES: dict[str, ToleranceSpec] = {
     "fp32": ToleranceSpec(Tolerance(max_abs=1e-4, rel_l2=1e-5), EmbeddingTolerance(0.99999, min_top1_agreement=0.95, max_abs=1e-4),
@@ -146,7 +147,7 @@ TOLERANCES: dict[str, ToleranceSpec] = {
     "int8": ToleranceSpec(Tolerance(rel_l2=5e-2, cosine_min=0.999), EmbeddingTolerance(0.99, min_top1_agreement=0.95), LogitTolerance(0.95, 0.99),
                           _ENCODER_8BIT_GOAL),
     "fp8": ToleranceSpec(Tolerance(rel_l2=5e-2, cosine_min=0.999), EmbeddingTolerance(0.99, min_top1_agreement=0.95), LogitTolerance(0.95, 0.99),
-                         _ENCODER_8BIT_GOAL),
+                         _ENCODER_FP8_GOAL),
     "lowrank": ToleranceSpec(Tolerance(cosine_min=0.99), EmbeddingTolerance(0.99, min_top1_agreement=0.95), LogitTolerance(0.95, 0.99)),
     "lowrank-int8": ToleranceSpec(Tolerance(cosine_min=0.99), EmbeddingTolerance(0.98, min_top1_agreement=0.9), LogitTolerance(0.9, 0.98)),
     "lowrank-fp8": ToleranceSpec(Tolerance(cosine_min=0.99), EmbeddingTolerance(0.98, min_top1_agreement=0.9), LogitTolerance(0.9, 0.98)),

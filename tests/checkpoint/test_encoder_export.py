@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
+from attn_export.checkpoint.corpus import load_text_corpus
 from attn_export.checkpoint.evaluate import embed
 from attn_export.checkpoint.export import ENCODER_INPUT_NAMES, ENCODER_OUTPUT_NAMES, export_encoder
 from attn_export.checkpoint.metrics import embedding_agreement
-from attn_export.checkpoint.corpus import load_text_corpus
 from attn_export.checkpoint.text import tokenize
 from attn_export.export import ExportSpec, summarize_graph
 from attn_export.runtime import OrtRunner, SessionFromOnnx

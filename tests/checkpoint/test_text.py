@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-from attn_export.checkpoint.metrics import embedding_agreement, wilson_interval
 from attn_export.checkpoint.corpus import (
     CORPUS_DIR,
     GROUP_SIZE,
@@ -22,6 +21,7 @@ from attn_export.checkpoint.corpus import (
     split_of_group,
     split_user_texts,
 )
+from attn_export.checkpoint.metrics import embedding_agreement, wilson_interval
 from attn_export.checkpoint.text import all_layer_inputs, text_calibration, text_token_splits, tokenize
 from attn_export.errors import ConfigError, DataError
 from attn_export.layers.registry import MaskedLayer

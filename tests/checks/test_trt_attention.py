@@ -11,11 +11,11 @@ from __future__ import annotations
 import pytest
 from fixtures import small_layer
 
+from attn_export.checks.trt_attention import iattention_kernel, trt_attention_form
+from attn_export.checks.trt_compat import check_trt_compat
 from attn_export.errors import ConfigError
 from attn_export.export import export_onnx
 from attn_export.export.targets import export_spec_for, get_target
-from attn_export.checks.trt_attention import iattention_kernel, trt_attention_form
-from attn_export.checks.trt_compat import check_trt_compat
 from attn_export.runtime.tensorrt.spec import ShapeProfile, TrtVersion
 
 PROFILE = ShapeProfile((1, 8), (2, 16), (4, 32))
@@ -52,7 +52,7 @@ def test_quantized_attention_bmms_have_no_kernel_under_strong_typing() -> None:
     form, reason = trt_attention_form("int8", DEFAULT_HEAD, "10.14", strongly_typed=True, quantize_attention_bmm=True)
     assert form == "decomposed" and "int8 Q/K/V into IAttention under strong typing" in reason
     assert iattention_kernel("FLOAT16", 64, TrtVersion(10, 14), True, quantized=True)[0] is False
-    with pytest.raises(ConfigError, match="expected precision fp32, fp16 or int8"):
+    with pytest.raises(ConfigError, match="expected precision fp32, fp16, int8 or fp8"):
         trt_attention_form("bf16", 64, "10.14", True)
 
 

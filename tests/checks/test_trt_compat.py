@@ -12,11 +12,11 @@ import pytest
 from fixtures import small_layer
 from onnx import TensorProto, helper, numpy_helper
 
+from attn_export.checks.trt_attention import trt_attention_form
+from attn_export.checks.trt_compat import check_trt_compat
 from attn_export.errors import CompatibilityError, ConfigError
 from attn_export.export import export_onnx
 from attn_export.export.targets import export_spec_for
-from attn_export.checks.trt_attention import trt_attention_form
-from attn_export.checks.trt_compat import check_trt_compat
 from attn_export.runtime.tensorrt.spec import ShapeProfile
 
 PROFILE = ShapeProfile((1, 8), (2, 16), (4, 32))

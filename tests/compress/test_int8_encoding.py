@@ -16,7 +16,6 @@ import textwrap
 
 import numpy as np
 import pytest
-
 from u8s8_sim import quantize_weight_per_channel, simulate_u8s8_matmul
 
 from attn_export.compress.int8_encoding import choose_cpu_encoding

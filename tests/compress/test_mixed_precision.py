@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 import pytest
-from fixtures import D_MODEL, HEADS
+from fixtures import small_layer_subject
 
-from attn_export.compress.calib_data import synthesize_hidden_states
+from attn_export.checks.trt_compat import check_trt_compat
 from attn_export.compress.mixed_precision import (
     FallbackGoal,
     SwitchableGraph,
@@ -23,8 +23,6 @@ from attn_export.compress.mixed_precision import (
 )
 from attn_export.compress.qdq import inspect_qdq
 from attn_export.compress.quant_static import StaticQuantSpec, quantize_static_onnx
-from attn_export.config import RunConfig
-from attn_export.checks.trt_compat import check_trt_compat
 from attn_export.subjects.layer import LayerSubject
 
 BROKEN = "layer.ffn1"  # the group whose int8 weight scale the tests break
@@ -33,11 +31,7 @@ BROKEN = "layer.ffn1"  # the group whose int8 weight scale the tests break
 @pytest.fixture(scope="module")
 def subject(tmp_path_factory) -> LayerSubject:
     """A 64-wide TransformerLayer with 30 calibration (24 train / 6 select) and 8 report sequences."""
-    tmp = tmp_path_factory.mktemp("mp")
-    x, kpm = synthesize_hidden_states(38, 16, D_MODEL, np.random.default_rng(0))
-    np.savez(tmp / "acts.npz", calib_x=x[:30], calib_key_padding_mask=kpm[:30], val_x=x[30:], val_key_padding_mask=kpm[30:])
-    cfg = RunConfig(quantize="int8", d_model=D_MODEL, heads=HEADS, calib=tmp / "acts.npz", out=tmp / "out", seq_len=16, batch=4, threads=1)
-    return LayerSubject(cfg)
+    return small_layer_subject(tmp_path_factory.mktemp("mp"))
 
 
 @pytest.fixture(scope="module")

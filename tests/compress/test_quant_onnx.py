@@ -15,6 +15,9 @@ import torch
 from fixtures import run_onnx
 
 from attn_export.compress.calib_data import ActivationSet, synthesize_hidden_states
+from attn_export.compress.methods.int8_dynamic import DYNAMIC_NOT_FOR_TENSORRT, Int8Dynamic
+from attn_export.compress.methods.int8_static import Int8Static
+from attn_export.compress.methods.torchao import TorchaoInt8
 from attn_export.compress.qdq import attention_bmms, inspect_qdq
 from attn_export.compress.quant_onnx import (
     calibration_feeds,
@@ -26,9 +29,6 @@ from attn_export.compress.smoothquant import (
     activation_absmax,
     smoothable_groups,
 )
-from attn_export.compress.methods.int8_dynamic import DYNAMIC_NOT_FOR_TENSORRT, Int8Dynamic
-from attn_export.compress.methods.int8_static import Int8Static
-from attn_export.compress.methods.torchao import TorchaoInt8
 from attn_export.config import RunConfig
 from attn_export.errors import ConfigError, DataError
 from attn_export.export import export_onnx

@@ -6,9 +6,9 @@ import onnx
 import pytest
 from fixtures import small_layer
 
+from attn_export.deploy.triton_repo import TRITON_DTYPES, write_triton_repo
 from attn_export.errors import ConfigError
 from attn_export.export import ExportSpec, export_onnx
-from attn_export.deploy.triton_repo import TRITON_DTYPES, write_triton_repo
 from attn_export.runtime.tensorrt.spec import ShapeProfile
 
 mc = pytest.importorskip("tritonclient.grpc.model_config_pb2", reason="tritonclient[grpc] is a test dependency")

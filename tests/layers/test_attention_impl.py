@@ -8,7 +8,6 @@ import pytest
 import torch
 from fixtures import LAYER_MASKS, eager, feed_for, small_layer
 
-from attn_export.vocabulary import ATTENTION_IMPLS
 from attn_export.errors import ConfigError
 from attn_export.layers import (
     AttentionMask,
@@ -19,6 +18,7 @@ from attn_export.layers import (
     window_mask,
 )
 from attn_export.layers.masks import combine_keep, padding_to_keep
+from attn_export.vocabulary import ATTENTION_IMPLS
 
 
 @pytest.mark.parametrize("name,mask", LAYER_MASKS)

@@ -14,8 +14,8 @@ from attn_export.validate.tolerances import compose_key
 
 if TYPE_CHECKING:
     from attn_export.artifacts import Artifact
-    from attn_export.run_options import RunOptions
     from attn_export.export.targets import Target
+    from attn_export.run_options import RunOptions
 
 __all__ = ["DYNAMIC_NOT_FOR_TENSORRT", "Int8Dynamic"]
 
@@ -67,7 +67,7 @@ class Int8Dynamic(Method):
 
     @classmethod
     def from_run(cls, run: RunOptions, ctx: PlanContext, parent: Method | None = None) -> Int8Dynamic | Skip | None:
-        if not cls.requested(run):
+        if not cls.requested(run, ctx):
             return None
         refusal = cls.deploy_refusal(ctx.target)
         if refusal:  # an explicit --int8-mode dynamic on TensorRT is refused by RunConfig

@@ -89,7 +89,7 @@ class Int8Static(Method):
 
     @classmethod
     def from_run(cls, run: RunOptions, ctx: PlanContext, parent: Method | None = None) -> Int8Static | None:
-        if not cls.requested(run):
+        if not cls.requested(run, ctx):
             return None
         trt, enc = ctx.target.is_tensorrt, ctx.encoding
         return cls(method=run.resolved_calib_method, smoothquant_alpha=run.resolved_smoothquant, quantize_attention_bmm=ctx.target.quantize_attention_bmm,

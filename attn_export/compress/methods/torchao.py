@@ -11,8 +11,8 @@ from attn_export.validate.tolerances import compose_key
 
 if TYPE_CHECKING:
     from attn_export.artifacts import Artifact
-    from attn_export.run_options import RunOptions
     from attn_export.export.targets import Target
+    from attn_export.run_options import RunOptions
 
 __all__ = ["TORCHAO_OPT_IN_NOTE", "TorchaoInt8"]
 
@@ -51,7 +51,7 @@ class TorchaoInt8(Method):
 
     @classmethod
     def from_run(cls, run: RunOptions, ctx: PlanContext, parent: Method | None = None) -> TorchaoInt8 | Skip | None:
-        if run.quantize != cls.precision:
+        if ctx.precision != cls.precision:
             return None
         if run.int8_mode == cls.route or (run.with_torchao and run.int8_mode == "auto"):
             return cls()

@@ -25,7 +25,7 @@ from typing import Any
 
 _WHERE = {
     "AttentionFusion": "attn_export.runtime.tensorrt.sidecar",
-    "BuildPlan": "attn_export.runtime.tensorrt.spec",
+    "BuildPlan": "attn_export.runtime.tensorrt.build_plan",
     "EngineBuildResult": "attn_export.runtime.tensorrt.build",
     "EngineFromPath": "attn_export.runtime.tensorrt.runner",
     "EngineSidecar": "attn_export.runtime.tensorrt.sidecar",
@@ -41,7 +41,7 @@ _WHERE = {
     "load_engine": "attn_export.runtime.tensorrt.runner",
     "parse_shape": "attn_export.runtime.tensorrt.spec",
     "parse_trt_version": "attn_export.runtime.tensorrt.spec",
-    "plan_build": "attn_export.runtime.tensorrt.spec",
+    "plan_build": "attn_export.runtime.tensorrt.build_plan",
     "preflight": "attn_export.runtime.tensorrt.build",
     "read_sidecar": "attn_export.runtime.tensorrt.sidecar",
     "select_device": "attn_export.runtime.tensorrt.runner",

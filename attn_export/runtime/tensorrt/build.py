@@ -31,9 +31,10 @@ import onnx
 
 from attn_export._atomic import atomic_write_bytes
 from attn_export._lazy import require
-from attn_export.errors import ConfigError, EngineError
 from attn_export.checks.trt_attention import find_attention_blocks
 from attn_export.checks.trt_compat import CompatReport, check_trt_compat
+from attn_export.errors import ConfigError, EngineError
+from attn_export.runtime.tensorrt.build_plan import BuildPlan, plan_build
 from attn_export.runtime.tensorrt.runner import deserialize, gpu_identity, select_device
 from attn_export.runtime.tensorrt.sidecar import (
     EngineSidecar,
@@ -45,9 +46,7 @@ from attn_export.runtime.tensorrt.sidecar import (
 )
 from attn_export.runtime.tensorrt.spec import (
     HARDWARE_COMPATIBILITY,
-    BuildPlan,
     EngineSpec,
-    plan_build,
 )
 
 __all__ = ["EngineBuildResult", "Preflight", "attach_timing_cache", "build_engine", "preflight", "save_timing_cache", "unfused_warning"]
@@ -95,7 +94,7 @@ def preflight(onnx_path: str | os.PathLike[str], spec: EngineSpec, trt_version: 
     path = Path(onnx_path)
     if not path.is_file():
         raise ConfigError(f"ONNX model {path} does not exist; export it first")
-    report = check_trt_compat(path, trt_version, spec.profiles, spec.precision)
+    report = check_trt_compat(path, trt_version, spec.profiles, spec.precision, gpu_arch=spec.gpu_arch)
     report.raise_if_failed()
     import onnx_ir as ir
 

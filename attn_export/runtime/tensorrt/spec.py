@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 from attn_export.errors import ConfigError
 
 __all__ = [
-    "BuildPlan",
     "DLA_RELEASES",
     "dla_supported",
     "EngineSpec",
@@ -25,7 +24,6 @@ __all__ = [
     "TrtVersion",
     "parse_shape",
     "parse_trt_version",
-    "plan_build",
 ]
 
 log = logging.getLogger(__name__)
@@ -36,7 +34,7 @@ HARDWARE_COMPATIBILITY: dict[str, tuple[str, str]] = {
     "ampere+": ("AMPERE_PLUS", "ampere+"),
     "same-compute-capability": ("SAME_COMPUTE_CAPABILITY", "sameComputeCapability"),
 }
-ENGINE_PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
+ENGINE_PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8", "fp8")
 
 
 @dataclass(frozen=True, order=True)
@@ -176,6 +174,7 @@ class EngineSpec:
     dla_core: int | None = None
     gpu_fallback: bool = True
     strongly_typed: bool | None = None
+    gpu_arch: str | None = None  # the GPU the engine is built for (export/gpu_arch.py): a precision it lacks is refused
 
     def __post_init__(self) -> None:
         if self.precision not in ENGINE_PRECISIONS:
@@ -199,68 +198,3 @@ class EngineSpec:
                 raise ConfigError(f"DLA needs static shapes, got {self.profiles}; pass one shape as min = opt = max")
             if self.hardware_compatibility != "none":
                 raise ConfigError("hardware compatibility levels are not supported with DLA (Jetson); use --hardware-compatibility none")
-
-
-@dataclass(frozen=True)
-class BuildPlan:
-    """What the builder is asked for: network flag and config flags by TensorRT name."""
-
-    strongly_typed: bool
-    builder_flags: tuple[str, ...]
-    notes: tuple[str, ...] = field(default_factory=tuple)
-
-
-def plan_build(spec: EngineSpec, trt_version: str | TrtVersion, graph_float: str, has_qdq: bool) -> BuildPlan:
-    """Map a spec to TensorRT flags for ``trt_version``, given what the graph carries.
-
-    graph_float: ``fp32`` or ``fp16`` (the float type of the graph's weights/activations);
-    has_qdq: the graph has QuantizeLinear/DequantizeLinear nodes.
-    """
-    ver = trt_version if isinstance(trt_version, TrtVersion) else parse_trt_version(str(trt_version))
-    if spec.precision == "int8" and not has_qdq:
-        raise ConfigError(
-            "int8 engines need Q/DQ nodes in the ONNX graph (explicit quantization; calibrators are deprecated "
-            "in 10.x and gone in 11); quantize first with --precision int8"
-        )
-    if spec.precision == "fp32" and graph_float == "fp16":
-        raise ConfigError("--precision fp32 asked for a fp16 graph; export the fp32 graph instead")
-    flags: list[str] = []
-    notes: list[str] = []
-    strongly = spec.strongly_typed
-    if ver.major >= 11:
-        if strongly is False:
-            raise ConfigError("TensorRT 11 builds only strongly typed networks; drop --weakly-typed")
-        if spec.precision == "fp16" and graph_float != "fp16":
-            raise ConfigError(
-                "TensorRT 11 removed BuilderFlag.FP16: the fp16 precision must be in the graph; "
-                "export with --target tensorrt --precision fp16"
-            )
-        strongly = True
-    else:
-        if strongly is None:
-            strongly = graph_float == "fp16"  # the precision already lives in the graph
-        if strongly:
-            if spec.precision == "fp16" and graph_float != "fp16":
-                raise ConfigError(
-                    "a strongly typed build runs the graph's own types, and this graph is fp32; "
-                    "export a fp16 graph or build weakly typed with the FP16 flag"
-                )
-        elif spec.precision == "fp16":
-            flags.append("FP16")
-        elif spec.precision == "int8":
-            # weakly typed explicit quantization: INT8 for the Q/DQ regions, FP16 for the rest
-            flags += ["INT8", "FP16"]
-            notes.append("Q/DQ regions run int8, the rest fp16 (weakly typed)")
-    if spec.dla_core is not None:
-        if not dla_supported(ver):
-            raise ConfigError(
-                f"--dla-core needs a TensorRT with DLA, got {ver}: DLA exists in {DLA_RELEASES}, "
-                f"not in 10.8-11.3; drop --dla-core or build with the device's own TensorRT"
-            )
-        flags.append("GPU_FALLBACK")
-    if spec.version_compatible:
-        flags.append("VERSION_COMPATIBLE")
-    if spec.hardware_compatibility == "same-compute-capability" and ver < TrtVersion(10, 9):
-        raise ConfigError(f"--hardware-compatibility same-compute-capability needs TensorRT >= 10.9, got {ver}")
-    log.debug("build plan for TensorRT %s: strongly_typed=%s flags=%s", ver, strongly, flags)
-    return BuildPlan(strongly_typed=bool(strongly), builder_flags=tuple(flags), notes=tuple(notes))

@@ -4,9 +4,10 @@ Jetson bundles and users without the Python API build with ``trtexec``; this mod
 the same decisions ``build_engine`` makes with the flags trtexec takes (every line the
 toolkit can write is tested against the option lists of trtexec 10.3, 10.14 and 11.0,
 recorded from each release branch's samples/common/sampleOptions.cpp in
-tests/fixtures/trtexec/): ``--fp16``/``--int8`` on
-weakly typed 10.x, ``--stronglyTyped`` when the precision lives in the graph (always on
-11, where the precision flags are gone), ``--minShapes/--optShapes/--maxShapes`` per
+tests/fixtures/trtexec/): ``--fp16``/``--int8``/``--fp8`` on
+weakly typed 10.x, ``--stronglyTyped`` when the precision lives in the graph (nothing on
+11, where every network is strongly typed and the precision flags are gone; ``build_plan``),
+``--minShapes/--optShapes/--maxShapes`` per
 input, ``--memPoolSize=workspace:<N>M``, ``--timingCacheFile``, ``--useDLACore`` with
 ``--allowGPUFallback``, ``--builderOptimizationLevel``, ``--hardwareCompatibilityLevel``
 and ``--versionCompatible``.
@@ -22,7 +23,8 @@ from collections.abc import Mapping, Sequence
 import onnx
 
 from attn_export.errors import ConfigError
-from attn_export.runtime.tensorrt.spec import HARDWARE_COMPATIBILITY, EngineSpec, plan_build
+from attn_export.runtime.tensorrt.build_plan import plan_build
+from attn_export.runtime.tensorrt.spec import HARDWARE_COMPATIBILITY, EngineSpec
 
 __all__ = ["trtexec_command", "onnx_io_dims", "shell_line"]
 
@@ -77,9 +79,7 @@ def trtexec_command(
         has_qdq = q if has_qdq is None else has_qdq
     plan = plan_build(spec, trt_version, graph_float, has_qdq)
     cmd = [executable, f"--onnx={os.fspath(onnx_path)}", f"--saveEngine={os.fspath(engine_path)}"]
-    if plan.strongly_typed:
-        cmd.append("--stronglyTyped")
-    cmd += [_FLAG_ARGS[f] for f in plan.builder_flags if f in ("FP16", "INT8")]
+    cmd += list(plan.trtexec_precision_args)  # --stronglyTyped on 10.x, nothing on 11.x (every network typed), or the weakly typed flags
     dynamic = {n: d for n, d in inputs.items() if any(not isinstance(x, int) or x <= 0 for x in d)}
     if dynamic:
         if spec.profiles is None:

@@ -19,6 +19,7 @@ from attn_export.errors import CompatibilityError, EngineError, MissingDependenc
 from attn_export.export import export_onnx
 from attn_export.export.targets import export_spec_for
 from attn_export.runtime.tensorrt.build import preflight, unfused_warning
+from attn_export.runtime.tensorrt.build_plan import plan_build
 from attn_export.runtime.tensorrt.runner import check_shape_in_profile, ensure_runnable, load_engine
 from attn_export.runtime.tensorrt.sidecar import (
     EngineSidecar,
@@ -29,7 +30,7 @@ from attn_export.runtime.tensorrt.sidecar import (
     verify_engine_file,
     write_sidecar,
 )
-from attn_export.runtime.tensorrt.spec import EngineSpec, ShapeProfile, plan_build
+from attn_export.runtime.tensorrt.spec import EngineSpec, ShapeProfile
 from attn_export.validate import compare_outputs, tolerance_for
 
 PROFILE = ShapeProfile((1, 8), (2, 16), (4, 32))

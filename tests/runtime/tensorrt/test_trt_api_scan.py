@@ -17,7 +17,8 @@ import pytest
 from trt_fakes import load_manifest, major_minor, manifest_versions
 
 from attn_export.errors import ConfigError
-from attn_export.runtime.tensorrt.spec import HARDWARE_COMPATIBILITY, EngineSpec, ShapeProfile, plan_build
+from attn_export.runtime.tensorrt.build_plan import plan_build
+from attn_export.runtime.tensorrt.spec import HARDWARE_COMPATIBILITY, EngineSpec, ShapeProfile
 
 PACKAGE = Path(__file__).resolve().parents[3] / "attn_export"
 VERSIONS = manifest_versions()
