@@ -30,10 +30,10 @@ def _nearest_existing(path: Path) -> Path:
     return p
 
 
-def _refuse_pseudo(path: Path, flag: str, resolve: bool = False) -> None:
+def _refuse_pseudo(path: Path, flag: str, resolve: bool = False, what: str = "a folder") -> None:
     resolved = os.path.realpath(path) if resolve else str(path.absolute())
     if any(resolved == root or resolved.startswith(root + "/") for root in _PSEUDO_FS):
-        raise ConfigError(f"{flag} {path} is on a kernel pseudo-filesystem; pass a folder on a real disk")
+        raise ConfigError(f"{flag} {path} is on a kernel pseudo-filesystem; pass {what} on a real disk")
 
 
 def given_empty(flag: str) -> bool:
@@ -123,6 +123,6 @@ def check_input_file(path: Path, flag: str, allow_dir: bool = False) -> None:
     _refuse_empty(flag, "a file" if not allow_dir else "a file or folder")
     if check_regular_file(path, flag, allow_dir=allow_dir) is None:
         raise ConfigError(f"{flag} {path} does not exist; check the path")
-    _refuse_pseudo(path, flag, resolve=True)  # /proc/kmsg is "regular" and blocks; /proc/self/fd/0 is stdin
+    _refuse_pseudo(path, flag, resolve=True, what="a file")  # /proc/kmsg is "regular" and blocks; /proc/self/fd/0 is stdin
     if not os.access(path, os.R_OK):
         raise ConfigError(f"{flag} {path} is not readable; check its permissions")

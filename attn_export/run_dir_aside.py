@@ -156,7 +156,7 @@ def earlier_files(od: OutDir, manifest: dict[str, Any] | None) -> list[str]:
     if manifest is not None:
         names = []
         for rel, entry in (manifest.get("artifacts") or {}).items():
-            if not inside(rel):
+            if not inside(rel) or rel == MANIFEST_NAME:
                 continue
             st = od.lstat(rel)  # a link on the way is refused: a path the run uses
             if st is None:
@@ -192,8 +192,9 @@ def move_aside(od: OutDir, files: list[str], started: str) -> list[str]:
 def restore(od: OutDir, strict: bool) -> bool:
     """Rename every file of the aside folder back into --out (``run.json`` last), then remove the
     folder. A file that cannot go back keeps the folder (nothing is lost); ``strict`` raises."""
-    if od.lstat(PREVIOUS_NAME) is None:
-        return True
+    aside = od.lstat(PREVIOUS_NAME)
+    if aside is None or not stat.S_ISDIR(aside.st_mode):
+        return True  # none, or a link or file that is not ours (refused elsewhere, never followed)
     with contextlib.suppress(FileNotFoundError):
         od.unlink(f"{PREVIOUS_NAME}/{MARKER_NAME}")
     prefix = PREVIOUS_NAME + "/"

@@ -91,6 +91,7 @@ _L = [*TINY, "--quantize", "int8", "--int8-mode", "static"]
 CASES = [
     Case("c14-calib-fifo", lambda t: [*_L, "--calib", fifo(t / "c.npz"), "--out", t / "out"], "a FIFO (named pipe)"),
     Case("c14-calib-dev-zero", lambda t: [*_L, "--calib", "/dev/zero", "--out", t / "out"], "a character device"),
+    Case("c14-calib-a-proc-file", lambda t: [*_L, "--calib", "/proc/self/status", "--out", t / "out"], "pseudo-filesystem; pass a file"),
     Case("c14-calib-socket", lambda t: [*_L, "--calib", sock(t / "c.npz"), "--out", t / "out"], "is a socket"),
     Case("c14-calib-folder-with-a-fifo-member", lambda t: [*_L, "--calib", _calib_folder_with_fifo(t), "--out", t / "out"], "a FIFO (named pipe)"),
     Case("c14-encoder-calib-text-fifo", lambda t: [*_ckpt_with("unused.txt")(t), "--quantize", "int8", "--calib", fifo(t / "texts.txt")], "a FIFO (named pipe)"),
