@@ -1,23 +1,28 @@
 """A run owns its output folder: one writer at a time, no earlier run's files beside its own,
-and a manifest that says what it wrote.
+a manifest that says what it wrote, and the last complete run kept until the new one completes.
 
 Why: two runs into one ``--out`` produced a report from one seed next to a model from the
-other (the report said PASS for a model it never judged), and an int8 run followed by a plain
-run left the old ``model.int8.onnx`` beside a report that did not mention it. So a run:
+other (the report said PASS for a model it never judged); an int8 run followed by a plain run
+left the old ``model.int8.onnx`` beside a report that did not mention it; a run killed while
+rendering, followed by a run that failed, lost the last complete run. So a run:
 
-1. takes an exclusive ``fcntl.flock`` on ``OUT/.attn-export.lock`` before writing anything; a
-   second run refuses at once, naming the PID that holds it. (flock, not a PID file: the
-   kernel drops the lock when its holder dies, so a crashed run never blocks the next one.)
-2. moves the files of the earlier run aside (into ``OUT/.attn-export-previous/``). Only files
-   an earlier run wrote are touched: those its ``run.json`` lists, or, for a folder written
-   before run manifests existed or by a run that was killed, the artifact names a run writes
-   (``model*.onnx``, ``report.*``, ``*.png``, ``model*.engine*``), and only when that folder
-   holds a ``report.json`` or a ``run.json``. A user's other files are left alone.
-3. on success writes ``run.json`` atomically (command line, seed, versions, configuration and
-   the sha256 of every file it wrote) and deletes the earlier run's files; on failure or
-   interrupt removes what it wrote and puts the earlier run's files back, so ``--out`` holds
-   one complete run or the previous one, never a mix.
+1. refuses a ``--out`` that is a symbolic link, an empty ``--out ''``, and a link (or a FIFO,
+   a device) at any name in ``--out`` it uses: the lock, ``run.json``, the aside folder, the
+   names it writes, a ``--bundle``/``--triton`` folder inside ``--out``. Everything below is
+   done through ``run_dir_fs.OutDir``, which follows no link (the folder may be shared);
+2. takes an exclusive ``fcntl.flock`` on ``OUT/.attn-export.lock`` (opened ``O_NOFOLLOW``, a
+   regular file with one link, or refused) before writing anything; a second run refuses at
+   once, naming the PID that holds it. (flock, not a PID file: the kernel drops the lock when
+   its holder dies, so a crashed run never blocks the next one.)
+3. brings back the last complete run if a run was killed (``run_dir_aside.recover``), then
+   moves that run's files aside into ``OUT/.attn-export-previous/`` and writes ``run.json``
+   "running" (with a snapshot of what ``--out`` held, so a kill can be cleaned up later);
+4. on success writes ``run.json`` "complete" atomically, last (command line, seed, versions,
+   configuration and the sha256 of every file it wrote): that is the commit, and only then is
+   the earlier run dropped; on failure or interrupt removes what it wrote and puts the earlier
+   run's files back, so ``--out`` holds one complete run or the previous one, never a mix.
 
+The protocol and its crash states are described in ``attn_export.run_dir_aside``.
 ``RunDir.stamp(report)`` records in the report the sha256 of each artifact it judged
 (``stage.details["sha256"]``, ``selection[key]["sha256"]``); ``attn-export check`` compares them
 with the files next to the report (``attn_export.validate.gate.verify_artifact_hashes``).
@@ -27,23 +32,36 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import errno
-import fnmatch
-import hashlib
 import json
 import logging
 import os
-import shutil
 import stat
 import sys
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from attn_export.errors import ConfigError
+from attn_export.run_dir_aside import (
+    ARTIFACT_PATTERNS,
+    LOCK_NAME,
+    MANIFEST_FORMAT,
+    MANIFEST_NAME,
+    PREVIOUS_NAME,
+    discard_aside,
+    earlier_files,
+    is_reserved,
+    move_aside,
+    read_manifest,
+    recover,
+    refuse_links,
+    restore,
+)
+from attn_export.run_dir_fs import OutDir, Stat, sha256_fd, stat_key, take_lock
 
 __all__ = [
+    "ARTIFACT_PATTERNS",
     "COMMAND_LINE",
     "LOCK_NAME",
     "MANIFEST_FORMAT",
@@ -57,25 +75,16 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-MANIFEST_NAME = "run.json"
-MANIFEST_FORMAT = "attn-export-run/1"
-LOCK_NAME = ".attn-export.lock"
-PREVIOUS_NAME = ".attn-export-previous"
-# What a run writes into --out; used only where no manifest lists the files (see the module doc).
-ARTIFACT_PATTERNS = ("model*.onnx", "model*.onnx.data", "model*.engine", "model*.engine.*", "report.json", "report.md", "report.html",
-                     "*.png", "bench.json", "bench.md", "sweep.json", "pareto.md", MANIFEST_NAME)  # fmt: skip
 # The command line of the CLI invocation in progress (set by ``attn_export.cli.app.main``).
 COMMAND_LINE: ContextVar[tuple[str, ...] | None] = ContextVar("attn_export_command_line", default=None)
 
-_Stat = tuple[int, int, int]  # (inode, mtime_ns, size)
-
 
 def sha256_file(path: str | os.PathLike[str]) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return sha256_fd(fd)
+    finally:
+        os.close(fd)
 
 
 def _now() -> str:
@@ -107,254 +116,176 @@ class RunDir:
         self.seed = seed
         self.deployed = {k: Path(v) for k, v in (deployed or {}).items() if v is not None}
         self.started = _now()
+        self._dir: OutDir | None = None
         self._fd: int | None = None
         self._created: list[Path] = []  # folders this run created, outermost first
         self._moved: list[str] = []  # relative paths moved into PREVIOUS_NAME
-        self._before: dict[str, _Stat] = {}
+        self._before: dict[str, Stat] = {}
         self._before_dirs: set[str] = set()
         self._touched: set[str] = set()
-        self._inside_before: dict[str, _Stat] = {}
+        self._inside_before: dict[str, Stat] = {}
         self._snapshot: bool | None = None  # set once the folder's files before the run are known
         self._manifest_written = False
-        self._hashes: dict[tuple[str, _Stat], str] = {}
+        self._committed = False
+        self._hashes: dict[tuple[str, Stat], str] = {}
 
-    # -- the lock --------------------------------------------------------------------------
+    @property
+    def dir(self) -> OutDir:
+        if self._dir is None:
+            raise RuntimeError("the output folder is not claimed")  # a programming error, not user input
+        return self._dir
+
+    # -- the folder and its lock -----------------------------------------------------------
     @property
     def lock_path(self) -> Path:
         return self.out / LOCK_NAME
 
     def _mkdir(self) -> None:
+        from attn_export.paths import given_empty
+
+        if given_empty(self.flag):
+            raise ConfigError(f"{self.flag} '': expected a folder, got an empty string; pass a path (e.g. {self.flag} out)")
+        if os.path.islink(self.out):
+            raise ConfigError(f"{self.flag} {self.out} is a symbolic link; attn-export never writes through a link: pass the folder it points to")
         missing: list[Path] = []
         p = self.out.absolute()
-        while not p.exists() and p != p.parent:
+        while not os.path.lexists(p) and p != p.parent:
             missing.append(p)
             p = p.parent
         try:
             self.out.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise ConfigError(f"{self.flag} {self.out}: cannot create the folder ({err.strerror or err}); pass a writable {self.flag} DIR") from None
-        if not self.out.is_dir():
-            raise ConfigError(f"{self.flag} {self.out} is a file; pass a directory (it is created if missing)")
         self._created = list(reversed(missing))
+        self._dir = OutDir(self.out, self.flag)  # O_NOFOLLOW: a link swapped in since the check is refused too
 
     def _lock(self) -> None:
-        import fcntl
-
-        for _ in range(10):  # the holder may unlink the file between our open and our flock: retry
-            try:
-                fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            except OSError as err:
-                raise ConfigError(f"{self.flag} {self.out}: cannot create {LOCK_NAME} ({err.strerror or err}); pass a writable {self.flag} DIR") from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as err:
-                os.close(fd)
-                if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    raise ConfigError(f"{self.flag} {self.out}: cannot lock {LOCK_NAME} ({err.strerror or err}); pass a folder on a local disk") from None
-                raise ConfigError(
-                    f"{self.flag} {self.out} is in use by another attn-export run ({self._holder()}); "
-                    f"wait for it to finish or pass another {self.flag}"
-                ) from None
-            try:
-                same = os.fstat(fd).st_ino == os.stat(self.lock_path).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                self._fd = fd
-                command = COMMAND_LINE.get()
-                os.ftruncate(fd, 0)
-                os.write(fd, json.dumps({"pid": os.getpid(), "started": self.started, "command": list(command) if command else None}).encode() + b"\n")
-                return
-            os.close(fd)
-        raise ConfigError(f"{self.flag} {self.out}: could not take {LOCK_NAME} (it keeps being replaced); pass another {self.flag}")
-
-    def _holder(self) -> str:
-        import time
-
-        for _ in range(20):  # the holder writes its PID right after locking
-            try:
-                info = json.loads(self.lock_path.read_text(encoding="utf-8") or "null")
-            except (OSError, ValueError, UnicodeDecodeError):
-                info = None
-            if isinstance(info, dict) and isinstance(info.get("pid"), int):
-                started = f", started {info['started']}" if isinstance(info.get("started"), str) else ""
-                return f"PID {info['pid']}{started}"
-            time.sleep(0.05)
-        return "PID unknown"
+        command = COMMAND_LINE.get()
+        self._fd = take_lock(self.dir, LOCK_NAME, {"pid": os.getpid(), "started": self.started, "command": list(command) if command else None})
 
     def _unlock(self) -> None:
-        if self._fd is None:
-            return
-        with contextlib.suppress(OSError):
-            self.lock_path.unlink()  # while still holding it: a waiter that opened it retries (inode check)
-        os.close(self._fd)
-        self._fd = None
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(LOCK_NAME, dir_fd=self.dir.fd)  # while still holding it: a waiter that opened it retries (inode check)
+            os.close(self._fd)
+            self._fd = None
+        if self._dir is not None:
+            self._dir.close()
+            self._dir = None
 
     # -- files -----------------------------------------------------------------------------
-    def _top(self) -> dict[str, _Stat]:
-        """The entries directly in --out (name -> stat; folders with size -1), but the lock and the aside folder.
+    def _top(self) -> dict[str, Stat]:
+        """The files and folders directly in --out (name -> stat; folders with size -1), but the tool's bookkeeping.
 
         Only the top level is listed: --out may be a large existing folder, and a run writes its
-        files there; folders are walked only where the run wrote (``_walk``)."""
-        entries: dict[str, _Stat] = {}
-        try:
-            names = os.listdir(self.out)
-        except OSError:
-            return entries
-        for name in names:
-            if name in (LOCK_NAME, PREVIOUS_NAME):
-                continue
-            try:
-                st = os.lstat(self.out / name)
-            except OSError:
-                continue
-            if stat.S_ISREG(st.st_mode):
-                entries[name] = (st.st_ino, st.st_mtime_ns, st.st_size)
-            elif stat.S_ISDIR(st.st_mode):
-                entries[name] = (st.st_ino, 0, -1)
-        return entries
+        files there; folders are walked only where the run wrote (``_ours``)."""
+        return {n: stat_key(st) for n, st in self.dir.entries("").items()
+                if not is_reserved(n) and (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode))}  # fmt: skip
 
-    def _walk(self, folder: str) -> dict[str, _Stat]:
-        """Every regular file under ``OUT/folder`` (relative POSIX path -> stat)."""
-        files: dict[str, _Stat] = {}
-        for root, _dirs, names in os.walk(self.out / folder):
-            for name in names:
-                path = Path(root) / name
-                try:
-                    st = os.lstat(path)
-                except OSError:
-                    continue
-                if stat.S_ISREG(st.st_mode):
-                    files[path.relative_to(self.out).as_posix()] = (st.st_ino, st.st_mtime_ns, st.st_size)
-        return files
-
-    def _earlier(self) -> list[str]:
-        """Files of an earlier run in --out (relative paths), by its manifest or by the artifact names."""
-        manifest, report = self.out / MANIFEST_NAME, self.out / "report.json"
-        if manifest.is_file():
-            data = _read_manifest(manifest, self.flag)
-            if data.get("status") == "complete":
-                names = [n for n in data.get("artifacts") or {} if _inside(n)]
-                return sorted({*names, MANIFEST_NAME})
-        elif not report.is_file():
-            return []  # not a folder an attn-export run wrote: leave it alone
-        present = self._top()
-        return sorted(n for n, st in present.items() if st[2] >= 0 and any(fnmatch.fnmatch(n, p) for p in ARTIFACT_PATTERNS))
-
-    def _move_aside(self) -> None:
-        earlier = self._earlier()  # may refuse the folder: before anything is moved
-        aside = self.out / PREVIOUS_NAME
-        if aside.exists():  # left by a run that was killed: superseded by what is in --out now
-            shutil.rmtree(aside, ignore_errors=True)
-        root = self.out.resolve()
-        for rel in earlier:
-            src = self.out / rel
-            if not src.is_file() or src.is_symlink() or not src.parent.resolve().is_relative_to(root):
-                continue  # only regular files really inside --out (no symlinked folder leads outside)
-            dst = aside / rel
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(src, dst)
-            self._moved.append(rel)
-        if self._moved:
-            log.info("moved %d files of an earlier run aside: %s", len(self._moved), ", ".join(self._moved))
-
-    def _restore(self) -> None:
-        aside = self.out / PREVIOUS_NAME
-        for rel in self._moved:
-            with contextlib.suppress(OSError):
-                (self.out / rel).parent.mkdir(parents=True, exist_ok=True)
-                os.replace(aside / rel, self.out / rel)
-        shutil.rmtree(aside, ignore_errors=True)
-
-    def _ours(self) -> dict[str, _Stat]:
+    def _ours(self) -> dict[str, Stat]:
         """Files written (created or replaced) since the claim."""
-        ours: dict[str, _Stat] = {}
+        ours: dict[str, Stat] = {}
         for name, st in self._top().items():
             if st[2] >= 0:
                 if self._before.get(name) != st:
                     ours[name] = st
             elif self._before.get(name) != st or name in self._touched:  # a folder the run made, or wrote into
-                ours.update({rel: fst for rel, fst in self._walk(name).items() if self._inside_before.get(rel) != fst})
+                ours.update({rel: fst for rel, fst in self.dir.files(name).items() if self._inside_before.get(rel) != fst})
         return ours
 
-    def _hash(self, path: Path) -> str | None:
+    def _hash(self, path: Path, rel: str | None = None) -> str | None:
         try:
-            st = os.stat(path)
+            st = self.dir.lstat(rel) if rel is not None else os.stat(path)
         except OSError:
             return None
-        key = (str(path.absolute()), (st.st_ino, st.st_mtime_ns, st.st_size))
+        if st is None:
+            return None
+        key = (str(path.absolute()), stat_key(st))
         if key not in self._hashes:
-            self._hashes[key] = sha256_file(path)
+            digest = self.dir.sha256(rel) if rel is not None else sha256_file(path)
+            if digest is None:
+                return None
+            self._hashes[key] = digest
         return self._hashes[key]
 
     # -- the run's life --------------------------------------------------------------------
     def acquire(self) -> RunDir:
-        self._mkdir()
         try:
+            self._mkdir()
             self._lock()
         except BaseException:
+            self._unlock()
             for folder in reversed(self._created):
                 with contextlib.suppress(OSError):
                     folder.rmdir()
             raise
         try:
-            self._move_aside()
-            self._write_manifest({"status": "running"})
-            self._manifest_written = True
+            refuse_links(self.dir, self.out, self.deployed.values())
+            recover(self.dir)  # a killed run's files out, the last complete run back in
+            manifest, _ = read_manifest(self.dir)
+            self._moved = move_aside(self.dir, earlier_files(self.dir, manifest), self.started)
             before = self._top()
             before.pop(MANIFEST_NAME, None)
             self._touched = {rel.split("/", 1)[0] for rel in self._moved if "/" in rel}  # folders an earlier run wrote into
-            self._inside_before = {rel: st for name in self._touched for rel, st in self._walk(name).items()}
-            self._before_dirs = {rel for name in self._touched for rel in self._subdirs(name)}
+            self._inside_before = {rel: st for name in self._touched for rel, st in self.dir.files(name).items()}
+            self._before_dirs = {rel for name in self._touched for rel in self.dir.dirs(name)}
             self._before, self._snapshot = before, True
+            snapshot = {"top": before, "inside": self._inside_before, "touched": sorted(self._touched), "dirs": sorted(self._before_dirs)}
+            self._manifest_written = True
+            self._write_manifest({"status": "running", "claim": snapshot})
         except BaseException:
             self.abort()
             raise
         return self
 
     def finish(self) -> Path:
-        """Write the complete manifest, drop the earlier run's files, release the folder."""
+        """Write the complete manifest (the commit), then drop the earlier run's files and release the folder."""
         try:
-            artifacts = {rel: {"sha256": self._hash(self.out / rel), "size_bytes": st[2]} for rel, st in sorted(self._ours().items())
-                         if rel != MANIFEST_NAME}  # fmt: skip
-            deployed = {}
-            for flag, folder in self.deployed.items():
-                if folder.is_dir() and not _is_within(folder, self.out):
-                    files = sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
-                    deployed[flag] = {"path": str(folder.absolute()),
-                                      "files": {p.relative_to(folder).as_posix(): {"sha256": self._hash(p), "size_bytes": p.stat().st_size} for p in files}}  # fmt: skip
-            path = self._write_manifest({"status": "complete", "finished": _now(), "artifacts": artifacts, "deployed": deployed})
-            shutil.rmtree(self.out / PREVIOUS_NAME, ignore_errors=True)
-            for rel in self._moved:  # folders the earlier run's files left empty
-                for parent in list(PurePosixPath(rel).parents)[:-1]:
-                    with contextlib.suppress(OSError):
-                        (self.out / parent).rmdir()
+            try:
+                artifacts = {rel: {"sha256": self._hash(self.out / rel, rel), "size_bytes": st[2]} for rel, st in sorted(self._ours().items())
+                             if rel != MANIFEST_NAME}  # fmt: skip
+                deployed = {}
+                for flag, folder in self.deployed.items():
+                    if folder.is_dir() and not _is_within(folder, self.out):
+                        files = sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
+                        deployed[flag] = {"path": str(folder.absolute()),
+                                          "files": {p.relative_to(folder).as_posix(): {"sha256": self._hash(p), "size_bytes": p.stat().st_size} for p in files}}  # fmt: skip
+                path = self._write_manifest({"status": "complete", "finished": _now(), "artifacts": artifacts, "deployed": deployed})
+                self._committed = True
+            except BaseException:
+                self.abort()
+                raise
+            with contextlib.suppress(OSError, ConfigError):  # committed: a leftover aside is dropped by the next run
+                discard_aside(self.dir)
+                for name in sorted(self._touched):  # folders the earlier run's files left empty (deepest first)
+                    for rel in sorted(self.dir.dirs(name), key=len, reverse=True):
+                        with contextlib.suppress(OSError):
+                            self.dir.rmdir(rel)
             return path
         finally:
             self._unlock()
 
     def abort(self) -> None:
-        """Remove what this run wrote, put the earlier run's files back, release the folder."""
-        if self._fd is None:
+        """Remove what this run wrote, then its run.json, then put the earlier run's files back; release the folder."""
+        if self._fd is None or self._committed:
             return
         try:
             if self._snapshot is not None:  # only files that appeared or changed since the claim are ours
                 for rel in self._ours():
-                    with contextlib.suppress(OSError):
-                        (self.out / rel).unlink()
+                    if rel != MANIFEST_NAME:
+                        with contextlib.suppress(OSError, ConfigError):
+                            self.dir.unlink(rel)
                 self._remove_new_dirs()
             if self._manifest_written:
                 with contextlib.suppress(OSError):
-                    (self.out / MANIFEST_NAME).unlink()
-            self._restore()
+                    self.dir.unlink(MANIFEST_NAME)
+            if not restore(self.dir, strict=False):
+                log.warning("some files of the earlier run are still in %s; the next run into %s puts them back", PREVIOUS_NAME, self.out)
         finally:
             self._unlock()
             for folder in reversed(self._created):  # innermost first; only if still empty
                 with contextlib.suppress(OSError):
                     folder.rmdir()
-
-    def _subdirs(self, name: str) -> set[str]:
-        return {Path(root).relative_to(self.out).as_posix() for root, _d, _n in os.walk(self.out / name)}
 
     def _remove_new_dirs(self) -> None:
         """Folders this run created under --out, if it left them empty (innermost first)."""
@@ -362,24 +293,20 @@ class RunDir:
             new = self._before.get(name) != st
             if st[2] >= 0 or not (new or name in self._touched):
                 continue
-            for rel in sorted(self._subdirs(name), key=len, reverse=True):
+            for rel in sorted(self.dir.dirs(name), key=len, reverse=True):
                 if new or rel not in self._before_dirs:
                     with contextlib.suppress(OSError):
-                        (self.out / rel).rmdir()
+                        self.dir.rmdir(rel)
 
     def _write_manifest(self, fields: Mapping[str, Any]) -> Path:
-        from attn_export._atomic import atomic_path
-
         command = COMMAND_LINE.get()
         data: dict[str, Any] = {
             "format": MANIFEST_FORMAT, "status": fields["status"], "pid": os.getpid(),
             "command": list(command) if command else None, "seed": self.seed, "versions": _versions(),
             "started": self.started, **{k: v for k, v in fields.items() if k != "status"}, "config": self.config,
         }  # fmt: skip
-        path = self.out / MANIFEST_NAME
-        with atomic_path(path) as tmp:
-            tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
-        return path
+        self.dir.write_atomic(MANIFEST_NAME, (json.dumps(data, indent=2, default=str) + "\n").encode("utf-8"))
+        return self.out / MANIFEST_NAME
 
     # -- the report ------------------------------------------------------------------------
     def stamp(self, report: Any) -> int:
@@ -402,30 +329,13 @@ class RunDir:
         if not artifact:
             return None
         path = Path(artifact)
-        if not path.is_file() or path.absolute().parent.resolve() != self.out.absolute().resolve():
-            return None
-        return self._hash(path)
-
-
-def _inside(rel: object) -> bool:
-    """A manifest entry names a file inside --out (relative, no '..')."""
-    if not isinstance(rel, str) or not rel or "\x00" in rel or "\\" in rel:
-        return False
-    p = PurePosixPath(rel)
-    return not p.is_absolute() and ".." not in p.parts and p.parts[0] not in (LOCK_NAME, PREVIOUS_NAME)
+        if os.path.dirname(os.path.abspath(path)) != os.path.abspath(self.out):
+            return None  # not directly in --out (e.g. an eager-only route): nothing this run can vouch for
+        return self._hash(path, path.name)
 
 
 def _is_within(path: Path, folder: Path) -> bool:
     return path.absolute().resolve().is_relative_to(folder.absolute().resolve())
-
-
-def _read_manifest(path: Path, flag: str) -> dict[str, Any]:
-    from attn_export.validate.schema import RunManifestSchema, read_json, validate
-
-    fix = f"it is not an attn-export run manifest: move it away or pass another {flag}"
-    data = read_json(path, "an attn-export run.json", fix, error=ConfigError)
-    validate(RunManifestSchema, data, str(path), fix, error=ConfigError)
-    return data
 
 
 @contextlib.contextmanager

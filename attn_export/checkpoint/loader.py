@@ -86,10 +86,18 @@ def resolve_checkpoint(name_or_dir: str | os.PathLike[str]) -> Path:
 _CONFIG_FIX = "fix config.json (a Hugging Face encoder config) or use the checkpoint's original one"
 
 
+def _regular(path: Path) -> None:
+    """A FIFO or a device under a checkpoint file's name is refused from its stat, never opened."""
+    from attn_export.paths import check_regular_file
+
+    check_regular_file(path, "checkpoint file", CheckpointError)
+
+
 def _config_json(checkpoint_dir: Path) -> tuple[dict[str, Any], Path]:
     from attn_export.validate.schema import read_json
 
     path = checkpoint_dir / "config.json"
+    _regular(path)
     if not path.is_file():
         raise CheckpointError(f"expected {path} (a Hugging Face encoder config); the checkpoint directory has none")
     _inside(checkpoint_dir, "config.json", "config")
@@ -160,6 +168,8 @@ def _weight_files(checkpoint_dir: Path) -> list[Path]:
 
     single = checkpoint_dir / "model.safetensors"
     index = checkpoint_dir / "model.safetensors.index.json"
+    _regular(single)
+    _regular(index)
     if single.is_file():
         return [_inside(checkpoint_dir, single.name, "weights")]
     if index.is_file():
@@ -169,6 +179,7 @@ def _weight_files(checkpoint_dir: Path) -> list[Path]:
         weight_map = validate(SafetensorsIndexSchema, raw, str(index), fix, error=CheckpointError).weight_map
         shards = [_inside(checkpoint_dir, name, f"weight_map shard {name!r}") for name in sorted(set(weight_map.values()))]
         for shard in shards:
+            _regular(shard)
             if not shard.is_file():
                 raise CheckpointError(f"{index} names shard {shard.name}, which is missing; copy the whole checkpoint directory")
         return shards

@@ -1,7 +1,9 @@
 """``attn-export check``: the CI accuracy-regression gate, a report against a committed baseline.
 
 Baselines hold one entry per CPU instruction-set class; the gate compares like with like
-and says which class it compared (docs/ci-gate.md).
+and says which class it compared (docs/ci-gate.md). A report whose run did not complete (its
+``run.json`` says "running") is refused, for ``--update-baseline`` too: it may be half-written.
+The artifacts beside the report must be the ones it judged, each with its recorded sha256.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ def run_check(
     as_json: bool = False,
 ) -> int:
     """The ``check`` command: gate ``report`` against ``baseline`` (or update it); returns the exit code."""
-    from attn_export.validate.gate import check_report, verify_artifact_hashes
+    from attn_export.validate.gate import check_report, check_run_folder, verify_artifact_hashes
     from attn_export.validate.gate import update_baseline as record
     from attn_export.validate.junit import write_junit
     from attn_export.validate.report import atomic_write_text, load_report
@@ -45,6 +47,7 @@ def run_check(
     if update_baseline:
         check_output_file(baseline, "--baseline")
     data = load_report(report)
+    run_checks, run_notices = check_run_folder(report)  # refuses a report whose run did not complete
     if update_baseline:
         previous = read_json(baseline, "a baseline", "fix it or move it aside") if baseline.exists() else None
         if previous is not None and not quiet and not as_json:  # the old-vs-new diff, before it is overwritten
@@ -61,7 +64,9 @@ def run_check(
     fix = f"create it with attn-export check {report} --baseline {baseline} --update-baseline"
     result = check_report(data, read_json(baseline, "a baseline", fix), latency_margin, allow_empty=allow_empty,
                           report_name=str(report), baseline_name=str(baseline))  # fmt: skip
+    result.checks.extend(run_checks)  # the report is the one its run wrote
     result.checks.extend(verify_artifact_hashes(data, report.parent))  # the artifacts beside the report are the ones it judged
+    result.notices.extend(run_notices)
     if junit is not None:
         with writing(junit, "--junit"):
             write_junit(result, junit)

@@ -179,10 +179,14 @@ def _read_arrays(path: Path, max_bytes: int) -> dict[str, np.ndarray]:
         raise DataError(
             f"calibration data {path} does not exist; use the shipped default or run attn-export calib generate --out {path}"
         )
+    from attn_export.paths import check_regular_file
+
+    check_regular_file(path, "calibration data", DataError, allow_dir=True)  # a FIFO or /dev/zero is never opened
     files = sorted(p for p in path.glob("*.npy") if p.stem in _KEYS) if path.is_dir() else [path]
     if not files:
         raise DataError(f"{path}: directory holds none of {', '.join(k + '.npy' for k in _KEYS)}")
     for f in files:
+        check_regular_file(f, "calibration data", DataError)
         if f.stat().st_size == 0:
             raise DataError(f"{f} is empty (0 bytes); regenerate it with attn-export calib generate --out {f}")
     size = sum(f.stat().st_size for f in files)

@@ -79,7 +79,8 @@ class SubjectKind:
         given = [f"--{n.replace('_', '-')}" for n in foreign if getattr(cfg, n, None) is not None]
         if given:
             raise ConfigError(self.foreign_flags_message(cfg, given))
-        if cfg.calib is not None and Path(cfg.calib).suffix.lower() not in self.calib_suffixes:
+        suffix = Path(cfg.calib).suffix.lower() if cfg.calib is not None else ""
+        if suffix and suffix not in self.calib_suffixes:  # no suffix (a folder, a device): check_paths looks at the file itself
             raise ConfigError(f"--calib {cfg.calib}: {self.calib_hint}")
         self.check_own_flags(cfg)
 

@@ -33,7 +33,10 @@ _LONG_TEXTS = 16  # long texts judged when --seq-len exceeds every report text
 
 def read_text_file(path: Path) -> list[str]:
     """``--calib FILE.txt`` for a checkpoint: UTF-8, one text per line, blank lines skipped."""
+    from attn_export.paths import check_regular_file
+
     path = Path(path)
+    check_regular_file(path, "--calib", DataError)  # a FIFO blocks and /dev/zero reports size 0: never opened
     if path.stat().st_size > _MAX_CALIB_TEXT_BYTES:
         raise DataError(f"--calib {path} is larger than {_MAX_CALIB_TEXT_BYTES >> 20} MiB; pass at most a few thousand texts")
     try:

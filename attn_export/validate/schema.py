@@ -545,9 +545,12 @@ def validate(
 
 def read_json(path: str | os.PathLike[str], what: str, fix: str, error: type[AttnExportError] = DataError) -> Any:
     """Parse a JSON file; a missing, unreadable, non-UTF-8 or malformed file is one line."""
+    from attn_export.paths import file_kind
+
     p = Path(path)
-    if not p.is_file():
-        raise error(f"{p}: expected {what}, got {'a directory' if p.is_dir() else 'no such file'}; {fix}")
+    if not p.is_file():  # stat only: a FIFO or a device is named, never opened (opening a FIFO blocks)
+        got = file_kind(p.stat().st_mode) if p.exists() else "no such file"
+        raise error(f"{p}: expected {what}, got {got}; {fix}")
     try:
         text = p.read_text(encoding="utf-8")
         return json.loads(text)

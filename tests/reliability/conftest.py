@@ -1,7 +1,8 @@
 """Fixtures for the reliability suite (issue 13): bad input never becomes a traceback or a false
 PASS, outputs of different runs never mix, and interrupts leave nothing behind.
 
-Every case id starts with ``cNN-``, the class of defect of issue 13 it belongs to, so
+Every case id starts with ``cNN-``, the class of defect it belongs to (issue 13: 1-10, issue 20:
+11-14), so
 ``python tests/reliability/summary.py`` can tabulate the outcomes by class. Helpers live in
 ``rel_helpers.py``, bad-input builders in ``rel_inputs.py``.
 """

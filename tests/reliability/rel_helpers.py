@@ -77,6 +77,53 @@ def assert_one_line_error(err: BaseException, kind: type[BaseException] | None =
 
 
 # -- subprocesses ----------------------------------------------------------------------------------
+_BATCH_DRIVER = r"""
+import contextlib, io, json, os, sys, time
+from attn_export.cli import main
+for line in sys.stdin:
+    case = json.loads(line)
+    os.chdir(case["cwd"])
+    print(json.dumps({"start": case["id"]}), flush=True)
+    out, err = io.StringIO(), io.StringIO()
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(case["argv"])
+    print(json.dumps({"id": case["id"], "code": code, "out": out.getvalue(), "err": err.getvalue(), "seconds": time.perf_counter() - t0}), flush=True)
+"""
+
+
+def run_cli_batch(cases: dict[str, tuple[list[object], Path]], timeout: float = 180.0) -> dict[str, Outcome]:
+    """Run each case's ``attn_export.cli.main(argv)`` (in its own folder) in one subprocess, killed
+    after ``timeout`` seconds: a command that blocks (on a FIFO, say) fails its case, and those
+    after it, instead of hanging the suite. One process pays the CLI's imports once."""
+    before = {cid: snapshot(cwd) for cid, (_a, cwd) in cases.items()}
+    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+    lines = "".join(json.dumps({"id": cid, "argv": [str(a) for a in argv], "cwd": str(cwd)}) + "\n" for cid, (argv, cwd) in cases.items())
+    p = subprocess.Popen([sys.executable, "-c", _BATCH_DRIVER], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,  # noqa: S603
+                         stderr=subprocess.PIPE, text=True, cwd=REPO)  # fmt: skip
+    try:
+        stdout, stderr = p.communicate(lines, timeout=timeout)
+        blocked = None
+    except subprocess.TimeoutExpired:
+        p.kill()
+        stdout, stderr = p.communicate()
+        blocked = timeout
+    outcomes: dict[str, Outcome] = {}
+    started = None
+    for line in stdout.splitlines():
+        rec = json.loads(line)
+        if "start" in rec:
+            started = rec["start"]
+            continue
+        cwd = cases[rec["id"]][1]
+        outcomes[rec["id"]] = Outcome(rec["code"], rec["out"], rec["err"], rec["seconds"], sorted(snapshot(cwd) - before[rec["id"]]))
+    for cid in cases:
+        if cid not in outcomes:
+            why = f"no answer within {blocked} s: the command blocked" if cid == started else f"not run: the batch stopped at {started} ({stderr[-300:]!r})"
+            outcomes[cid] = Outcome(-9, "", why + "\n", blocked or 0.0)
+    return outcomes
+
+
 class Proc:
     """``python -m attn_export.cli ARGS`` in a subprocess, its stderr read line by line in a thread."""
 
@@ -134,19 +181,70 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def good_report() -> dict:
-    """A small valid report.json (two stages) as the gate reads it."""
+def _report_object(folder: str = "") -> object:
     from attn_export.validate import Accuracy, Latency, Report, Stage
 
     r = Report(model={"layer": "transformer", "d_model": 32, "heads": 4}, environment={"cpu": {"isa_class": "x86-avx2", "u8s8_saturates": True}})
-    r.add(Stage("onnx-fp32", "model.onnx", "fp32", Accuracy(2e-6, 3e-7, 1e-6, 0.9999999, 120.0),
+    r.add(Stage("onnx-fp32", os.path.join(folder, "model.onnx"), "fp32", Accuracy(2e-6, 3e-7, 1e-6, 0.9999999, 120.0),
                 {"artifact": Latency(1.0, 1.2, 1.3), "eager": Latency(2.0, 2.2, 2.3)}, 2.0, passed=True))  # fmt: skip
-    r.add(Stage("onnx-int8", "model.int8.onnx", "int8", Accuracy(0.05, 0.01, 0.03, 0.9995, 30.5),
+    r.add(Stage("onnx-int8", os.path.join(folder, "model.int8.onnx"), "int8", Accuracy(0.05, 0.01, 0.03, 0.9995, 30.5),
                 {"artifact": Latency(0.5, 0.6, 0.7), "eager": Latency(2.0, 2.2, 2.3)}, 4.0, passed=True))  # fmt: skip
-    return json.loads(json.dumps(r.to_dict()))
+    return r
+
+
+def good_report() -> dict:
+    """A small valid report.json (two stages) as the gate reads it."""
+    return json.loads(json.dumps(_report_object().to_dict()))  # type: ignore[attr-defined]
+
+
+def stamped_run(out: Path) -> Path:
+    """A complete run folder as the runner leaves it, without building a model: ``good_report``'s two
+    stages with their artifacts beside it, the report stamped with their sha256, ``run.json`` complete."""
+    from attn_export.run_dir import claim
+
+    with claim(out, seed=0) as owner:
+        report = _report_object(str(out))
+        (out / "model.onnx").write_bytes(b"the fp32 model")
+        (out / "model.int8.onnx").write_bytes(b"the int8 model")
+        assert owner.stamp(report) == 2
+        report.write(out / "report.json")  # type: ignore[attr-defined]
+    return out / "report.json"
 
 
 def write_json(path: Path, data: object) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data) if not isinstance(data, str) else data, encoding="utf-8")
     return path
+
+
+# -- output folders ----------------------------------------------------------------------------------
+def tree(path: Path) -> object:
+    """Everything about ``path`` that an attack could change, without following a link: a file's
+    bytes and mtime, a link's target, a folder's entries (recursively)."""
+    st = os.lstat(path)
+    if os.path.islink(path):
+        return ("link", os.readlink(path))
+    if path.is_dir():
+        return {p.name: tree(p) for p in sorted(path.iterdir())}
+    if not path.is_file():
+        return ("special", st.st_mode)
+    return (path.read_bytes(), st.st_mtime_ns)
+
+
+def files_of(folder: Path) -> dict[str, bytes]:
+    """Relative path -> bytes of every regular file under ``folder`` (links are not followed)."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink()}
+
+
+def earlier_run(out: Path, tag: str = "earlier", subfolder: bool = False) -> dict[str, bytes]:
+    """A complete run in ``out``, made by the run-directory code itself; returns its files."""
+    from attn_export.run_dir import claim
+
+    with claim(out, config={"tag": tag}, seed=1):
+        (out / "model.onnx").write_bytes(f"{tag} model".encode())
+        (out / "latency.png").write_bytes(f"{tag} plot".encode())
+        (out / "report.json").write_text(json.dumps({"tag": tag}), encoding="utf-8")
+        if subfolder:
+            (out / "triton" / "attn" / "1").mkdir(parents=True, exist_ok=True)
+            (out / "triton" / "attn" / "1" / "model.onnx").write_bytes(f"{tag} triton model".encode())
+    return files_of(out)

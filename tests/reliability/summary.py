@@ -1,4 +1,4 @@
-"""Tabulate the reliability suite by issue 13's ten classes of defect.
+"""Tabulate the reliability suite by class of defect: issue 13's ten, and issue 20's (11-14).
 
     python tests/reliability/summary.py            # runs tests/reliability, prints a Markdown table
 
@@ -30,6 +30,10 @@ CLASSES = {
     8: "wrong results accepted silently",
     9: "interrupts and write failures",
     10: "late validation, inconsistent messages",
+    11: "--out follows symbolic links",
+    12: "a crash loses the last complete run",
+    13: "checks that pass on nothing",
+    14: "FIFOs and devices as input files",
 }
 
 

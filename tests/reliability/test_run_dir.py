@@ -186,6 +186,7 @@ def test_c02_files_in_subfolders_are_tracked_replaced_and_restored(tmp_path: Pat
 
 
 def test_c02_a_forged_manifest_cannot_reach_outside_through_a_symlinked_folder(tmp_path: Path) -> None:
+    from attn_export.errors import ConfigError
     from attn_export.run_dir import claim
 
     secret = tmp_path / "elsewhere"
@@ -194,8 +195,9 @@ def test_c02_a_forged_manifest_cannot_reach_outside_through_a_symlinked_folder(t
     out = tmp_path / "out"
     out.mkdir()
     (out / "link").symlink_to(secret)
-    files = {"link/passwd": {"sha256": "0" * 64, "size_bytes": 10}}
+    files = {"link/passwd": {"sha256": _sha(secret / "passwd"), "size_bytes": 10}}
     (out / "run.json").write_text(json.dumps({"format": "attn-export-run/1", "status": "complete", "artifacts": files}))
-    with claim(out):
+    with pytest.raises(ConfigError, match="link is a symbolic link"), claim(out):
         pass
-    assert (secret / "passwd").read_text() == "root:x:0:0"
+    assert (secret / "passwd").read_text() == "root:x:0:0" and sorted(os.listdir(secret)) == ["passwd"]
+    assert sorted(os.listdir(out)) == ["link", "run.json"], "refused before anything moved"

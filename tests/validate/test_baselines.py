@@ -44,6 +44,13 @@ def test_baseline_is_well_formed_and_accepts_its_own_figures(path):
         assert check_report(_report_from(stages, cls), base, latency_margin=0.0)
 
 
+@pytest.mark.parametrize("path", BASELINES, ids=[p.name for p in BASELINES])
+def test_committed_baselines_are_within_the_slack_bounds(path):
+    from attn_export.validate.gate import check_slack_bounds
+
+    check_slack_bounds(json.loads(path.read_text()), str(path))  # raises DataError past MAX_SLACK
+
+
 def test_int8_baseline_catches_a_lowered_cosine():
     base = json.loads((BASELINE_DIR / "int8_report_baseline.json").read_text())
     for cls, stages in _entries(base).items():

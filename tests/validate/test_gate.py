@@ -13,6 +13,8 @@ from attn_export.validate import Accuracy, Latency, Report, Stage
 from attn_export.validate.gate import (
     BASELINE_FORMAT,
     DEFAULT_CROSS_CLASS_SLACK,
+    DEFAULT_GATE_TOLERANCES,
+    MAX_SLACK,
     check_report,
     make_baseline,
     update_baseline,
@@ -29,6 +31,18 @@ def _report(isa: str | None = VNNI, saturates: bool | None = None) -> dict:
     r.add(Stage("onnx-int8", "model.int8.onnx", "int8", Accuracy(0.05, 0.01, 0.03, 0.9995, 30.5),
                 {"artifact": Latency(0.5, 0.6, 0.7), "eager": Latency(2.0, 2.2, 2.3)}, 4.0, passed=True))
     return json.loads(json.dumps(r.to_dict()))
+
+
+def _stamped(rep: dict, folder) -> dict:
+    """``rep`` as a run leaves it: each artifact in ``folder`` (beside the report), its sha256 recorded."""
+    import hashlib
+
+    for stage in rep["stages"]:
+        path = folder / stage["artifact"]
+        path.write_bytes(f"the model of {stage['name']}".encode())
+        stage["artifact"] = str(path)
+        stage["details"]["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return rep
 
 
 def _int8(base: dict, cls: str = VNNI) -> dict:
@@ -103,6 +117,75 @@ def test_a_stage_the_run_skipped_with_a_reason_is_reported_not_failed():
     everything["stages"] = []
     everything["selection"]["skipped_stages"]["onnx-fp32"] = "skipped"
     assert not check_report(everything, base)
+
+
+def test_a_check_that_compares_no_metric_fails():
+    """Nothing passes on nothing: stages tracked for presence only are not a comparison."""
+    rep = _report()
+    base = make_baseline(rep)
+    for stage in base["classes"][VNNI]["stages"].values():
+        stage["metrics"] = {}
+        stage.pop("passed")
+    res = check_report(rep, base)
+    assert not res
+    [reg] = res.regressions
+    assert (reg.stage, reg.metric) == ("(all)", "comparisons") and "nothing compared" in reg.message
+    base["classes"][VNNI]["stages"]["onnx-int8"]["metrics"] = make_baseline(rep)["classes"][VNNI]["stages"]["onnx-int8"]["metrics"]
+    assert check_report(rep, base), "one stage with metrics is a comparison"
+
+
+def _edit(base: dict, path: str, value: object) -> dict:
+    out = copy.deepcopy(base)
+    *head, last = path.split(".")
+    node = out
+    for k in head:
+        node = node[k]
+    node[last] = value
+    return out
+
+
+@pytest.mark.parametrize("path", ["cross_class_slack.int8.cosine.abs", f"classes.{VNNI}.stages.onnx-int8.metrics.cosine.abs",
+                                  f"classes.{VNNI}.stages.onnx-fp32.metrics.rel_l2.rel", "cross_class_slack.fp32.sqnr_db.abs"])  # fmt: skip
+def test_slack_beyond_the_bound_is_refused_naming_the_field(path):
+    """A finite 1e300 used to pass a report at cosine 0.5 (infinity was already refused)."""
+    rep = _report()
+    bad = _edit(make_baseline(rep), path, 1e300)
+    for call in (lambda: check_report(rep, bad), lambda: update_baseline(rep, bad)):
+        with pytest.raises(DataError) as err:
+            call()
+        text = str(err.value)
+        assert f"baseline: {path}: expected at most" in text and "got 1e+300" in text and "\n" not in text, text
+    metric, key = path.split(".")[-2:]
+    assert check_report(rep, _edit(make_baseline(rep), path, MAX_SLACK[metric][key])), "the bound itself is accepted"
+
+
+def test_a_format_1_baseline_is_bounded_too():
+    rep = _report()
+    v1 = {"format": "attn-export-baseline/1", "stages": {"onnx-int8": {"metrics": {"cosine": {"value": 0.9995, "direction": "higher", "abs": 0.5}}}}}
+    with pytest.raises(DataError, match=r"baseline: stages\.onnx-int8\.metrics\.cosine\.abs: expected at most 0\.01 .*, got 0\.5"):
+        check_report(rep, v1)
+
+
+def test_at_the_widest_slack_the_gate_allows_a_cosine_of_half_fails():
+    """Every slack at its bound, across CPU classes (own + cross-class): the limit stays within 0.04 of the baseline."""
+    base = make_baseline(_report(VNNI))
+    for stage in base["classes"][VNNI]["stages"].values():
+        for metric, spec in stage["metrics"].items():
+            spec.update(MAX_SLACK[metric])
+    base["cross_class_slack"] = {p: {m: dict(MAX_SLACK[m]) for m in ("cosine", "sqnr_db", "rel_l2", "max_abs")} for p in ("fp32", "int8")}
+    rep = _report(AVX2)
+    rep["stages"][1]["accuracy"]["cosine"] = 0.5
+    res = check_report(rep, base)
+    assert res.cross_class and not res
+    [reg] = res.regressions
+    assert (reg.stage, reg.metric) == ("onnx-int8", "cosine") and 0.9995 - reg.limit <= 0.04 + 1e-12
+
+
+def test_the_default_slack_is_within_the_bounds():
+    for table in (DEFAULT_GATE_TOLERANCES, DEFAULT_CROSS_CLASS_SLACK):
+        for precision, metrics in table.items():
+            for metric, spec in metrics.items():
+                assert all(v <= MAX_SLACK[metric][k] for k, v in spec.items()), (precision, metric, spec)
 
 
 def test_new_stages_are_listed_not_failed():
@@ -404,7 +487,7 @@ def test_check_command_passes_unchanged_fails_lowered_int8_cosine(tmp_path):
     from typer.testing import CliRunner
 
     app, runner = _app(), CliRunner()
-    rep = _report()
+    rep = _stamped(_report(), tmp_path)
     good, bad, base = tmp_path / "report.json", tmp_path / "bad.json", tmp_path / "baselines" / "b.json"
     good.write_text(json.dumps(rep))
     res = runner.invoke(app, ["check", str(good), "--baseline", str(base), "--update-baseline"])
@@ -424,7 +507,7 @@ def test_check_command_passes_unchanged_fails_lowered_int8_cosine(tmp_path):
     res = runner.invoke(app, ["check", str(bad), "--baseline", str(base), "--json"])
     assert res.exit_code == 1 and json.loads(res.stdout)["passed"] is False
     res = runner.invoke(app, ["check", str(bad), "--baseline", str(base), "--quiet"])
-    assert res.stdout.strip() == f"FAIL: 1 regression (8 checks, 2 stages; CPU class {VNNI})"
+    assert res.stdout.strip() == f"FAIL: 1 regression (10 checks, 2 stages; CPU class {VNNI})"  # 8 metrics, 2 artifact hashes
     res = runner.invoke(app, ["check", str(good), "--baseline", str(tmp_path / "missing.json")])
     assert isinstance(res.exception, DataError) and "--update-baseline" in str(res.exception)
 
@@ -437,7 +520,7 @@ def _main(args, capsys):
 
 
 def test_check_command_refusals_are_one_line_exit_2(tmp_path, capsys):
-    rep = _report()
+    rep = _stamped(_report(), tmp_path)
     good, base = tmp_path / "report.json", tmp_path / "b.json"
     good.write_text(json.dumps(rep))
     assert _main(["check", str(good), "--baseline", str(base), "--update-baseline"], capsys)[0] == 0
@@ -470,7 +553,7 @@ def test_check_command_refusals_are_one_line_exit_2(tmp_path, capsys):
 
 
 def test_update_baseline_command_keeps_metrics_and_prunes_on_request(tmp_path, capsys):
-    rep = _report()
+    rep = _stamped(_report(), tmp_path)
     good, bare, base = tmp_path / "report.json", tmp_path / "bare.json", tmp_path / "b.json"
     good.write_text(json.dumps(rep))
     assert _main(["check", str(good), "--baseline", str(base), "--update-baseline"], capsys)[0] == 0
