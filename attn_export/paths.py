@@ -14,13 +14,18 @@ from __future__ import annotations
 
 import os
 import stat
+from contextvars import ContextVar
 from pathlib import Path
 
 from attn_export.errors import AttnExportError, ConfigError
 
-__all__ = ["check_input_file", "check_output_dir", "check_output_file", "check_regular_file", "file_kind", "given_empty"]
+__all__ = ["COMMAND_LINE", "check_input_file", "check_output_dir", "check_output_file", "check_regular_file", "file_kind", "given_empty"]
 
 _PSEUDO_FS = ("/proc", "/sys", "/dev")
+
+# The argv of the CLI command in progress (set by cli.app; None outside it): run.json records
+# it, and ``given_empty`` reads it because typer turns ``--out ''`` into ``.``.
+COMMAND_LINE: ContextVar[tuple[str, ...] | None] = ContextVar("attn_export_command_line", default=None)
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -41,9 +46,8 @@ def given_empty(flag: str) -> bool:
 
     ``Path("")`` is ``Path(".")``, so an empty ``--out`` used to write into the current
     directory; once parsed the two cannot be told apart, so this reads the raw command line
-    (``attn_export.run_dir.COMMAND_LINE``, set by the CLI; None outside it).
+    (``COMMAND_LINE``, set by the CLI; None outside it).
     """
-    from attn_export.run_dir import COMMAND_LINE
 
     argv = COMMAND_LINE.get() or ()
     value: str | None = None

@@ -38,11 +38,11 @@ import os
 import stat
 import sys
 from collections.abc import Iterator, Mapping
-from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
 from attn_export.errors import ConfigError
+from attn_export.paths import COMMAND_LINE, given_empty
 from attn_export.run_dir_aside import (
     ARTIFACT_PATTERNS,
     LOCK_NAME,
@@ -62,7 +62,6 @@ from attn_export.run_dir_fs import OutDir, Stat, sha256_fd, stat_key, take_lock
 
 __all__ = [
     "ARTIFACT_PATTERNS",
-    "COMMAND_LINE",
     "LOCK_NAME",
     "MANIFEST_FORMAT",
     "MANIFEST_NAME",
@@ -75,8 +74,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# The command line of the CLI invocation in progress (set by ``attn_export.cli.app.main``).
-COMMAND_LINE: ContextVar[tuple[str, ...] | None] = ContextVar("attn_export_command_line", default=None)
 
 
 def sha256_file(path: str | os.PathLike[str]) -> str:
@@ -141,7 +138,6 @@ class RunDir:
         return self.out / LOCK_NAME
 
     def _mkdir(self) -> None:
-        from attn_export.paths import given_empty
 
         if given_empty(self.flag):
             raise ConfigError(f"{self.flag} '': expected a folder, got an empty string; pass a path (e.g. {self.flag} out)")

@@ -9,7 +9,7 @@ from attn_export._lazy import lazy_exports
 
 _WHERE = {
     "FidelityResult": "fidelity", "check_fidelity": "fidelity",
-    "KNOWN_CHECKPOINTS": "loader", "hf_to_reference_key": "loader", "load_bert_checkpoint": "loader", "read_bert_config": "loader",
+    "KNOWN_CHECKPOINTS": "loader", "load_bert_checkpoint": "loader", "read_bert_config": "loader",
     "read_checkpoint_config": "loader", "resolve_checkpoint": "loader",
     "classification_agreement": "metrics", "embedding_agreement": "metrics", "resolve_pooling": "pooling",
 }  # fmt: skip

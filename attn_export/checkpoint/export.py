@@ -25,7 +25,6 @@ __all__ = [
     "ENCODER_DYNAMIC_AXES",
     "ENCODER_INPUT_NAMES",
     "ENCODER_MIN_DEFAULT_OPSET",
-    "ENCODER_OUTPUT_NAMES",
     "encoder_example_inputs",
     "encoder_export_spec",
     "export_encoder",
@@ -34,7 +33,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 ENCODER_INPUT_NAMES: list[str] = list(SentenceEncoder.input_names)
-ENCODER_OUTPUT_NAMES: list[str] = list(SentenceEncoder.output_names)
 ENCODER_DYNAMIC_AXES: dict[str, dict[int, str]] = {name: {0: "batch", 1: "seq"} for name in ENCODER_INPUT_NAMES}
 # GELU is one ONNX op from opset 20 (five ops before): ONNX Runtime runs it as one kernel,
 # which makes the int8 MiniLM ~12% faster on CPU; TensorRT 10.3 (JetPack 6) parses up to 20.
@@ -65,7 +63,7 @@ def export_encoder(encoder: SentenceEncoder, path: str | os.PathLike[str], spec:
     """Export the whole encoder (its pooling and head included) to ONNX; fp16 keeps softmax, LayerNorm and pooling in float32."""
     spec = encoder_export_spec(spec)
     example = encoder_example_inputs(encoder, spec.example_batch, max(spec.example_seq, 2))
-    outputs = list(encoder.output_names)  # ENCODER_OUTPUT_NAMES, plus "logits" with a task head
+    outputs = list(encoder.output_names)  # SentenceEncoder.output_names, plus "logits" with a task head
     result = export_module(encoder.eval(), path, spec, example, ENCODER_INPUT_NAMES, outputs, ENCODER_DYNAMIC_AXES)
     if result.input_names != ENCODER_INPUT_NAMES or result.output_names != outputs:
         raise ExportError(

@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from attn_export.checkpoint.families import BERT, Family, detect_head, family_for, map_key
+from attn_export.checkpoint.families import Family, detect_head, family_for, map_key
 from attn_export.checkpoint.paths import inside as _inside
 from attn_export.errors import CheckpointError, MissingDependencyError
 from attn_export.layers.encoder import EncoderConfig, SentenceEncoder
@@ -45,7 +45,6 @@ from attn_export.layers.encoder import EncoderConfig, SentenceEncoder
 __all__ = [
     "KNOWN_CHECKPOINTS",
     "encoder_parameter_count",
-    "hf_to_reference_key",
     "load_bert_checkpoint",
     "read_bert_config",
     "read_checkpoint_config",
@@ -152,15 +151,6 @@ def _check_fits(config: EncoderConfig, files: list[Path], checkpoint_dir: Path) 
             f"{checkpoint_dir / 'config.json'}: expected a model the weight files can hold, got {params:,} parameters "
             f"({params * 4 / 2**30:.1f} GiB in float32) against {held:,} bytes of weights; use the config that matches the weights"
         )
-
-
-def hf_to_reference_key(key: str, family: Family = BERT, task: str | None = None) -> str | None:
-    """Map one Hugging Face key of ``family`` to the ``SentenceEncoder`` state-dict key (None = dropped, as AutoModel does).
-
-    ``task`` (``"sequence"``/``"token"``) admits that head's keys. Raises CheckpointError for a
-    key that belongs to none of the family's modules (e.g. a question-answering head).
-    """
-    return map_key(family, key, task)
 
 
 def _weight_files(checkpoint_dir: Path) -> list[Path]:

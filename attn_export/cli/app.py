@@ -116,7 +116,7 @@ def _interrupted(signum: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Console entry point; see the module docstring for the exit codes."""
     from attn_export.cli._signals import Terminated, interrupt_signals, received
-    from attn_export.run_dir import COMMAND_LINE
+    from attn_export.paths import COMMAND_LINE
 
     argv = list(sys.argv[1:] if argv is None else argv)
     token = COMMAND_LINE.set(("attn-export", *argv))

@@ -10,10 +10,11 @@ import torch
 
 from attn_export.checkpoint.corpus import load_text_corpus
 from attn_export.checkpoint.evaluate import embed
-from attn_export.checkpoint.export import ENCODER_INPUT_NAMES, ENCODER_OUTPUT_NAMES, export_encoder
+from attn_export.checkpoint.export import ENCODER_INPUT_NAMES, export_encoder
 from attn_export.checkpoint.metrics import embedding_agreement
 from attn_export.checkpoint.text import tokenize
 from attn_export.export import ExportSpec, summarize_graph
+from attn_export.layers.encoder import SentenceEncoder
 from attn_export.runtime import OrtRunner, SessionFromOnnx
 
 
@@ -46,7 +47,7 @@ def test_peer_check_against_sentence_transformers(minilm, minilm_dir, minilm_tok
 
 def test_fp32_export_matches_eager(minilm, minilm_fp32_onnx, minilm_splits, minilm_val_embeddings):
     runner = _ort(minilm_fp32_onnx)
-    assert runner.input_names == ENCODER_INPUT_NAMES and runner.output_names == ENCODER_OUTPUT_NAMES
+    assert runner.input_names == ENCODER_INPUT_NAMES and runner.output_names == list(SentenceEncoder.output_names)
     out = embed(runner, minilm_splits.val.feeds(16))
     agreement = embedding_agreement(minilm_val_embeddings, out)
     assert agreement["min_cosine"] >= 0.99999, _where(minilm_val_embeddings, out)

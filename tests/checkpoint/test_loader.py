@@ -9,7 +9,7 @@ import pytest
 import torch
 from ckpt_fixtures import hf_state_dict, write_checkpoint
 
-from attn_export.checkpoint import hf_to_reference_key, load_bert_checkpoint, read_bert_config, resolve_checkpoint
+from attn_export.checkpoint import load_bert_checkpoint, read_bert_config, resolve_checkpoint
 from attn_export.checkpoint import loader as loader_module
 from attn_export.checkpoint.loader import encoder_parameter_count
 from attn_export.errors import CheckpointError, MissingDependencyError
@@ -140,6 +140,13 @@ def test_sharded_safetensors(tmp_path, tiny_model):
     weight_map = {k: shard for shard, keys in shards.items() for k in keys}
     (ckpt / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
     assert torch.equal(_run(load_bert_checkpoint(ckpt))[1], _run(tiny_model)[1])
+
+
+def hf_to_reference_key(key: str) -> str | None:
+    from attn_export.checkpoint.families import map_key
+    from attn_export.checkpoint.families.bert import BERT
+
+    return map_key(BERT, key, None)
 
 
 def test_key_mapping():
