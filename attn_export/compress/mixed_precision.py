@@ -29,39 +29,23 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import onnx_ir as ir
-import onnx_ir.passes.common as ir_common
 
-from attn_export.compress.qdq import is_constant
-from attn_export.errors import ConfigError, ExportError
-from attn_export.runtime.base import Feed, Runner
+from attn_export.compress.gemm_groups import Gemm, SwitchableGraph, apply_fallback
+from attn_export.errors import ConfigError
+from attn_export.runtime.base import Feed
 
-__all__ = [
-    "FallbackGoal",
-    "FallbackTrial",
-    "FloatFallbackPass",
-    "Gemm",
-    "GroupSensitivity",
-    "MixedPrecisionResult",
-    "SwitchableGraph",
-    "fallback_search",
-    "find_gemms",
-    "gemm_label",
-    "mixed_precision_",
-    "sensitivity",
-]
+__all__ = ["FallbackGoal", "FallbackTrial", "GroupSensitivity", "MixedPrecisionResult", "fallback_search", "gemm_table", "mixed_precision_", "sensitivity",
+           "time_fallback"]
 
 log = logging.getLogger(__name__)
 
-SWITCH_INPUT = "int8_group_switches"  # bool [groups]: True = the group runs int8
 
 
 # -- the goal ----------------------------------------------------------------------------
@@ -85,202 +69,6 @@ class FallbackGoal:
 
     def to_dict(self) -> dict[str, Any]:
         return self.embedding.to_dict() if self.embedding is not None else {}
-
-
-# -- inventory ---------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Gemm:
-    """One quantized GEMM (MatMul with Q/DQ activation and per-channel DQ weight)."""
-
-    node: str
-    label: str  # the module it came from, e.g. layers.0.ffn_out
-    group: str  # the tuning unit, e.g. layers.0.ffn2
-    macs_per_token: int  # K x N of its weight
-
-
-_ROLE = {"w_q": "qkv", "w_k": "qkv", "w_v": "qkv", "w_qkv": "qkv", "in_proj": "qkv", "w_o": "attn_out", "out_proj": "attn_out",
-         "ffn_in": "ffn1", "ffn_out": "ffn2"}  # fmt: skip
-
-
-def gemm_label(node: ir.Node) -> str:
-    """The module a GEMM node was exported from (its innermost torch name scope), e.g. ``layers.0.ffn_out``."""
-    return _module_path(node)
-
-
-def _module_path(node: ir.Node) -> str:
-    scopes = node.metadata_props.get("pkg.torch.onnx.name_scopes")
-    if scopes:
-        parts = re.findall(r"'([^']*)'", scopes)
-        mods = [p for p in parts if p and not re.fullmatch(r"(linear|matmul|mm|addmm)(_\d+)?", p)]
-        if mods:
-            return mods[-1]
-    return node.name or "?"
-
-
-def _group_of(label: str) -> str:
-    parts = label.split(".")
-    if parts and parts[-1] in ("down", "up"):  # both factors of a low-rank Linear
-        parts = parts[:-1]
-    role = _ROLE.get(parts[-1]) if parts else None
-    if role is None:
-        return label
-    prefix = [p for p in parts[:-1] if p not in ("self_attn", "attn", "attention")]
-    return ".".join(prefix + [role])
-
-
-def _dq_source(value: ir.Value | None) -> tuple[ir.Node, ir.Node] | None:
-    """(DQ, Q) when ``value`` is an activation read through QuantizeLinear -> DequantizeLinear."""
-    dq = value.producer() if value is not None else None
-    if dq is None or dq.op_type != "DequantizeLinear" or is_constant(dq.inputs[0]):
-        return None
-    q = dq.inputs[0].producer()
-    if q is None or q.op_type != "QuantizeLinear":
-        return None
-    return dq, q
-
-
-def find_gemms(model: ir.Model) -> list[Gemm]:
-    """Every MatMul/Gemm whose activation comes through Q/DQ and whose weight through a constant DQ."""
-    out = []
-    for node in model.graph:
-        if node.op_type not in ("MatMul", "Gemm") or len(node.inputs) < 2:
-            continue
-        w = node.inputs[1]
-        wdq = w.producer() if w is not None else None
-        if _dq_source(node.inputs[0]) is None or wdq is None or wdq.op_type != "DequantizeLinear" or not is_constant(wdq.inputs[0]):
-            continue
-        shape = wdq.inputs[0].shape
-        dims = [int(d) for d in shape.numpy()] if shape is not None else [0, 0]
-        label = _module_path(node)
-        out.append(Gemm(node.name or "", label, _group_of(label), int(np.prod(dims[-2:])) if len(dims) >= 2 else 0))
-    return out
-
-
-def groups_in_order(gemms: Sequence[Gemm]) -> list[str]:
-    return list(dict.fromkeys(g.group for g in gemms))
-
-
-def _float_weights(float_model: ir.Model, names: set[str]) -> dict[str, ir.Value]:
-    """MatMul node name -> its float weight value in the float graph the Q/DQ were placed on."""
-    out = {}
-    for node in float_model.graph:
-        if node.name in names and node.inputs[1] is not None and node.inputs[1].const_value is not None:
-            out[node.name] = node.inputs[1]
-    missing = names - set(out)
-    if missing:
-        raise ExportError(f"the float model lacks the weights of GEMMs {sorted(missing)[:3]}; pass the graph quantize_static_onnx quantized")
-    return out
-
-
-def _float_copy(graph: ir.Graph, w: ir.Value) -> ir.Value:
-    t = w.const_value
-    v = ir.Value(name=f"{w.name}_float", const_value=t, shape=ir.Shape(list(t.shape)), type=ir.TensorType(t.dtype))
-    graph.register_initializer(v)
-    return v
-
-
-# -- the result graph --------------------------------------------------------------------
-class FloatFallbackPass(ir.passes.InPlacePass):
-    """Remove the Q/DQ of the GEMMs in ``groups``: activation read in float, float weight restored."""
-
-    def __init__(self, groups: set[str], float_model: ir.Model) -> None:
-        super().__init__()
-        self.groups = groups
-        self.float_model = float_model
-        self.moved: list[str] = []
-
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        gemms = [g for g in find_gemms(model) if g.group in self.groups]
-        weights = _float_weights(self.float_model, {g.node for g in gemms})
-        nodes = {n.name: n for n in model.graph}
-        self.moved = []
-        for g in gemms:
-            node = nodes[g.node]
-            _, q = _dq_source(node.inputs[0])  # type: ignore[misc]
-            node.replace_input_with(0, q.inputs[0])
-            node.replace_input_with(1, _float_copy(model.graph, weights[g.node]))
-            self.moved.append(g.node)
-        if self.moved:
-            ir_common.RemoveUnusedNodesPass()(model)  # the Q/DQ pairs and int8 weights nobody reads
-        return ir.passes.PassResult(model, bool(self.moved))
-
-
-# -- one session for every variant -------------------------------------------------------
-class SwitchableGraph:
-    """The Q/DQ graph with a per-group int8/float switch as a graph input (``SWITCH_INPUT``).
-
-    ``runner(int8_groups)`` returns a ``Runner`` with the subject's inputs that runs the
-    chosen groups in int8 and the rest in float; every runner shares one session.
-    """
-
-    def __init__(self, qdq_model: ir.Model, float_model: ir.Model, threads: int | None, workdir: Path) -> None:
-        from attn_export.runtime import OrtRunner, SessionFromOnnx
-
-        model = ir.serde.deserialize_model(ir.serde.serialize_model(qdq_model))  # a copy we may rewire
-        gemms = find_gemms(model)
-        if not gemms:
-            raise ExportError("the static Q/DQ graph has no quantized GEMM to switch; is it a Q/DQ model?")
-        self.gemms = gemms
-        self.groups = groups_in_order(gemms)
-        weights = _float_weights(float_model, {g.node for g in gemms})
-        graph = model.graph
-        switches = ir.Value(name=SWITCH_INPUT, type=ir.TensorType(ir.DataType.BOOL), shape=ir.Shape([len(self.groups)]))
-        graph.inputs.append(switches)
-        flags: dict[str, ir.Value] = {}
-        nodes = {n.name: n for n in graph}
-        for i, group in enumerate(self.groups):
-            idx = ir.Value(name=f"{SWITCH_INPUT}_{i}_index", const_value=ir.tensor(np.int64(i)))
-            graph.register_initializer(idx)
-            gather = ir.node("Gather", [switches, idx], attributes={"axis": 0}, name=f"{SWITCH_INPUT}_{i}")
-            gather.outputs[0].name = f"{SWITCH_INPUT}_{i}_on"
-            graph.insert_before(graph.node(0), gather)
-            flags[group] = gather.outputs[0]
-        for g in gemms:
-            node = nodes[g.node]
-            dq, q = _dq_source(node.inputs[0])  # type: ignore[misc]
-            for index, (quant, flt) in enumerate(((dq.outputs[0], q.inputs[0]), (node.inputs[1], _float_copy(graph, weights[g.node])))):
-                where = ir.node("Where", [flags[g.group], quant, flt], name=f"{g.node}_switch_{index}")
-                where.outputs[0].name = f"{g.node}_switch_{index}_out"
-                where.outputs[0].type, where.outputs[0].shape = quant.type, quant.shape
-                graph.insert_before(node, where)
-                node.replace_input_with(index, where.outputs[0])
-        self.path = Path(workdir) / "switchable.onnx"
-        ir.save(model, self.path)
-        self._runner = OrtRunner(SessionFromOnnx(self.path, providers=["cpu"], intra_op_threads=threads, qdq_fusion=False), name="int8-switches")
-
-    def runner(self, int8_groups: set[str] | Sequence[str]) -> Runner:
-        on = set(int8_groups)
-        unknown = on - set(self.groups)
-        if unknown:
-            raise ConfigError(f"unknown GEMM groups {sorted(unknown)}; known: {', '.join(self.groups)}")
-        return _SwitchedRunner(self._runner, np.array([g in on for g in self.groups], dtype=np.bool_))
-
-    def close(self) -> None:
-        self._runner.deactivate()
-
-
-class _SwitchedRunner(Runner):
-    """The shared session with one setting of the switches; takes the subject's own inputs."""
-
-    name = "int8-switches"
-
-    def __init__(self, inner: Runner, switches: np.ndarray) -> None:
-        super().__init__()
-        self.inner, self.switches = inner, switches
-
-    @property
-    def input_names(self) -> list[str]:
-        return [n for n in self.inner.input_names if n != SWITCH_INPUT]
-
-    @property
-    def output_names(self) -> list[str]:
-        return self.inner.output_names
-
-    def _activate(self) -> None:
-        self.inner.activate()
-
-    def _infer(self, feed: Feed) -> dict[str, np.ndarray]:
-        return self.inner.infer({**feed, SWITCH_INPUT: self.switches})
 
 
 # -- sensitivity and fallback ------------------------------------------------------------
@@ -419,17 +207,6 @@ def time_fallback(all_int8: Path, mixed: Path, feed: Feed, threads: int, qdq_fus
         for r in runners.values():
             r.deactivate()
     return lat["all-int8"].p50, lat["mixed"].p50
-
-
-def apply_fallback(qdq_path: Path, float_model: ir.Model, float_groups: Sequence[str], out_path: Path) -> int:
-    """Write ``qdq_path`` with ``float_groups`` in float to ``out_path``; returns the GEMMs moved."""
-    from attn_export.compress.quant_onnx import save_model_atomic
-
-    model = ir.load(os.fspath(qdq_path))
-    fb = FloatFallbackPass(set(float_groups), float_model)
-    fb(model)
-    save_model_atomic(model, out_path)
-    return len(fb.moved)
 
 
 def mixed_precision_(

@@ -211,7 +211,7 @@ def quantize_static_onnx(
         n_samples = sum(len(next(iter(f.values()))) for f in feeds)
         sq_summary: dict[str, Any] = {}
         if smoothing:
-            from attn_export.compress.mixed_precision import gemm_label
+            from attn_export.compress.gemm_groups import gemm_label
             from attn_export.compress.smoothquant import SmoothQuantPass
 
             model = ir.load(src)
@@ -250,7 +250,7 @@ def quantize_static_onnx(
         if spec.method == PER_TENSOR:
             notes.append("per-tensor calibration: " + ", ".join(f"{m} x{c}" for m, c in sorted(calib_summary["methods"].items())))
         if range_overrides:
-            from attn_export.compress.mixed_precision import gemm_label
+            from attn_export.compress.gemm_groups import gemm_label
 
             applied = 0
             for n in ir.load(src).graph:

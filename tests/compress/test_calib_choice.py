@@ -13,7 +13,7 @@ from attn_export.compress.calib_choice import (
     quantization_mse,
 )
 from attn_export.compress.probe import RunningHistogram, TensorStats, real_tokens, trim_feed
-from attn_export.compress.smoothquant import choose_alpha
+from attn_export.compress.smoothquant_alpha import choose_alpha
 
 
 def _hist(values: np.ndarray, batches: int = 4) -> RunningHistogram:

@@ -22,15 +22,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from attn_export.checks.trt_compat import check_trt_compat
 from attn_export.compress.fp8 import E4M3_MAX, Fp8Spec, fp8_weight, quantize_fp8_onnx
-from attn_export.compress.mixed_precision import (
-    FallbackGoal,
-    SwitchableGraph,
-    apply_fallback,
-    fallback_search,
-    find_gemms,
-    gemm_table,
-    sensitivity,
-)
+from attn_export.compress.gemm_groups import SwitchableGraph, apply_fallback, find_gemms
+from attn_export.compress.mixed_precision import FallbackGoal, fallback_search, gemm_table, sensitivity
 from attn_export.compress.qdq import inspect_qdq
 from attn_export.config import RunConfig
 from attn_export.errors import ConfigError

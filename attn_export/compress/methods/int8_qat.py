@@ -65,7 +65,7 @@ class Int8Qat(Method):
 def int8_qat(source: Source, config: Int8Qat) -> Artifact:
     import onnx_ir as ir
 
-    from attn_export.compress.mixed_precision import apply_fallback
+    from attn_export.compress.gemm_groups import apply_fallback
     from attn_export.compress.qat import QatConfig, qat_
     from attn_export.compress.qdq import inspect_qdq
     from attn_export.compress.quant_static import StaticQuantSpec, quantize_static_onnx
