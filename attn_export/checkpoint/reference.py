@@ -120,7 +120,7 @@ def _quiet_loading() -> Iterator[None]:
 
 
 def _transformers_model(path: Path, task: str | None) -> Any:
-    transformers = require("transformers", "transformers", _WHAT, extra="minilm")
+    transformers = require("transformers", "transformers", _WHAT)  # a dependency; missing only in a broken install
     from attn_export.checkpoint.loader import read_checkpoint_config
 
     raw = read_checkpoint_config(path)[2]  # schema-checked, the family supported (or refused, in one line)
@@ -138,7 +138,7 @@ def _transformers_model(path: Path, task: str | None) -> Any:
 
 
 def _sentence_transformer(path: Path, pooling: PoolingConfig) -> Any:
-    st = require("sentence_transformers", "sentence-transformers", _ST_WHAT, extra="minilm")
+    st = require("sentence_transformers", "sentence-transformers", _ST_WHAT)
     try:
         pipeline = st.SentenceTransformer(str(path), device="cpu", local_files_only=True, trust_remote_code=False,
                                           model_kwargs={"attn_implementation": "eager", "dtype": torch.float32})  # fmt: skip
