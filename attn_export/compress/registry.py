@@ -64,6 +64,7 @@ METHOD_MODULES: tuple[str, ...] = (
     "attn_export.compress.methods.int8_dynamic",
     "attn_export.compress.methods.torchao",
     "attn_export.compress.methods.fp8_static",
+    "attn_export.compress.methods.int8_weight_only",
 )
 
 

@@ -93,8 +93,9 @@ TARGETS: dict[str, Target] = {
         trt_version=None,
         quantize_attention_bmm=False,
         description="ONNX Runtime on CPU (default): plain ONNX ops, fp32 softmax/LayerNorm islands",
-        # dynamic needs no calibration data and is ORT CPU's fastest int8 (docs/quantization.md)
-        route_preference={"int8": ("dynamic", "static")},
+        # dynamic needs no calibration data and is ORT CPU's fastest int8 (docs/quantization.md);
+        # weight-only (opt-in) keeps activations float: smallest accuracy cost, not the fastest
+        route_preference={"int8": ("dynamic", "static", "weight-only")},
     ),
     "ort-cuda": Target(
         name="ort-cuda",
@@ -105,7 +106,7 @@ TARGETS: dict[str, Target] = {
         trt_version=None,
         quantize_attention_bmm=False,
         description="ONNX Runtime CUDA EP: com.microsoft.MultiHeadAttention (fused kernel)",
-        route_preference={"int8": ("static", "dynamic")},
+        route_preference={"int8": ("static", "dynamic", "weight-only")},
     ),
     "tensorrt": Target(
         name="tensorrt",
