@@ -30,6 +30,13 @@ CLASSES = {
     8: "wrong results accepted silently",
     9: "interrupts and write failures",
     10: "late validation, inconsistent messages",
+    # issue 20 (11-14: the run directory, crash consistency, checks on nothing, FIFOs and devices)
+    15: "the device validator passes on nothing or shows a traceback",
+    16: "extreme but finite calibration data",
+    17: "a valid mask x attention form fails to render its report",
+    18: "numbers beyond int64 or a stated bound",
+    19: "a signal where an exception cannot propagate (finalizers, clean-up)",
+    20: "stale flag names, wrong help, unbounded or empty work",
 }
 
 
