@@ -47,11 +47,11 @@ def bench(
         variants_table,
     )
     from attn_export.config import LIMITS
-    from attn_export.vocabulary import check_heads
     from attn_export.paths import check_output_dir
     from attn_export.run_dir import claim
     from attn_export.validate.plots import plot_seq_scaling
     from attn_export.validate.report import atomic_write_text
+    from attn_export.vocabulary import check_heads
 
     # every flag and the output folder before the first GEMM (the main command's bounds)
     int_in("--d-model", d_model, 1, LIMITS["d_model"])
