@@ -8,14 +8,14 @@ moment: "interrupted", exit 130 or 143. The typer app is ``attn_export.cli.app.a
 
 from __future__ import annotations
 
-import sys
-
 __all__ = ["fill_optional_values", "main"]
 
 
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: ``attn_export.cli.app.main`` with the signal handlers in place first."""
-    from attn_export.cli._signals import Terminated, exit_code_for, interrupt_signals, raise_if_interrupted
+    import signal
+
+    from attn_export.cli._signals import Terminated, announce, interrupt_signals, raise_if_interrupted
 
     with interrupt_signals():
         try:
@@ -24,11 +24,9 @@ def main(argv: list[str] | None = None) -> int:
             raise_if_interrupted()  # a signal some import swallowed
             return app_main(argv)
         except KeyboardInterrupt:
-            print("attn-export: interrupted", file=sys.stderr)
-            return exit_code_for(2)
+            return announce(signal.SIGINT)
         except Terminated:
-            print("attn-export: interrupted (terminated)", file=sys.stderr)
-            return exit_code_for(15)
+            return announce(signal.SIGTERM)
 
 
 def fill_optional_values(argv: list[str], defaults: dict[str, str] | None = None) -> list[str]:

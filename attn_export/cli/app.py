@@ -107,10 +107,9 @@ _USER_OS_ERRORS = {errno.ENOSPC: "free some disk space or pass another --out", e
 
 
 def _interrupted(signum: int) -> int:
-    from attn_export.cli._signals import exit_code_for
+    from attn_export.cli._signals import announce
 
-    print("attn-export: interrupted" + (" (terminated)" if signum == signal.SIGTERM else ""), file=sys.stderr)
-    return exit_code_for(signum)
+    return announce(signum)  # one line per command, however many times the interrupt surfaces
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -59,7 +59,7 @@ def check(
     d_model: Annotated[int | None, typer.Option(help="Expected feature size (the layer's d_model).", show_default="off")] = None,
     max_bytes: Annotated[int, typer.Option(help="Refuse files larger than this.")] = DEFAULT_MAX_BYTES,
 ) -> None:
-    """Load a calibration set with all checks (shape, dtype, NaN/Inf, masks, disjoint splits)."""
+    """Load a calibration set with all checks (shape, dtype, NaN/Inf, values whose squares overflow float32, masks, disjoint splits)."""
     from attn_export.cli._common import int_in
     from attn_export.compress.calib_data import load_calibration
     from attn_export.config import LIMITS

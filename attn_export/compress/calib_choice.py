@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from attn_export.compress.calib_bounds import check_threshold
 from attn_export.compress.probe import RunningHistogram, TensorStats
 from attn_export.vocabulary import PER_TENSOR  # the --calib-method value that chooses per activation
 
@@ -127,12 +128,16 @@ def method_candidate(method: str, percentile: float = 99.999) -> str:
     return f"percentile-{percentile:g}" if method == "percentile" else method
 
 
-def choose_ranges(stats: Mapping[str, TensorStats], method: str = PER_TENSOR, percentile: float = 99.999) -> dict[str, RangeChoice]:
+def choose_ranges(
+    stats: Mapping[str, TensorStats], method: str = PER_TENSOR, percentile: float = 99.999, float_precision: str = "fp32"
+) -> dict[str, RangeChoice]:
     """Every tensor's range from its histogram.
 
     ``per-tensor``: the candidate with the smallest estimated quantization error; a global
     ``method`` (minmax | percentile | entropy): that method's threshold for every tensor,
-    from the same real-token histograms.
+    from the same real-token histograms. Each range is checked against what its scale and
+    the float parts (``float_precision``: fp16 on TensorRT's INT8+FP16 build) can hold
+    (``calib_bounds.check_threshold``).
     """
     out: dict[str, RangeChoice] = {}
     for name, s in stats.items():
@@ -145,6 +150,7 @@ def choose_ranges(stats: Mapping[str, TensorStats], method: str = PER_TENSOR, pe
             t = entropy_threshold(s.hist) if method == "entropy" else (s.hist.absmax if method == "minmax" else s.hist.percentile(percentile))
             cands, mse = {chosen: float(t)}, {chosen: quantization_mse(s.hist, float(t))}
         out[name] = RangeChoice(name, chosen, max(cands[chosen], 1e-12), mse, cands)
+        check_threshold(name, out[name].threshold, float_precision)
     if out and method == PER_TENSOR:
         picked: dict[str, int] = {}
         for c in out.values():

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from attn_export._atomic import atomic_path
+from attn_export.compress.calib_bounds import check_data_scale
 from attn_export.data import shipped_path
 from attn_export.errors import ConfigError, DataError
 from attn_export.layers.registry import LAYERS, MaskedLayer
@@ -307,6 +308,7 @@ def _check_x(path: Path, name: str, x: np.ndarray, d_model: int | None) -> None:
     if bad.any():
         first = tuple(int(i) for i in np.argwhere(bad)[0])
         raise DataError(f"{path}: {name} has {int(bad.sum())} NaN/Inf values (first at {first}); drop or recompute them")
+    check_data_scale(path, name, x)  # finite but overflowing float32 inside the layer (compress/calib_bounds.py)
 
 
 def _checked_set(path: Path, split: str, x: np.ndarray, kpm: np.ndarray | None, d_model: int | None) -> ActivationSet:

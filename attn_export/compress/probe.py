@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
-from attn_export.errors import ConfigError
+from attn_export.compress.calib_bounds import check_finite_activation
+from attn_export.errors import ConfigError, DataError
 
 __all__ = ["MASK_INPUTS", "RunningHistogram", "TensorProbe", "TensorStats", "collect_stats", "real_tokens", "trim_feed"]
 
@@ -130,6 +131,8 @@ class RunningHistogram:
         if a.size == 0:
             return
         top = float(a.max())
+        if not np.isfinite(top):  # a NaN index or an endless doubling of the bin width otherwise
+            raise DataError(f"a histogram of |x| got NaN/Inf values (max {top}); the calibration data overflows the graph: rescale it")
         self.absmax = max(self.absmax, top)
         if self.counts is None:
             self.width = max(top, 1e-12) / self.bins * (1.0 + 1e-6)
@@ -195,6 +198,7 @@ def collect_stats(
         feed = trim_feed(feed) if real_only else feed
         for name, arr in probe.run(feed).items():
             rows = real_tokens(feed, arr) if real_only else np.asarray(arr, dtype=np.float32).reshape(-1, np.asarray(arr).shape[-1])
+            check_finite_activation(name, rows, feed)
             s = stats[name]
             m = np.abs(rows).max(axis=0) if len(rows) else np.zeros(rows.shape[-1], np.float32)
             if s.channel_absmax is not None and s.channel_absmax.shape != m.shape:

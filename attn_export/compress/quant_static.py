@@ -84,6 +84,7 @@ class StaticQuantSpec:
     max_calib_samples: int = 64
     reduce_range: bool = False  # 7-bit weights for ONNX Runtime on CPUs whose U8S8 GEMM saturates (compress/int8_encoding.py)
     bmm_max_seq: int | None = TRT_INT8_MHA_MAX_SEQ  # longest calibration sequence with quantized BMMs (int8 MHA's limit; None: no limit, FP8)
+    float_precision: str = "fp32"  # what the float parts run in (fp16: TensorRT's INT8+FP16 build); bounds the ranges
 
     def __post_init__(self) -> None:
         if self.method not in CALIB_CHOICES:
@@ -138,12 +139,13 @@ def _reaches_softmax_input(value: ir.Value | None) -> bool:
 
 
 def histogram_ranges(
-    model_path: Path, feeds: list[dict[str, np.ndarray]], names: list[str], method: str = PER_TENSOR, percentile: float = 99.999
+    model_path: Path, feeds: list[dict[str, np.ndarray]], names: list[str], method: str = PER_TENSOR, percentile: float = 99.999,
+    float_precision: str = "fp32",
 ) -> tuple[dict[str, tuple[float, float]], dict[str, Any]]:
     """Symmetric ranges of ``names`` from real-token |x| histograms (``calib_choice``), and a summary for the report."""
     from attn_export.compress.probe import collect_stats
 
-    choices = choose_ranges(collect_stats(model_path, names, feeds), method, percentile)
+    choices = choose_ranges(collect_stats(model_path, names, feeds), method, percentile, float_precision)
     counts: dict[str, int] = {}
     for c in choices.values():
         counts[c.method] = counts.get(c.method, 0) + 1
@@ -246,7 +248,7 @@ def quantize_static_onnx(
         for n in graph:
             if n.name in wanted:
                 names += [v.name for v in n.inputs] + [n.outputs[0].name]
-        ranges, calib_summary = histogram_ranges(src, feeds, [x for x in dict.fromkeys(names) if x], spec.method, spec.percentile)
+        ranges, calib_summary = histogram_ranges(src, feeds, [x for x in dict.fromkeys(names) if x], spec.method, spec.percentile, spec.float_precision)
         if spec.method == PER_TENSOR:
             notes.append("per-tensor calibration: " + ", ".join(f"{m} x{c}" for m, c in sorted(calib_summary["methods"].items())))
         if range_overrides:

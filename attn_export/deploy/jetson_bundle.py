@@ -8,8 +8,10 @@ everything needed there, and nothing that needs attn-export or torch:
                              ``--memPoolSize``, ``--timingCacheFile``, optional DLA + GPU fallback);
 * ``validate_on_device.py``  runs the engine on ``reference.npz`` and prints the report's
                              accuracy and latency figures (ONNX Runtime stand-in without TensorRT);
-* ``reference.npz``          inputs and eager-PyTorch outputs (``input/<name>``, ``output/<name>``);
-* ``bundle.json`` and ``README.md``.
+* ``reference.npz``          inputs and eager-PyTorch outputs (``input/<name>``, ``output/<name>``)
+                             of every model input and output;
+* ``bundle.json``            (schema 2) the model's inputs/outputs and their dims, a tolerance per
+                             output, the profile and the build command; and ``README.md``.
 
 The static TensorRT check runs first and errors abort; the folder is written under a
 temporary name and renamed into place, so a half-written bundle never exists.
@@ -45,22 +47,49 @@ BUNDLE_FILES = ("model.onnx", "build_engine.sh", "validate_on_device.py", "refer
 _SCRIPT = Path(__file__).with_name("on_device_validator.py")
 
 
-def _tolerance_dict(tolerance: Any) -> dict[str, float]:
+def _tolerance_dict(name: str, tolerance: Any) -> dict[str, float]:
+    """One output's bound as bundle.json stores it; an empty one would pass anything, so it is refused."""
     if hasattr(tolerance, "to_dict"):
-        return dict(tolerance.to_dict())
-    if isinstance(tolerance, Mapping):
-        return {k: float(v) for k, v in tolerance.items() if v is not None}
-    raise DataError(f"expected a Tolerance or a dict of max_abs/rel_l2/cosine_min, got {type(tolerance).__name__}")
+        tol = dict(tolerance.to_dict())
+    elif isinstance(tolerance, Mapping):
+        tol = {str(k): float(v) for k, v in tolerance.items() if v is not None}
+    else:
+        raise DataError(f"expected a Tolerance or a dict of max_abs/rel_l2/cosine_min for output {name!r}, got {type(tolerance).__name__}")
+    if not tol or not set(tol) <= {"max_abs", "rel_l2", "cosine_min"} or not all(np.isfinite(v) for v in tol.values()):
+        raise DataError(f"the tolerance of output {name!r} must bound max_abs, rel_l2 or cosine_min with finite numbers, got {tol}; "
+                        "a device check without a bound passes anything")
+    return tol
 
 
-def _check_reference(inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray], dims: Mapping[str, list[Any]]) -> None:
+def _tolerances(tolerances: Any, outputs: list[str]) -> dict[str, dict[str, float]]:
+    """Per output: a Tolerance for all of them, or a mapping output -> Tolerance that names every output."""
+    if hasattr(tolerances, "to_dict"):
+        return {o: _tolerance_dict(o, tolerances) for o in outputs}
+    if not isinstance(tolerances, Mapping) or set(tolerances) != set(outputs):
+        got = sorted(tolerances) if isinstance(tolerances, Mapping) else type(tolerances).__name__
+        raise DataError(f"expected a tolerance for each model output {outputs}, got {got}; the device compares every output")
+    return {o: _tolerance_dict(o, tolerances[o]) for o in outputs}
+
+
+def _dims_of(values: Any) -> dict[str, list[int | str | None]]:
+    return {vi.name: [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in vi.type.tensor_type.shape.dim] for vi in values}
+
+
+def _check_reference(inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray], dims: Mapping[str, list[Any]],
+                     out_dims: Mapping[str, list[Any]]) -> None:  # fmt: skip
+    """The reference covers every model input and output, with the model's shapes and finite values."""
     missing = [n for n in dims if n not in inputs]
     if missing or not outputs:
         raise DataError(f"reference inputs must cover the model's inputs {list(dims)} (missing {missing}) and outputs must not be empty")
-    for n, d in dims.items():
-        arr = np.asarray(inputs[n])
-        if arr.ndim != len(d) or any(isinstance(x, int) and x > 0 and x != s for x, s in zip(d, arr.shape)):
-            raise DataError(f"reference input {n!r} has shape {arr.shape}, the model wants {d}")
+    if set(outputs) != set(out_dims):
+        raise DataError(f"reference outputs {sorted(outputs)} must be the model's outputs {list(out_dims)}: the device compares every output")
+    for kind, arrays, want in (("input", inputs, dims), ("output", outputs, out_dims)):
+        for n, d in want.items():
+            arr = np.asarray(arrays[n])
+            if arr.size == 0 or arr.ndim != len(d) or any(isinstance(x, int) and x > 0 and x != s for x, s in zip(d, arr.shape)):
+                raise DataError(f"reference {kind} {n!r} has shape {arr.shape}, the model wants {d}")
+            if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+                raise DataError(f"reference {kind} {n!r} holds NaN/Inf values; the device check needs finite references")
 
 
 def _precision_note(spec: EngineSpec, cmd: list[str], blocks: int) -> str:
@@ -97,10 +126,12 @@ numpy, and cuda-python (`pip install cuda-python`). No torch, no attn-export.
     python3 validate_on_device.py    # accuracy vs reference.npz, then latency p50/p90/p99
 
 `TRTEXEC=/path/to/trtexec ./build_engine.sh` picks another trtexec. `validate_on_device.py`
-names the backend it used on its first line and exits 0 within tolerance, 1 outside it, 2 on a
-setup error, and 3 when TensorRT is missing and only the ONNX Runtime stand-in ran (the engine
-was not checked; `--allow-stand-in` turns that into 0/1); `--json stage.json` also writes the
-result in attn-export's report.json stage format.
+checks bundle.json and reference.npz against the model first, compares every output with its
+own tolerance from bundle.json, names the backend it used on its first line and exits 0 when
+every output is within tolerance, 1 when one is not, 2 on a setup or bundle error (one line),
+and 3 when TensorRT is missing and only the ONNX Runtime stand-in ran (the engine was not
+checked; `--allow-stand-in` turns that into 0/1); `--json stage.json` also writes the result
+in attn-export's report.json stage format.
 
 ## Precision
 {_precision_note(spec, cmd, attention_blocks)}
@@ -116,20 +147,26 @@ def write_jetson_bundle(
     spec: EngineSpec,
     reference_inputs: Mapping[str, np.ndarray],
     reference_outputs: Mapping[str, np.ndarray],
-    tolerance: Any,
+    tolerances: Any,
     trt_version: str = "10.3",
 ) -> Path:
-    """Write the bundle for ``onnx_path`` into ``bundle_dir`` (replacing an older bundle)."""
+    """Write the bundle for ``onnx_path`` into ``bundle_dir`` (replacing an older bundle).
+
+    ``tolerances``: one ``Tolerance`` for every output, or output name -> ``Tolerance`` (or its
+    dict) naming each of the model's outputs; ``validate_on_device.py`` holds each output to its own.
+    """
     report = check_trt_compat(onnx_path, trt_version, spec.profiles, spec.precision, gpu_arch=spec.gpu_arch)
     report.raise_if_failed()
     dims, graph_float, has_qdq = onnx_io_dims(onnx_path)
-    _check_reference(reference_inputs, reference_outputs, dims)
-    bundle_spec = dataclasses.replace(spec, timing_cache="timing.cache")
-    cmd = trtexec_command("model.onnx", "model.engine", bundle_spec, trt_version, inputs=dims, graph_float=graph_float, has_qdq=has_qdq)
     import onnx
     import onnx_ir as ir
 
     proto = onnx.shape_inference.infer_shapes(onnx.load(os.fspath(onnx_path)))
+    out_dims = _dims_of(proto.graph.output)
+    _check_reference(reference_inputs, reference_outputs, dims, out_dims)
+    tols = _tolerances(tolerances, list(out_dims))
+    bundle_spec = dataclasses.replace(spec, timing_cache="timing.cache")
+    cmd = trtexec_command("model.onnx", "model.engine", bundle_spec, trt_version, inputs=dims, graph_float=graph_float, has_qdq=has_qdq)
     blocks = len(find_attention_blocks(ir.serde.deserialize_model(proto)))
     final = Path(bundle_dir)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -141,12 +178,13 @@ def write_jetson_bundle(
         shutil.copyfile(_SCRIPT, tmp / "validate_on_device.py")
         for name in ("build_engine.sh", "validate_on_device.py"):
             (tmp / name).chmod(0o755 | stat.S_IRUSR)
-        arrays = {f"input/{k}": np.asarray(v) for k, v in reference_inputs.items()}
-        arrays |= {f"output/{k}": np.asarray(v) for k, v in reference_outputs.items()}
+        arrays = {f"input/{k}": np.asarray(reference_inputs[k]) for k in dims}  # the model's inputs only
+        arrays |= {f"output/{k}": np.asarray(reference_outputs[k]) for k in out_dims}
         np.savez(tmp / "reference.npz", **arrays)
         meta = {
-            "schema": 1, "trt_version": trt_version, "precision": spec.precision, "tolerance": _tolerance_dict(tolerance),
-            "profile": spec.profiles.to_dict() if spec.profiles else None, "inputs": list(dims), "outputs": list(reference_outputs),
+            "schema": 2, "trt_version": trt_version, "precision": spec.precision, "tolerances": tols,
+            "profile": spec.profiles.to_dict() if spec.profiles else None, "inputs": list(dims), "outputs": list(out_dims),
+            "input_dims": dims, "output_dims": out_dims,
             "onnx_sha256": sha256_file(tmp / "model.onnx"), "attention_blocks": blocks, "trtexec": cmd, "check": report_dict(report),
             "version_compatible": spec.version_compatible, "dla_core": spec.dla_core,
         }

@@ -11,9 +11,14 @@ latency p50/p90/p99 in ms. The first line names the backend that ran.
 Without tensorrt it runs ONNX Runtime on ``model.onnx`` as a stand-in backend and says so
 (useful to check the bundle itself on a workstation, meaningless for the engine).
 
-Exit status: 0 the engine is within tolerance; 1 outside it; 2 setup error (one line, e.g.
-neither tensorrt nor onnxruntime is installed); 3 only the ONNX Runtime stand-in ran (the
-engine was not checked), unless ``--allow-stand-in`` is given, which makes that 0 or 1.
+First ``bundle.json`` and ``reference.npz`` are checked against each other and the model:
+every model input has a stored input, every output a stored reference and a non-empty
+tolerance of its own, shapes are the model's, arrays non-empty and finite.
+
+Exit status: 0 every output is within its tolerance; 1 one is not; 2 a setup or bundle error
+(one line: no tensorrt nor onnxruntime, a truncated ``reference.npz``, an output without a
+tolerance...); 3 only the ONNX Runtime stand-in ran (the engine was not checked), unless
+``--allow-stand-in`` is given, which makes that 0 or 1.
 """
 
 from __future__ import annotations
@@ -29,6 +34,12 @@ import time
 import numpy as np
 
 SQNR_CAP_DB = 300.0  # same cap as attn_export.validate.metrics
+BUNDLE_SCHEMA = 2  # what attn_export.deploy.jetson_bundle writes
+TOLERANCE_KEYS = ("max_abs", "rel_l2", "cosine_min")
+
+
+class BundleError(Exception):
+    """The bundle cannot be checked as it is (a missing, corrupted or inconsistent file): one line, exit 2."""
 
 
 def accuracy(reference: np.ndarray, candidate: np.ndarray) -> dict:
@@ -59,11 +70,7 @@ def accuracy(reference: np.ndarray, candidate: np.ndarray) -> dict:
 def violations(acc: dict, tol: dict) -> list:
     if any(math.isnan(acc[k]) for k in ("max_abs", "rel_l2", "cosine")):
         return ["output contains NaN/Inf"]
-    out = []
-    if tol.get("max_abs") is not None and acc["max_abs"] > tol["max_abs"]:
-        out.append(f"max_abs {acc['max_abs']:.3g} > {tol['max_abs']:.3g}")
-    if tol.get("rel_l2") is not None and acc["rel_l2"] > tol["rel_l2"]:
-        out.append(f"rel_l2 {acc['rel_l2']:.3g} > {tol['rel_l2']:.3g}")
+    out = [f"{k} {acc[k]:.3g} > {tol[k]:.3g}" for k in ("max_abs", "rel_l2") if tol.get(k) is not None and acc[k] > tol[k]]
     if tol.get("cosine_min") is not None and acc["cosine"] < tol["cosine_min"]:
         out.append(f"cosine {acc['cosine']:.6f} < {tol['cosine_min']:.6f}")
     return out
@@ -74,6 +81,99 @@ def latency(samples_s: list, batch: int) -> dict:
     p50 = float(np.percentile(ms, 50))
     return {"p50": p50, "p90": float(np.percentile(ms, 90)), "p99": float(np.percentile(ms, 99)), "mean": float(ms.mean()),
             "repeats": int(ms.size), "throughput_per_s": (batch * 1e3 / p50) if p50 > 0 else 0.0}
+
+
+def _one_line(err: object) -> str:
+    return " ".join(str(err).split())[:300]  # a message from numpy or a runtime may span lines
+
+
+def _names(meta: dict, key: str) -> list:
+    names = meta.get(key)
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
+        raise BundleError(f"bundle.json {key!r} must be a non-empty list of distinct tensor names, got {names!r}: rebuild the bundle")
+    return names
+
+
+def _dims(meta: dict, key: str, names: list) -> dict:
+    dims = meta.get(key)
+    if not isinstance(dims, dict) or set(dims) != set(names):
+        raise BundleError(f"bundle.json {key!r} must give the dims of exactly {names}, got {dims!r}; rebuild the bundle with attn-export")
+    for name, d in dims.items():
+        if not isinstance(d, list) or not all(x is None or isinstance(x, str) or (type(x) is int and x >= 0) for x in d):
+            raise BundleError(f"bundle.json {key}[{name!r}] must be a list of sizes or axis names, got {d!r}")
+    return dims
+
+
+def _tolerance(name: str, tol: object) -> dict:
+    if not isinstance(tol, dict) or not tol:
+        raise BundleError(f"bundle.json has an empty tolerance for output {name!r}: a check with no bound passes anything; rebuild the bundle")
+    for key, value in tol.items():
+        lo, hi = (-1.0, 1.0) if key == "cosine_min" else (0.0, math.inf)
+        if key not in TOLERANCE_KEYS or type(value) not in (int, float) or not lo <= value <= hi or math.isinf(value):
+            raise BundleError(f"bundle.json tolerance of {name!r} has {key}={value!r}; expected finite {', '.join(TOLERANCE_KEYS)} (cosine_min in [-1, 1])")
+    return {k: float(v) for k, v in tol.items()}
+
+
+def check_meta(meta: object) -> dict:
+    """bundle.json's schema, checked by hand: the device has numpy but not pydantic (attn-export's schemas)."""
+    if not isinstance(meta, dict):
+        raise BundleError(f"bundle.json must hold a JSON object, got {type(meta).__name__}")
+    if meta.get("schema") != BUNDLE_SCHEMA:
+        raise BundleError(f"bundle.json has schema {meta.get('schema')!r}; this validator reads schema {BUNDLE_SCHEMA}: rebuild the bundle with attn-export")
+    inputs, outputs = _names(meta, "inputs"), _names(meta, "outputs")
+    tols = meta.get("tolerances")
+    if not isinstance(tols, dict):
+        raise BundleError(f"bundle.json 'tolerances' must map every output to its tolerance, got {tols!r}")
+    missing, extra = [o for o in outputs if o not in tols], sorted(set(tols) - set(outputs))
+    if missing or extra:
+        raise BundleError(f"bundle.json tolerances must cover exactly the outputs {outputs} (missing {missing}, not an output {extra}); every output is compared")
+    for key, kind in (("precision", str), ("version_compatible", bool), ("attention_blocks", int)):
+        if meta.get(key) is not None and not isinstance(meta[key], kind):
+            raise BundleError(f"bundle.json {key!r} must be a {kind.__name__}, got {meta[key]!r}")
+    return {**meta, "input_dims": _dims(meta, "input_dims", inputs), "output_dims": _dims(meta, "output_dims", outputs),
+            "tolerances": {o: _tolerance(o, tols[o]) for o in outputs}}
+
+
+def _check_shape(what: str, shape: tuple, dims: list, bound: dict) -> None:
+    """``shape`` against the model's ``dims``: the rank, every fixed size, and one size per axis name."""
+    if len(shape) != len(dims) or any(type(d) is int and d > 0 and size != d for size, d in zip(shape, dims)):
+        raise BundleError(f"{what} has shape {tuple(shape)}, the model's is {dims}: rebuild the bundle")
+    for size, d in zip(shape, dims):
+        if isinstance(d, str) and bound.setdefault(d, size) != size:
+            raise BundleError(f"{what} has {d}={size} where the other tensors have {d}={bound[d]}: rebuild the bundle")
+
+
+def load_reference(path: str, meta: dict) -> tuple:
+    """(inputs, expected outputs) from reference.npz, each present, non-empty, finite and of the model's shape."""
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            arrays = {k: np.asarray(npz[k]) for k in npz.files}
+    except Exception as err:  # numpy raises zipfile, zlib, EOF, OS and value errors for a damaged archive
+        raise BundleError(f"{path} cannot be read ({type(err).__name__}: {_one_line(err)}); it is truncated or not an .npz: copy the bundle again") from None
+    want = [f"input/{n}" for n in meta["inputs"]] + [f"output/{n}" for n in meta["outputs"]]
+    missing, extra = [k for k in want if k not in arrays], sorted(set(arrays) - set(want))
+    if missing or extra:
+        raise BundleError(f"{path} must hold exactly {want} (bundle.json's inputs and outputs), missing {missing}, extra {extra}: rebuild the bundle")
+    bound: dict = {}
+    for key in want:
+        arr, kind = arrays[key], key.split("/", 1)[0]
+        dims = meta[f"{kind}_dims"][key.split("/", 1)[1]]
+        if arr.dtype.kind not in "biuf" or arr.size == 0:
+            raise BundleError(f"{path}: {key} must be a non-empty numeric array, got {arr.dtype} of shape {arr.shape}: rebuild the bundle")
+        if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
+            raise BundleError(f"{path}: {key} holds NaN/Inf values: rebuild the bundle")
+        _check_shape(f"{path}: {key}", arr.shape, dims, bound)
+    split = {k.split("/", 1)[1]: v for k, v in arrays.items() if k.startswith("input/")}
+    return split, {n: arrays[f"output/{n}"] for n in meta["outputs"]}
+
+
+def check_backend(backend, meta: dict) -> None:
+    """The model that runs has exactly the bundle's inputs and outputs: an output nobody compares is refused."""
+    for kind in ("inputs", "outputs"):
+        have, listed = list(backend.inputs if kind == "inputs" else backend.outputs), meta[kind]
+        if set(have) != set(listed):
+            raise BundleError(f"{backend.name} model has {kind} {have}, bundle.json lists {listed}: every {kind[:-1]} must be in both; "
+                              "rebuild the bundle (or the engine from its model.onnx)")
 
 
 def numpy_dtype(trt, name: str, dtype) -> np.dtype:
@@ -159,6 +259,7 @@ class OnnxRuntimeBackend:
 
         self.session = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
         self.types = {i.name: i.type for i in self.session.get_inputs()}
+        self.inputs = list(self.types)
         self.outputs = [o.name for o in self.session.get_outputs()]
 
     def infer(self, feed: dict) -> dict:
@@ -206,6 +307,41 @@ def fused_attention_layers(layers_json: str) -> int | None:
     return sum(1 for t in texts if pattern.search(t))
 
 
+def _setup(args: argparse.Namespace) -> tuple:
+    """bundle.json, reference.npz and the backend, each checked against the others; BundleError/SystemExit on a problem."""
+    try:
+        with open(args.bundle_json, encoding="utf-8") as f:
+            meta = check_meta(json.load(f))
+    except (OSError, ValueError) as err:
+        raise BundleError(f"cannot read {args.bundle_json} ({_one_line(err)}); copy the bundle again") from None
+    feed, expected = load_reference(args.reference, meta)
+    try:
+        backend = _backend(args, meta)
+    except Exception as err:  # the runtime's own errors (a damaged model, a CUDA error) are one line here
+        raise BundleError(f"the backend could not load the model: {type(err).__name__}: {_one_line(err)}") from None
+    check_backend(backend, meta)
+    return meta, feed, expected, backend
+
+
+def _compare(meta: dict, expected: dict, got: dict) -> tuple:
+    """Every output against its reference with its own tolerance: (passed, accuracy per output)."""
+    passed, accs = True, {}
+    for name, want in expected.items():
+        if name not in got:
+            raise BundleError(f"the backend returned no output {name!r} (it returned {sorted(got)})")
+        out = np.asarray(got[name])
+        if out.shape != want.shape:
+            raise BundleError(f"output {name!r} has shape {out.shape} on this backend, the reference has {want.shape}: rebuild the bundle")
+        acc = accuracy(want, out)
+        bad = violations(acc, meta["tolerances"][name])
+        passed &= not bad
+        accs[name] = acc
+        status = "PASS" if not bad else "FAIL (" + "; ".join(bad) + ")"
+        print(f"{name}: {status} max_abs={acc['max_abs']:.3g} mean_abs={acc['mean_abs']:.3g} rel_l2={acc['rel_l2']:.3g} "
+              f"cosine={acc['cosine']:.6f} sqnr={acc['sqnr_db']:.1f}dB")
+    return passed, accs
+
+
 def main(argv: list | None = None) -> int:
     here = os.path.dirname(os.path.abspath(__file__))
     p = argparse.ArgumentParser(description="Compare a TensorRT engine with the bundle's reference outputs.")
@@ -221,30 +357,15 @@ def main(argv: list | None = None) -> int:
     p.add_argument("--allow-stand-in", action="store_true", help="exit 0/1 on the stand-in's figures instead of 3")
     args = p.parse_args(argv)
     try:
-        with open(args.bundle_json, encoding="utf-8") as f:
-            meta = json.load(f)
-        ref = np.load(args.reference, allow_pickle=False)
-        feed = {k.split("/", 1)[1]: ref[k] for k in ref.files if k.startswith("input/")}
-        expected = {k.split("/", 1)[1]: ref[k] for k in ref.files if k.startswith("output/")}
-        backend = _backend(args, meta)
-    except SystemExit as err:
-        print(err, file=sys.stderr)
+        meta, feed, expected, backend = _setup(args)
+        try:
+            got = backend.infer(feed)
+        except Exception as err:  # a shape outside the profile, a runtime error: the bundle does not fit the model
+            raise BundleError(f"{backend.name} could not run the reference inputs: {type(err).__name__}: {_one_line(err)}") from None
+        passed, accs = _compare(meta, expected, got)
+    except (SystemExit, BundleError) as err:
+        print(err if isinstance(err, SystemExit) else f"error: {_one_line(err)}", file=sys.stderr)
         return 2
-    except (OSError, ValueError, KeyError, RuntimeError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    tol = meta.get("tolerance", {})
-    got = backend.infer(feed)
-    passed, accs = True, {}
-    for i, (name, want) in enumerate(expected.items()):
-        out = got[name] if name in got else list(got.values())[i]
-        acc = accuracy(want, out)
-        bad = violations(acc, tol)
-        passed &= not bad
-        accs[name] = acc
-        status = "PASS" if not bad else "FAIL (" + "; ".join(bad) + ")"
-        print(f"{name}: {status} max_abs={acc['max_abs']:.3g} mean_abs={acc['mean_abs']:.3g} rel_l2={acc['rel_l2']:.3g} "
-              f"cosine={acc['cosine']:.6f} sqnr={acc['sqnr_db']:.1f}dB")
     for _ in range(max(0, args.warmup)):
         backend.infer(feed)
     samples = []
@@ -260,10 +381,11 @@ def main(argv: list | None = None) -> int:
     if fused is not None:
         print(f"fused attention kernels in the engine: {fused} (attention blocks in the model: {meta.get('attention_blocks', '?')})")
     if args.json:
-        first = next(iter(accs.values())) if accs else None
+        worst = min(accs, key=lambda n: -math.inf if math.isnan(accs[n]["cosine"]) else accs[n]["cosine"])  # NaN is the worst
         stage = {"name": f"device-{backend.name.split()[0]}", "artifact": args.engine if backend.name == "tensorrt" else args.onnx,
-                 "precision": meta.get("precision"), "accuracy": first, "latency_ms": {"artifact": lat},
-                 "passed": passed, "tolerance": tol, "details": {"per_output": accs, "backend": backend.name}}
+                 "precision": meta.get("precision"), "accuracy": accs[worst], "latency_ms": {"artifact": lat},
+                 "passed": passed, "tolerance": meta["tolerances"][worst],
+                 "details": {"per_output": accs, "tolerances": meta["tolerances"], "worst_output": worst, "backend": backend.name}}
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(stage, f, indent=2)
     stand_in = backend.name != "tensorrt"

@@ -37,12 +37,16 @@ def check_for_target(onnx_path: Path, target: Any, spec: Any, trt_version: str, 
 
 
 def write_bundle(subject: Any, onnx_path: Path, bundle_dir: Path, spec: Any, precision: str, trt_version: str, say: Callable[[str], None]) -> Path:
-    """The Jetson bundle of ``onnx_path``, checked on the device against the subject's own reference outputs."""
+    """The Jetson bundle of ``onnx_path``, checked on the device against the subject's own reference outputs.
+
+    Every output the subject returns is compared on the device, each with the tolerance the
+    subject gives it (``Subject.bundle_reference``), not the first output's for all.
+    """
     from attn_export.deploy.jetson_bundle import write_jetson_bundle
 
     say(f"writing Jetson bundle {bundle_dir}")
     feed, reference, tolerances = subject.bundle_reference(precision)
-    return write_jetson_bundle(onnx_path, bundle_dir, spec, feed, reference, next(iter(tolerances.values())), trt_version=trt_version)
+    return write_jetson_bundle(onnx_path, bundle_dir, spec, feed, reference, tolerances, trt_version=trt_version)
 
 
 def write_triton(onnx_path: Path, repo_dir: Path, spec: Any, engine_path: Path | None, model_name: str, say: Callable[[str], None]) -> Path:

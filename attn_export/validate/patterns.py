@@ -30,7 +30,7 @@ import onnx_ir as ir
 import torch
 from torch import nn
 
-from attn_export.errors import ConfigError
+from attn_export.errors import ConfigError, ExportError
 from attn_export.layers.block_sparse import BlockSparseAttention
 from attn_export.layers.linear_attention import LinearAttention
 from attn_export.layers.registry import MaskedLayer
@@ -127,11 +127,16 @@ def eager_attention_maps(model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> 
 
 
 def expose_softmax_outputs(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> list[str]:
-    """Copy ``src`` to ``dst`` with every Softmax output added as a graph output; returns their names."""
+    """Copy ``src`` to ``dst`` with every Softmax output of the main graph added as a graph output; returns their names.
+
+    A Softmax inside a subgraph (the ``long-seq`` form's Loop over query blocks) is not
+    exposed: its output is one block of one iteration, a name the main graph does not
+    have (ONNX Runtime refuses such a model: "Graph output ... does not exist").
+    """
     model = ir.load(src)
     outputs = {v.name for v in model.graph.outputs}
     names: list[str] = []
-    for node in model.graph.all_nodes():
+    for node in model.graph:  # the main graph only, not Loop/If bodies
         if node.op_type != "Softmax":
             continue
         value = node.outputs[0]
@@ -175,13 +180,17 @@ def _onnx_maps(onnx_path: str | os.PathLike[str] | None, layer: MaskedLayer, fee
         source = "artifact"
         names = expose_softmax_outputs(onnx_path, Path(tmp) / "maps.onnx") if onnx_path else []
         if not names:
-            source = "decomposed re-export" + (" (artifact has fused attention)" if onnx_path else "")
+            # fused attention (one op) or a Softmax inside a Loop (long-seq): the maps come from the decomposed form
+            source = "decomposed re-export" + (" (the artifact's attention has no Softmax in its main graph: fused, or in a Loop)" if onnx_path else "")
             export_onnx(layer, Path(tmp) / "decomposed.onnx", ExportSpec(attention="decomposed"))
             names = expose_softmax_outputs(Path(tmp) / "decomposed.onnx", Path(tmp) / "maps.onnx")
         if not names:
             raise _no_maps(_attention_module(layer))
-        with OrtRunner(SessionFromOnnx(Path(tmp) / "maps.onnx")) as runner:
-            out = runner.infer({n: feed[n] for n in runner.input_names})
+        try:
+            with OrtRunner(SessionFromOnnx(Path(tmp) / "maps.onnx")) as runner:
+                out = runner.infer({n: feed[n] for n in runner.input_names})
+        except Exception as err:  # ONNX Runtime's own errors are plain Exceptions: the report says why, never crashes
+            raise ExportError(f"ONNX Runtime could not run the attention-map graph ({source}): {' '.join(str(err).split())[:200]}") from err
     return np.asarray(out[names[0]], dtype=np.float32), source
 
 

@@ -22,6 +22,7 @@ from attn_export.export import export_onnx
 from attn_export.export.targets import export_spec_for
 from attn_export.runtime.tensorrt.spec import EngineSpec, ShapeProfile
 from attn_export.validate import accuracy, tolerance_for
+from attn_export.validate.tolerances import Tolerance
 
 SPEC = EngineSpec(precision="fp16", profiles=ShapeProfile((1, 8), (2, 16), (4, 32)), workspace_bytes=1 << 30)
 HAS_TRT = importlib.util.find_spec("tensorrt") is not None
@@ -57,6 +58,8 @@ def test_bundle_files(bundle) -> None:  # type: ignore[no-untyped-def]
     assert subprocess.run(["bash", "-n", str(bundle / "build_engine.sh")]).returncode == 0
     meta = json.loads((bundle / "bundle.json").read_text())
     assert meta["trt_version"] == "10.3" and meta["check"]["passed"] and meta["attention_blocks"] == 1
+    assert meta["schema"] == 2 and meta["outputs"] == ["y"] and meta["tolerances"] == {"y": tolerance_for("fp32").to_dict()}
+    assert meta["input_dims"]["x"][2] == 32 and len(meta["output_dims"]["y"]) == 3
     ref = np.load(bundle / "reference.npz", allow_pickle=False)
     assert sorted(ref.files) == ["input/key_padding_mask", "input/x", "output/y"]
 
@@ -135,9 +138,9 @@ def test_bad_reference_and_rewrite(model, tmp_path) -> None:  # type: ignore[no-
     path, feed, ref = model
     with pytest.raises(DataError, match="must cover the model's inputs"):
         write_jetson_bundle(path, tmp_path / "b", SPEC, {"x": feed["x"]}, ref, tolerance_for("fp32"))
-    first = write_jetson_bundle(path, tmp_path / "b", SPEC, feed, ref, {"max_abs": 1e-4})
-    again = write_jetson_bundle(path, tmp_path / "b", SPEC, feed, ref, {"max_abs": 1e-3})
-    assert first == again and json.loads((again / "bundle.json").read_text())["tolerance"] == {"max_abs": 1e-3}
+    first = write_jetson_bundle(path, tmp_path / "b", SPEC, feed, ref, {"y": {"max_abs": 1e-4}})
+    again = write_jetson_bundle(path, tmp_path / "b", SPEC, feed, ref, {"y": Tolerance(max_abs=1e-3)})
+    assert first == again and json.loads((again / "bundle.json").read_text())["tolerances"] == {"y": {"max_abs": 1e-3}}
 
 
 def test_build_script_uses_only_flags_of_jetpack_trtexec(model, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -196,7 +199,9 @@ def test_validate_on_device_tensorrt_path_against_strict_fakes(tmp_path, monkeyp
         vod.TensorRTBackend(str(tmp_path / "model.engine"))  # without the opt-in TensorRT refuses the lean runtime
     x = np.arange(2 * 8 * 4, dtype=np.float32).reshape(2, 8, 4)
     np.savez(tmp_path / "reference.npz", **{"input/x": x, "output/y": 2 * x})
-    (tmp_path / "bundle.json").write_text(json.dumps({"tolerance": {"max_abs": 1e-6}, "version_compatible": True, "precision": precision}))
+    meta = {"schema": 2, "inputs": ["x"], "outputs": ["y"], "input_dims": {"x": ["B", "S", 4]}, "output_dims": {"y": ["B", "S", 4]},
+            "tolerances": {"y": {"max_abs": 1e-6}}, "version_compatible": True, "precision": precision}  # fmt: skip
+    (tmp_path / "bundle.json").write_text(json.dumps(meta))
     code = vod.main(["--engine", str(tmp_path / "model.engine"), "--onnx", onnx_path, "--reference", str(tmp_path / "reference.npz"),
                      "--bundle-json", str(tmp_path / "bundle.json"), "--backend", "tensorrt", "--device", "1", "--warmup", "0", "--repeats", "2"])
     out = capsys.readouterr().out
@@ -212,3 +217,62 @@ def test_validate_on_device_refuses_bf16_io(tmp_path, monkeypatch) -> None:  # t
     build_engine(_double_onnx(tmp_path / "m.onnx"), tmp_path / "m.engine", EngineSpec(precision="fp16", profiles=ShapeProfile((1, 8), (2, 8), (4, 16))))
     with pytest.raises(RuntimeError, match="engine I/O tensor 'x' is BF16, which numpy cannot hold"):
         _device_script().TensorRTBackend(str(tmp_path / "m.engine"))
+
+
+def _two_output_onnx(path) -> str:  # type: ignore[no-untyped-def]
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", 4])
+    two, three = (helper.make_tensor(n, TensorProto.FLOAT, [], [v]) for n, v in (("two", 2.0), ("three", 3.0)))
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["B", "S", 4]) for n in ("y", "z")]
+    graph = helper.make_graph([helper.make_node("Mul", ["x", "two"], ["y"]), helper.make_node("Mul", ["x", "three"], ["z"])], "two", [x], outs,
+                              initializer=[two, three])  # fmt: skip
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10), path)
+    return str(path)
+
+
+def test_every_output_is_held_to_its_own_tolerance(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = _two_output_onnx(tmp_path / "two.onnx")
+    x = np.random.default_rng(0).standard_normal((2, 16, 4)).astype(np.float32)
+    ref = {"y": 2 * x, "z": 3 * x * (1 + 1e-3)}  # z is off by 0.1 %, y is exact
+    loose = write_jetson_bundle(path, tmp_path / "loose", SPEC, {"x": x}, ref, {"y": Tolerance(max_abs=1e-5), "z": Tolerance(rel_l2=1e-2)})
+    assert json.loads((loose / "bundle.json").read_text())["tolerances"] == {"y": {"max_abs": 1e-5}, "z": {"rel_l2": 1e-2}}
+    run = _validate(loose, "--allow-stand-in")
+    assert run.returncode == 0 and "y: PASS" in run.stdout and "z: PASS" in run.stdout, run.stdout + run.stderr
+    strict = write_jetson_bundle(path, tmp_path / "strict", SPEC, {"x": x}, ref, {"y": Tolerance(rel_l2=1e-2), "z": Tolerance(rel_l2=1e-4)})
+    run = _validate(strict, "--allow-stand-in")
+    assert run.returncode == 1 and "y: PASS" in run.stdout and "z: FAIL (rel_l2" in run.stdout, run.stdout + run.stderr
+
+
+@pytest.mark.parametrize(
+    ("reference", "tolerances", "match"),
+    [
+        ({"y"}, {"y": Tolerance(max_abs=1.0), "z": Tolerance(max_abs=1.0)}, "must be the model's outputs"),
+        ({"y", "z"}, {"y": Tolerance(max_abs=1.0)}, "a tolerance for each model output"),
+        ({"y", "z"}, {"y": Tolerance(max_abs=1.0), "z": Tolerance()}, "without a bound passes anything"),
+        ({"y", "z"}, Tolerance(), "without a bound passes anything"),
+        ({"y", "z"}, {"y": {"max_abs": float("nan")}, "z": {"max_abs": 1.0}}, "finite numbers"),
+    ],
+    ids=["an-output-without-reference", "an-output-without-tolerance", "an-empty-tolerance", "one-empty-tolerance-for-all", "a-nan-bound"],
+)
+def test_the_writer_refuses_a_bundle_that_would_check_nothing(tmp_path, reference, tolerances, match) -> None:  # type: ignore[no-untyped-def]
+    path = _two_output_onnx(tmp_path / "two.onnx")
+    x = np.ones((2, 16, 4), np.float32)
+    with pytest.raises(DataError, match=match):
+        write_jetson_bundle(path, tmp_path / "b", SPEC, {"x": x}, {n: x for n in reference}, tolerances)
+    assert not (tmp_path / "b").exists()
+
+
+def test_write_bundle_step_passes_each_outputs_tolerance(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from attn_export.deploy.steps import write_bundle
+
+    path = _two_output_onnx(tmp_path / "two.onnx")
+    x = np.ones((2, 16, 4), np.float32)
+
+    class Subject:
+        def bundle_reference(self, key: str):  # type: ignore[no-untyped-def]
+            assert key == "fp16"
+            return {"x": x}, {"y": 2 * x, "z": 3 * x}, {"y": Tolerance(max_abs=1e-4), "z": Tolerance(cosine_min=0.999)}
+
+    bundle = write_bundle(Subject(), path, tmp_path / "b", SPEC, "fp16", "10.3", lambda _msg: None)
+    assert json.loads((bundle / "bundle.json").read_text())["tolerances"] == {"y": {"max_abs": 1e-4}, "z": {"cosine_min": 0.999}}

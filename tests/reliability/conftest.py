@@ -40,7 +40,7 @@ def calib32(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def calib32_slow(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Enough calibration data that entropy calibration takes ~2 s (a window to interrupt it in)."""
+    """Enough calibration data that static int8 (histograms, sensitivity, fallback) takes seconds (a window to interrupt it in)."""
     from attn_export.compress.calib_data import generate_calibration
 
-    return generate_calibration(tmp_path_factory.mktemp("calib") / "calib_d32_large.npz", 32, n_calib=256, n_val=16, seq_len=64, seed=0)
+    return generate_calibration(tmp_path_factory.mktemp("calib") / "calib_d32_large.npz", 32, n_calib=1024, n_val=16, seq_len=128, seed=0)

@@ -34,6 +34,12 @@ CLASSES = {
     12: "a crash loses the last complete run",
     13: "checks that pass on nothing",
     14: "FIFOs and devices as input files",
+    15: "the device validator passes on nothing or shows a traceback",
+    16: "extreme but finite calibration data",
+    17: "a valid mask x attention form fails to render its report",
+    18: "numbers beyond int64 or a stated bound",
+    19: "a signal where an exception cannot propagate (finalizers, clean-up)",
+    20: "stale flag names, wrong help, unbounded or empty work",
 }
 
 

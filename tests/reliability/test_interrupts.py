@@ -49,12 +49,11 @@ def test_signal_during_a_stage_exits_interrupted_and_leaves_nothing(stage: str, 
         args = [*TINY, *extra, "--out", "out", "--progress"]  # a repeated option: the last one wins
         runs[sig] = (work, Proc(args, cwd=work, tmpdir=tmp_path / f"tmp-{sig.name}"))
     try:
-        for sig, (_work, proc) in runs.items():
+        sent_after = {}
+        for sig, (_work, proc) in runs.items():  # each run is signalled from its own marker (they do not start together)
             if marker is not None:
                 proc.wait_for(marker)
-        time.sleep(delay)
-        sent_after = {}
-        for sig, (_work, proc) in runs.items():
+            time.sleep(delay)
             sent_after[sig] = list(proc.lines)
             proc.p.send_signal(sig)
         for sig, (work, proc) in runs.items():

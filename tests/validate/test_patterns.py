@@ -95,3 +95,31 @@ def test_block_sparse_maps_compare_in_the_full_layout(tmp_path):
     assert res and res.source == "artifact", str(res)
     assert res.eager_maps.shape == res.onnx_maps.shape == (2, 4, 12, 12)
     assert not res.eager_maps[:, :, :8, 8:].any() and not res.onnx_maps[:, :, 8:, :8].any()  # block-diagonal
+
+
+def test_a_softmax_inside_a_loop_is_not_exposed_and_the_maps_come_from_the_decomposed_form(tmp_path):
+    """long-seq with a window mask runs its Softmax in a Loop over query blocks: exposing it made an invalid graph."""
+    layer = small_layer("transformer", "window")
+    export_onnx(layer, tmp_path / "long.onnx", ExportSpec(attention="long-seq", long_seq_block=4))
+    model = ir.load(tmp_path / "long.onnx")
+    assert any(n.op_type == "Softmax" for n in model.graph.all_nodes()) and not any(n.op_type == "Softmax" for n in model.graph)
+    assert expose_softmax_outputs(tmp_path / "long.onnx", tmp_path / "copy.onnx") == []
+    feed = feed_for(layer, 2, 10)
+    res = check_attention_patterns(layer, feed["x"], tmp_path / "long.onnx")
+    assert res and res.source.startswith("decomposed re-export (the artifact's attention has no Softmax in its main graph"), str(res)
+    assert res.eager_maps.shape == (2, 4, 10, 10) and not res.eager_maps[:, :, 0, 4:].any()  # window 3: query 0 sees keys 0..3
+
+
+def test_a_maps_graph_onnx_runtime_cannot_run_is_a_one_line_error(exported, monkeypatch):
+    from attn_export.errors import ExportError
+    from attn_export.validate import patterns
+
+    def broken(*_a, **_k):
+        raise Exception("[ONNXRuntimeError] : 1 : FAIL : Load model failed:\nGraph output (x) does not exist in the graph.")  # what ORT raises
+
+    layer, d = exported
+    monkeypatch.setattr(patterns, "SessionFromOnnx", broken)
+    feed = feed_for(layer, 1, 8)
+    with pytest.raises(ExportError, match=r"ONNX Runtime could not run the attention-map graph \(artifact\): .*does not exist") as err:
+        check_attention_patterns(layer, feed["x"], d / "model.onnx", feed["key_padding_mask"])
+    assert "\n" not in str(err.value)

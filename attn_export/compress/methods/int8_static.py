@@ -107,7 +107,8 @@ def int8_static(source: Source, config: Int8Static) -> Artifact:
     if art.onnx_fp32 is None:
         raise ConfigError(f"{source.name}: static int8 starts from an fp32 ONNX export, and {art.name} has none")
     spec = StaticQuantSpec(method=config.method, smoothquant_alpha=config.smoothquant_alpha, per_channel=config.per_channel,
-                           quantize_attention_bmm=config.quantize_attention_bmm, reduce_range=config.reduce_range)  # fmt: skip
+                           quantize_attention_bmm=config.quantize_attention_bmm, reduce_range=config.reduce_range,
+                           float_precision=config.float_precision)  # fmt: skip
     weights = "full-range (TensorRT)" if config.for_tensorrt else ("7-bit reduce-range" if config.reduce_range else "full-range")
     sq = "" if config.smoothquant_alpha is None else f", SmoothQuant {config.smoothquant_alpha}"
     ctx.say(f"int8 static Q/DQ: {config.method} calibration{sq}, {weights} weights, fallback {config.fallback}")

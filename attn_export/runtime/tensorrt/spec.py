@@ -80,12 +80,31 @@ def dla_supported(version: TrtVersion) -> bool:
 DLA_RELEASES = "TensorRT 10.0-10.7 (JetPack 6 ships 10.3) or 11.4+ (JetPack 7.2.2 on Jetson AGX Orin)"
 
 
+# Bounds of a profile's batch and sequence length. TensorRT's dims are int64 (nvinfer1::Dims64),
+# but a builder sizes every activation for the max shape, so far less is sensible: these are
+# 16x the main command's own largest profile (4 x --batch 4096, 4 x --seq-len 65536).
+MAX_PROFILE_BATCH = 262_144
+MAX_PROFILE_SEQ = 4_194_304
+
+
 def parse_shape(text: str, what: str = "--opt-shape") -> tuple[int, int]:
-    """'8x128' -> (8, 128): batch x sequence length, both positive."""
-    m = re.fullmatch(r"\s*(\d+)\s*[xX,]\s*(\d+)\s*", str(text))
+    """'8x128' -> (8, 128): batch x sequence length, both positive and within the profile bounds."""
+    m = re.fullmatch(r"\s*(\d{1,30})\s*[xX,]\s*(\d{1,30})\s*", str(text))  # 30 digits: past int64, short of int()'s limit
     if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
         raise ConfigError(f"expected {what} as BATCHxSEQ with positive numbers (e.g. 8x128), got {text!r}")
-    return int(m.group(1)), int(m.group(2))
+    shape = int(m.group(1)), int(m.group(2))
+    _check_bounds(shape, what)
+    return shape
+
+
+def _check_bounds(shape: tuple[int, int], what: str) -> None:
+    batch, seq = shape
+    if batch > MAX_PROFILE_BATCH or seq > MAX_PROFILE_SEQ:
+        beyond = " (beyond int64, TensorRT's dimension type)" if max(batch, seq) > 2**63 - 1 else ""
+        raise ConfigError(
+            f"expected {what} with batch <= {MAX_PROFILE_BATCH} and sequence length <= {MAX_PROFILE_SEQ}, got "
+            f"{batch}x{seq}{beyond}; TensorRT sizes the engine's buffers for the max shape"
+        )
 
 
 @dataclass(frozen=True)
@@ -97,6 +116,10 @@ class ShapeProfile:
     max: tuple[int, int]
 
     def __post_init__(self) -> None:
+        for which, shape in (("min", self.min), ("opt", self.opt), ("max", self.max)):
+            if len(shape) != 2 or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in shape):
+                raise ConfigError(f"expected the {which} shape as two positive integers (batch, seq), got {shape!r}")
+            _check_bounds(shape, f"the {which} shape")
         for lo, hi, axis in ((self.min, self.opt, 0), (self.opt, self.max, 0), (self.min, self.opt, 1), (self.opt, self.max, 1)):
             if lo[axis] > hi[axis]:
                 raise ConfigError(
