@@ -19,6 +19,7 @@ import torch
 from attn_export.errors import ExportError
 from attn_export.export import ExportResult, ExportSpec, export_module
 from attn_export.layers.encoder import SentenceEncoder
+from attn_export.layers.packed import PackedEncoder
 
 __all__ = [
     "ENCODER_DYNAMIC_AXES",
@@ -61,10 +62,16 @@ def encoder_export_spec(spec: ExportSpec | None = None) -> ExportSpec:
 
 
 def export_encoder(encoder: SentenceEncoder, path: str | os.PathLike[str], spec: ExportSpec | None = None) -> ExportResult:
-    """Export the whole encoder to ONNX; fp16 keeps softmax, LayerNorm and pooling in float32."""
+    """Export the whole encoder to ONNX; fp16 keeps softmax, LayerNorm and pooling in float32.
+
+    ``spec.encoder_form == "packed"`` exports ``layers.packed.PackedEncoder`` over the same
+    weights: the same inputs and outputs, computed on the real tokens only (zeros in
+    ``last_hidden_state`` at padded positions).
+    """
     spec = encoder_export_spec(spec)
     example = encoder_example_inputs(encoder, spec.example_batch, max(spec.example_seq, 2))
-    result = export_module(encoder.eval(), path, spec, example, ENCODER_INPUT_NAMES, ENCODER_OUTPUT_NAMES, ENCODER_DYNAMIC_AXES)
+    module = PackedEncoder(encoder) if spec.encoder_form == "packed" else encoder
+    result = export_module(module.eval(), path, spec, example, ENCODER_INPUT_NAMES, ENCODER_OUTPUT_NAMES, ENCODER_DYNAMIC_AXES)
     if result.input_names != ENCODER_INPUT_NAMES or result.output_names != ENCODER_OUTPUT_NAMES:
         raise ExportError(
             f"expected graph inputs {ENCODER_INPUT_NAMES} and outputs {ENCODER_OUTPUT_NAMES}, got "

@@ -97,8 +97,16 @@ class BertEmbeddings(nn.Module):
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)  # (S,)
-        x = self.word_embeddings(input_ids) + self.token_type_embeddings.weight[0]  # (B, S, D)
-        x = x + self.position_embeddings(positions)  # (B, S, D) + (S, D); same order as BERT
+        return self.embed(input_ids, positions)  # (B, S, D)
+
+    def embed(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """LayerNorm(word[ids] + token_type[0] + position[positions]); ``positions`` broadcasts against ``ids``.
+
+        The padded model passes ids (B, S) with positions (S,); the packed form
+        (``layers.packed``) passes the real tokens (T,) with each one's own position (T,).
+        """
+        x = self.word_embeddings(ids) + self.token_type_embeddings.weight[0]  # (..., D)
+        x = x + self.position_embeddings(positions)  # same order as BERT
         return self.norm(x)
 
 
