@@ -78,14 +78,16 @@ class PackedIndex:
     @classmethod
     def from_mask(cls, attention_mask: torch.Tensor) -> PackedIndex:
         b, s = attention_mask.shape
-        keep = attention_mask != 0  # (B, S)
+        # dtypes TensorRT's parser takes as well (check-trt): NonZero on float, CumSum on float
+        # (exact: counts < 2^24), and no int64 Clip
+        keep = (attention_mask != 0).to(torch.float32)  # (B, S)
         rows = torch.nonzero(keep.reshape(-1)).squeeze(1)  # (T,)
         t = rows.shape[0]
         seq = torch.div(rows, s, rounding_mode="floor")  # (T,)
         pos = rows - seq * s  # (T,)
-        counts = keep.sum(dim=1)  # (B,)
-        starts = torch.cumsum(counts, dim=0) - counts  # (B,) first packed row of each sequence
-        width = counts.max().clamp(min=1).item()  # W >= 1 keeps the attention batch non-empty
+        counts = keep.sum(dim=1).to(torch.int64)  # (B,)
+        starts = torch.cumsum(keep.sum(dim=1), dim=0).to(torch.int64) - counts  # (B,) first packed row of each sequence
+        width = torch.cat([counts, counts.new_ones(1)]).max().item()  # W >= 1 keeps the attention batch non-empty
         torch._check(width >= 1)
         torch._check(width <= s)
         j = torch.arange(width, device=rows.device)  # (W,)
@@ -123,8 +125,8 @@ def packed_attention(
     b, w = index.slot.shape
     d = q.shape[-1]
     dh = d // heads
-    flat = index.slot.reshape(-1)  # (B*W,)
-    qb, kb, vb = (x.index_select(0, flat).view(b, w, d) for x in (q, k, v))  # (B, W, D)
+    # F.embedding is a row gather with a 2-D index: one ONNX Gather straight to (B, W, D), no Reshape
+    qb, kb, vb = (F.embedding(index.slot, x) for x in (q, k, v))  # (B, W, D)
     if torch.onnx.is_in_onnx_export() and form == "ort-contrib":
         out = torch.onnx.ops.symbolic(
             "com.microsoft::MultiHeadAttention",
