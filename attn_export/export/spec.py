@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from attn_export.errors import ConfigError
 from attn_export.layers.attention import ATTENTION_FORMS
+from attn_export.layers.packed import PACKED_ATTENTION_FORMS
 
 __all__ = ["ENCODER_FORMS", "ExportSpec", "PRECISIONS", "MIN_OPSET", "DEFAULT_OPSET"]
 
@@ -72,7 +73,7 @@ class ExportSpec:
             )
         if self.encoder_form not in ENCODER_FORMS:
             raise ConfigError(f"expected encoder form in {', '.join(ENCODER_FORMS)}, got {self.encoder_form!r}; use padded")
-        if self.encoder_form == "packed" and self.attention not in ("decomposed", "ort-contrib"):
+        if self.encoder_form == "packed" and self.attention not in PACKED_ATTENTION_FORMS:
             raise ConfigError(
                 f"expected --attention decomposed or ort-contrib for the packed encoder form, got {self.attention!r}; "
                 "use ort-contrib on ONNX Runtime, decomposed elsewhere"

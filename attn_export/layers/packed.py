@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attn_export.errors import ConfigError
-from attn_export.layers.encoder import SentenceEncoder, mean_pool
+from attn_export.layers.encoder import EncoderConfig, SentenceEncoder, mean_pool
 from attn_export.layers.masks import keep_to_bias
 from attn_export.layers.self_attention import SelfAttention
 from attn_export.layers.transformer import TransformerLayer
@@ -183,7 +183,7 @@ class PackedEncoder(nn.Module):
         self.encoder = encoder
 
     @property
-    def config(self):  # noqa: ANN201 - the wrapped encoder's EncoderConfig
+    def config(self) -> EncoderConfig:
         return self.encoder.config
 
     @property
