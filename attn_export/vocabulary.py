@@ -18,11 +18,13 @@ __all__ = [
     "CALIB_CHOICES",
     "CALIB_METHODS",
     "CPU_INT8_ENCODINGS",
+    "ENCODER_FORMS",
     "LOW_RANK_METHODS",
     "LAYER_MASKS",
     "LAYER_NAMES",
     "LOW_RANK_TARGET_NAMES",
     "MASK_KINDS",
+    "PACKED_ATTENTION_FORMS",
     "PER_TENSOR",
     "POOLING_MODES",
     "PRECISIONS",
@@ -32,6 +34,12 @@ __all__ = [
 
 Precision = Literal["fp32", "fp16", "int8"]
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
+
+# How a whole encoder is exported (--encoder-form): on the padded (B, S) grid, or on its real
+# tokens only (layers.packed); "auto" (the option's default) is the plan's choice, not a form.
+ENCODER_FORMS: tuple[str, ...] = ("padded", "packed")
+# Attention forms the packed encoder exports: ONNX Runtime's kernel, or the portable math.
+PACKED_ATTENTION_FORMS: tuple[str, ...] = ("decomposed", "ort-contrib")
 
 # --int8-mode and --quantize take the compression registry's route names and precisions
 # (compress.registry.route_names / precisions): a new method adds its own.

@@ -20,6 +20,7 @@ import torch
 from attn_export.errors import ExportError
 from attn_export.export import ExportResult, ExportSpec, export_module
 from attn_export.layers.encoder import SentenceEncoder
+from attn_export.layers.packed import PackedEncoder
 
 __all__ = [
     "ENCODER_DYNAMIC_AXES",
@@ -60,11 +61,17 @@ def encoder_export_spec(spec: ExportSpec | None = None) -> ExportSpec:
 
 
 def export_encoder(encoder: SentenceEncoder, path: str | os.PathLike[str], spec: ExportSpec | None = None) -> ExportResult:
-    """Export the whole encoder (its pooling and head included) to ONNX; fp16 keeps softmax, LayerNorm and pooling in float32."""
+    """Export the whole encoder (its pooling and head included) to ONNX; fp16 keeps softmax, LayerNorm and pooling in float32.
+
+    ``spec.encoder_form == "packed"`` exports ``layers.packed.PackedEncoder`` over the same
+    weights: the same inputs and outputs, computed on the real tokens only (zeros in
+    ``last_hidden_state`` at padded positions).
+    """
     spec = encoder_export_spec(spec)
     example = encoder_example_inputs(encoder, spec.example_batch, max(spec.example_seq, 2))
     outputs = list(encoder.output_names)  # SentenceEncoder.output_names, plus "logits" with a task head
-    result = export_module(encoder.eval(), path, spec, example, ENCODER_INPUT_NAMES, outputs, ENCODER_DYNAMIC_AXES)
+    module = PackedEncoder(encoder) if spec.encoder_form == "packed" else encoder
+    result = export_module(module.eval(), path, spec, example, ENCODER_INPUT_NAMES, outputs, ENCODER_DYNAMIC_AXES)
     if result.input_names != ENCODER_INPUT_NAMES or result.output_names != outputs:
         raise ExportError(
             f"expected graph inputs {ENCODER_INPUT_NAMES} and outputs {outputs}, got "

@@ -211,6 +211,13 @@ def preprocess_for_quantization(fp32_onnx: str | os.PathLike[str], out_path: str
         quant_pre_process(str(src), str(out_path), skip_symbolic_shape=True)
     except Exception as err:  # ORT raises plain exceptions with long messages
         raise ExportError(f"quantization pre-processing of {src} failed ({type(err).__name__}: {str(err).splitlines()[0]})") from err
+    from attn_export.export.linear_gemm import gemm_to_linear
+
+    # ORT's optimizer fuses a 2-D MatMul + Add (the packed encoder form's rows) into Gemm, which
+    # the dynamic quantizer and SmoothQuant do not read: write those Linears back as MatMul + Add.
+    model = ir.load(os.fspath(out_path))
+    if gemm_to_linear(model):
+        ir.save(model, os.fspath(out_path))
     return Path(out_path)
 
 

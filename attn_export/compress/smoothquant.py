@@ -161,7 +161,9 @@ def _value_projection(act: ir.Value) -> tuple[ir.Node, int, ir.Node | None] | No
     channels), and merging heads maps channel (h, d) back to the V projection's column
     h * Dh + d, so dividing the context's channel j by s_j is the same as dividing column j
     of W_v (and b_v). Walks back Reshape/Transpose, the zero-filling Where, the P @ V MatMul,
-    a QKV Split, the bias Add, to the constant-weight MatMul; None when the chain differs.
+    a QKV Split, the bias Add, to the constant-weight MatMul; in the packed encoder form also
+    its row Gathers and ORT's MultiHeadAttention (whose output channels are V's). None when
+    the chain differs.
     """
     value, offset, bias, hops = act, 0, None, 0
     equal_split: tuple[int, int] | None = None  # (output index, outputs) of a Split without sizes
@@ -180,6 +182,10 @@ def _value_projection(act: ir.Value) -> tuple[ir.Node, int, ir.Node | None] | No
             value = node.inputs[1]
         elif op == "MatMul" and not any(is_constant(v) for v in node.inputs):
             value = node.inputs[1]  # P @ V: follow V
+        elif op == "MultiHeadAttention" and node.domain == "com.microsoft" and len(node.inputs) > 2 and (len(node.inputs) < 4 or node.inputs[3] is None):
+            value = node.inputs[2]  # ORT's kernel, P @ V inside, no bias input: follow V
+        elif op == "Gather" and _gathers_rows(node):
+            value = node.inputs[0]  # the packed encoder form's row gathers move tokens, not channels
         elif op == "Split":
             index = list(node.outputs).index(value)
             axis = node.attributes.get("axis")
@@ -205,6 +211,13 @@ def _value_projection(act: ir.Value) -> tuple[ir.Node, int, ir.Node | None] | No
         else:
             return None
     return None
+
+
+def _gathers_rows(node: ir.Node) -> bool:
+    """A Gather of whole rows (axis 0 of a tensor of rank >= 2): it keeps every channel where it is."""
+    axis = node.attributes.get("axis")
+    data = node.inputs[0]
+    return (axis is None or axis.as_int() == 0) and data is not None and data.shape is not None and len(data.shape) >= 2
 
 
 def _fold_into_value_projection(graph: ir.Graph, act: ir.Value, inv_s: np.ndarray) -> bool:

@@ -11,6 +11,12 @@ to ``Shape(x)[:-1] + [N]``; the Reshapes are views, the bias is added inside the
 It is part of the ``long-seq`` form (whose point is memory at long L). It is opt-in for
 other forms because ONNX Runtime's dynamic int8 quantizer quantizes ``MatMul`` and not
 ``Gemm`` (onnxruntime.quantization.registry.IntegerOpsRegistry).
+
+``gemm_to_linear`` is the inverse, for graphs whose Linears run on 2-D rows (the packed
+encoder form, ``layers.packed``): torch writes ``nn.Linear`` on (T, D) as ``Gemm(transB=1)``,
+which that quantizer skips; ``MatMul`` + ``Add`` is what it reads, and ONNX Runtime fuses a
+2-D ``MatMul`` + ``Add`` back into one ``Gemm`` in the session (measured: the same
+optimized graph and speed).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import logging
 import numpy as np
 import onnx_ir as ir
 
-__all__ = ["linear_to_gemm"]
+__all__ = ["gemm_to_linear", "linear_to_gemm"]
 
 log = logging.getLogger(__name__)
 
@@ -70,3 +76,50 @@ def _match(node: ir.Node) -> tuple[ir.Node, ir.Value, ir.Value, ir.Value] | None
     if bias is None or bias.const_value is None or bias.shape is None or bias.shape.dims != (weight.shape[1],):
         return None
     return add, x, weight, bias
+
+
+def gemm_to_linear(model: ir.Model) -> int:
+    """Rewrite ``Gemm(x, W, b)`` with a constant 2-D W (torch's 2-D ``nn.Linear``) into ``MatMul(x, W') + b``.
+
+    W' is W laid out (K, N) (transposed in place when ``transB=1``, keeping its name); the new
+    nodes keep the Gemm's metadata (its torch name scope, which ``gemm_label`` reads).
+    Only plain Gemms are rewritten: ``transA=0``, ``alpha = beta = 1``, a 1-D constant bias or none.
+    Returns how many.
+    """
+    count = 0
+    for node in list(model.graph):  # top-level only: the Gemms torch emits for nn.Linear
+        if node.op_type != "Gemm" or node.domain not in ("", "ai.onnx") or not _plain_gemm(node):
+            continue
+        x, weight = node.inputs[0], node.inputs[1]
+        bias = node.inputs[2] if len(node.inputs) > 2 else None
+        if x is None or weight is None or weight.const_value is None or len(list(weight.uses())) != 1:
+            continue
+        if bias is not None and (bias.const_value is None or bias.shape is None or len(bias.shape) != 1):
+            continue
+        if _attr(node, "transB", 0):
+            w = weight.const_value.numpy().T  # (N, K) -> (K, N)
+            weight.const_value = ir.tensor(np.ascontiguousarray(w), name=weight.name)
+            weight.shape = ir.Shape(w.shape)
+        tape = ir.tape.Tape()
+        out = tape.op("MatMul", [x, weight])  # (T, N)
+        if bias is not None:
+            out = tape.op("Add", [out, bias])
+        prefix = f"gemm_linear{count}"
+        for i, new_node in enumerate(tape.nodes):
+            new_node.name = f"{node.name or prefix}_{new_node.op_type.lower()}"
+            new_node.metadata_props.update(node.metadata_props)
+            for j, value in enumerate(new_node.outputs):
+                value.name = f"{prefix}_{i}_{j}"
+        ir.convenience.replace_nodes_and_values(model.graph, node, [node], tape.nodes, [node.outputs[0]], [out])
+        count += 1
+    log.debug("gemm_to_linear: %d Gemms rewritten as MatMul + Add", count)
+    return count
+
+
+def _attr(node: ir.Node, name: str, default: float) -> float:
+    attr = node.attributes.get(name)
+    return default if attr is None else attr.value
+
+
+def _plain_gemm(node: ir.Node) -> bool:
+    return not _attr(node, "transA", 0) and _attr(node, "alpha", 1.0) == 1.0 and _attr(node, "beta", 1.0) == 1.0

@@ -24,7 +24,7 @@ from torch import nn
 from attn_export._atomic import atomic_path
 from attn_export.errors import ExportError
 from attn_export.export.inspect import GraphSummary, summarize_graph
-from attn_export.export.linear_gemm import linear_to_gemm
+from attn_export.export.linear_gemm import gemm_to_linear, linear_to_gemm
 from attn_export.export.long_seq import LongSeqLowering, lower_long_seq
 from attn_export.export.spec import ExportSpec
 from attn_export.layers.projections import fuse_qkv_, set_attention_form_
@@ -151,6 +151,8 @@ def export_module(
             if spec.attention == "long-seq":  # placeholders -> ONNX Runtime kernels (export/long_seq.py)
                 lowering = lower_long_seq(program.model, query_block=spec.long_seq_block, strategy=spec.long_seq_strategy)
             linear_gemms = linear_to_gemm(program.model) if spec.resolved_linear_gemm else 0
+            if not spec.resolved_linear_gemm:
+                gemm_to_linear(program.model)  # 2-D Linears (packed rows) as MatMul + Add: what the int8 quantizer reads
             program.save(str(tmp), external_data=False)
             proto = onnx.load(str(tmp))
             proto.producer_name = "attn-export"

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from attn_export.errors import ConfigError
-from attn_export.vocabulary import ATTENTION_FORMS
+from attn_export.vocabulary import ATTENTION_FORMS, ENCODER_FORMS, PACKED_ATTENTION_FORMS
 
-__all__ = ["ExportSpec", "PRECISIONS", "MIN_OPSET", "DEFAULT_OPSET"]
+__all__ = ["ENCODER_FORMS", "ExportSpec", "PRECISIONS", "MIN_OPSET", "DEFAULT_OPSET"]
 
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16")
 # "auto": the flash kernel each mask allows; "chunked": the query-block Loop for every mask.
@@ -30,7 +30,11 @@ class ExportSpec:
     force that fallback for every mask instead of the flash kernels (for measurements).
     ``linear_gemm`` writes row-wise Linears as 2-D Gemm with the bias fused
     (``export.linear_gemm``); ``None`` = on for ``long-seq`` only. Turn it off for a graph
-    that ONNX Runtime's dynamic int8 quantizer will process (it quantizes MatMul, not Gemm).
+    that ONNX Runtime's dynamic int8 quantizer will process (it quantizes MatMul, not Gemm);
+    off, 2-D Linears are written as MatMul + Add too (``export.linear_gemm.gemm_to_linear``).
+    ``encoder_form`` applies to whole encoders (``checkpoint.export``): ``"padded"`` runs the
+    (B, S) grid, ``"packed"`` only the real tokens (``layers.packed``), with the attention
+    form ``decomposed`` or ``ort-contrib``.
     """
 
     attention: str = "decomposed"
@@ -44,6 +48,7 @@ class ExportSpec:
     long_seq_block: int = 256
     long_seq_strategy: str = "auto"
     linear_gemm: bool | None = None
+    encoder_form: str = "padded"
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTION_FORMS:
@@ -62,6 +67,13 @@ class ExportSpec:
         if self.long_seq_strategy not in LONG_SEQ_STRATEGIES:
             raise ConfigError(
                 f"expected long_seq_strategy in {', '.join(LONG_SEQ_STRATEGIES)}, got {self.long_seq_strategy!r}"
+            )
+        if self.encoder_form not in ENCODER_FORMS:
+            raise ConfigError(f"expected encoder form in {', '.join(ENCODER_FORMS)}, got {self.encoder_form!r}; use padded")
+        if self.encoder_form == "packed" and self.attention not in PACKED_ATTENTION_FORMS:
+            raise ConfigError(
+                f"expected --attention decomposed or ort-contrib for the packed encoder form, got {self.attention!r}; "
+                "use ort-contrib on ONNX Runtime, decomposed elsewhere"
             )
         if self.example_batch < 1 or self.example_seq < 1:
             raise ConfigError(

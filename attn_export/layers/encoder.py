@@ -164,6 +164,18 @@ class BertEmbeddings(nn.Module):
         real = input_ids.ne(self.pad_token_id).int()  # (B, S)
         return (torch.cumsum(real, dim=1).type_as(real) * real).long() + self.pad_token_id  # (B, S)
 
+    def embed(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """LayerNorm(word[ids] + token_type[0] + position[positions]) (projected for ELECTRA); ``positions`` broadcasts against ``ids``.
+
+        The packed form (``layers.packed``) passes the real tokens (T,) with each one's own
+        position id (T,), read from ``position_ids`` of the padded batch.
+        """
+        x = self.word_embeddings(ids)  # (..., E)
+        if self.token_type_embeddings is not None:
+            x = x + self.token_type_embeddings.weight[0]
+        x = self.norm(x + self.position_embeddings(positions))  # same order as BERT and RoBERTa
+        return x if self.project is None else self.project(x)  # (..., D)
+
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         x = self.word_embeddings(input_ids)  # (B, S, E)
         if self.token_type_embeddings is not None:

@@ -60,6 +60,13 @@ class TransformerLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         attn, _ = self.self_attn(x, key_padding_mask, need_weights=False)  # (B, L, D)
+        return self.after_attention(x, attn)
+
+    def after_attention(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        """Residual + norm around the attention output, then the FFN block; any leading shape.
+
+        Shared with the packed encoder form (``layers.packed``), which runs it on (T, D) tokens.
+        """
         h = self.norm1(x + self.dropout(attn))
-        ffn = self.ffn_out(self.act(self.ffn_in(h)))  # (B, L, D)
+        ffn = self.ffn_out(self.act(self.ffn_in(h)))  # (..., D)
         return self.norm2(h + self.dropout(ffn))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,21 +39,38 @@ def latency_from_samples(samples_s: list[float], batch: int = 1, cpu_s: list[flo
     )  # fmt: skip
 
 
-def time_runners(runners: Mapping[str, Runner], feed: Feed, warmup: int = 3, repeats: int = 20, batch: int = 1) -> dict[str, Latency]:
-    """Time several runners round-robin on one feed; returns name -> Latency (wall and CPU)."""
+def time_runners(runners: Mapping[str, Runner], feed: Feed | Sequence[Feed], warmup: int = 3, repeats: int = 20, batch: int = 1) -> dict[str, Latency]:
+    """Time several runners round-robin; returns name -> Latency (wall and CPU) per call.
+
+    ``feed`` is one input, or a list of them (batches of real texts, each its own shape): a
+    round then runs every feed with every runner, the runner that goes first rotating by one
+    per feed so that cache state and machine noise hit all alike, and a sample is the round's
+    mean time per feed.
+    """
+    feeds = [feed] if isinstance(feed, Mapping) else list(feed)
+    names = list(runners)
     for r in runners.values():
         r.activate()
         for _ in range(warmup):
-            r.infer(feed)
-    wall: dict[str, list[float]] = {n: [] for n in runners}
-    cpu: dict[str, list[float]] = {n: [] for n in runners}
+            for f in feeds:
+                r.infer(f)
+    wall: dict[str, list[float]] = {n: [] for n in names}
+    cpu: dict[str, list[float]] = {n: [] for n in names}
+    turn = 0
     for _ in range(repeats):
-        for name, r in runners.items():
-            t0, c0 = time.perf_counter(), time.process_time()
-            r.infer(feed)
-            cpu[name].append(time.process_time() - c0)
-            wall[name].append(time.perf_counter() - t0)
-    return {n: latency_from_samples(wall[n], batch, cpu[n]) for n in runners}
+        w, c = dict.fromkeys(names, 0.0), dict.fromkeys(names, 0.0)
+        for f in feeds:
+            order = names[turn % len(names):] + names[: turn % len(names)] if len(feeds) > 1 else names
+            turn += 1
+            for name in order:
+                t0, c0 = time.perf_counter(), time.process_time()
+                runners[name].infer(f)
+                c[name] += time.process_time() - c0
+                w[name] += time.perf_counter() - t0
+        for name in names:
+            wall[name].append(w[name] / len(feeds))
+            cpu[name].append(c[name] / len(feeds))
+    return {n: latency_from_samples(wall[n], batch, cpu[n]) for n in names}
 
 
 @dataclass(frozen=True)
@@ -66,13 +83,19 @@ class TimingPoint:
 
     label: str
     feed: Feed
-    batch: int
+    batch: int  # items per call (the throughput's unit)
     warmup: int = 3
     repeats: int | None = 20
     budget_s: float = 10.0
     min_repeats: int = 3
     max_repeats: int = 20
-    details: Mapping[str, object] = field(default_factory=dict)  # e.g. the padding fraction of a real-text batch
+    details: Mapping[str, object] = field(default_factory=dict)  # e.g. the padding fraction of the real-text batches
+    more_feeds: tuple[Feed, ...] = ()  # further inputs of the same workload (the next batches of real texts)
+
+    @property
+    def feeds(self) -> list[Feed]:
+        """Every input of the point; a sample is the mean time per input."""
+        return [self.feed, *self.more_feeds]
 
 
 @dataclass
@@ -110,9 +133,10 @@ def time_pass(runners: Mapping[str, Callable[[], Runner]], points: list[TimingPo
                     from attn_export.benchmark.memory import peak_memory_delta
 
                     runner.infer(point.feed)  # compile/allocate once, then the steady-state peak
-                    result.memory.setdefault(point.label, {})[name] = peak_memory_delta(lambda r=runner: r.infer(point.feed))
+                    result.memory.setdefault(point.label, {})[name] = peak_memory_delta(lambda r=runner: [r.infer(f) for f in point.feeds])
                 else:
-                    runner.infer(point.feed)
+                    for f in point.feeds:
+                        runner.infer(f)
                 first[name] = time.perf_counter() - t0
             except Exception as err:  # noqa: BLE001 - e.g. torch.compile without a C++ toolchain: reported with its reason
                 result.failed[name] = f"{point.label}: {type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:200]}"
@@ -126,7 +150,7 @@ def time_pass(runners: Mapping[str, Callable[[], Runner]], points: list[TimingPo
             per_round = sum(first.values()) or 1e-3
             repeats = int(np.clip(point.budget_s / per_round, point.min_repeats, point.max_repeats))
         warm = max(0, point.warmup - 1)  # the first call above counts as one warm-up
-        result.latency[point.label] = time_runners(live, point.feed, warmup=warm, repeats=repeats, batch=point.batch)
+        result.latency[point.label] = time_runners(live, point.feeds, warmup=warm, repeats=repeats, batch=point.batch)
         for r in live.values():
             r.deactivate()
     return result

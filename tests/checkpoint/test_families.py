@@ -253,3 +253,29 @@ def test_fidelity_refuses_a_non_finite_model(saved):
     assert not result and np.isnan(hidden.min_cosine) and hidden.max_abs == float("inf")
     with pytest.raises(CheckpointError, match=r"last_hidden_state min cosine nan"):
         check_fidelity(ours, folder)
+
+
+@pytest.mark.parametrize("name", ["roberta", "distilbert", "electra", "bert-seq", "xlm-roberta-token"])
+def test_packed_form_matches_transformers_for_every_family(saved, name, tmp_path):
+    """The padding-free export (layers.packed) of each family, its pooling and head, against transformers on real tokens."""
+    ort = pytest.importorskip("onnxruntime", reason="the exported graph runs on pip install onnxruntime")
+    from attn_export.checkpoint.export import export_encoder
+    from attn_export.export.spec import ExportSpec
+    from attn_export.layers.packed import PackedEncoder
+
+    hf, folder = saved(name)
+    ours = load_bert_checkpoint(folder)
+    ids, mask = probe(hf.config.pad_token_id or 0)
+    ref_hidden, ref_logits = hf_forward(hf, ids, mask)
+    padded = _ours(ours, ids, mask)
+    packed_eager = _ours(PackedEncoder(ours).eval(), ids, mask)
+    export_encoder(ours, tmp_path / "packed.onnx", ExportSpec(encoder_form="packed"))
+    session = ort.InferenceSession(str(tmp_path / "packed.onnx"), providers=["CPUExecutionProvider"])
+    packed_onnx = session.run(None, {"input_ids": ids, "attention_mask": mask})
+    for label, got in (("packed eager", packed_eager), ("packed ONNX", packed_onnx)):
+        cos, err = agreement(ref_hidden, got[0], mask)
+        assert cos >= MIN_COSINE and err <= MAX_ABS, f"{name} {label}: hidden states cosine {cos:.7f}, max abs {err:.2e}"
+        np.testing.assert_allclose(got[1], padded[1], rtol=0, atol=1e-5, err_msg=f"{name} {label}: sentence embedding")
+        if ref_logits is not None:
+            cos, err = agreement(ref_logits, got[2], mask)
+            assert cos >= MIN_COSINE and err <= MAX_ABS, f"{name} {label}: logits cosine {cos:.7f}, max abs {err:.2e}"

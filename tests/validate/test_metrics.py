@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from attn_export.validate import TOLERANCES, Tolerance, accuracy, compare_outputs, sqnr_db
-from attn_export.validate.latency import latency_from_samples
+from attn_export.validate.latency import latency_from_samples, time_runners
 from attn_export.validate.report import Report, Stage, load_report
 
 
@@ -66,3 +66,32 @@ def test_report_roundtrip(tmp_path):
     data = load_report(path)
     assert data["stages"][0]["accuracy"]["cosine"] == pytest.approx(1.0)
     assert not list(tmp_path.glob(".*tmp"))  # atomic write left nothing behind
+
+
+class _Recorder:
+    """A runner that records which feed it ran, and in what order relative to the others."""
+
+    def __init__(self, name: str, log: list[tuple[str, int]]) -> None:
+        self.name, self.log, self.active = name, log, False
+
+    def activate(self) -> None:
+        self.active = True
+
+    def infer(self, feed):
+        self.log.append((self.name, int(feed["i"][0])))
+        return {}
+
+
+def test_time_runners_on_many_feeds_runs_every_feed_side_by_side_in_rotating_order():
+    log: list[tuple[str, int]] = []
+    runners = {n: _Recorder(n, log) for n in ("a", "b", "c")}
+    feeds = [{"i": np.array([i])} for i in range(4)]
+    timing = time_runners(runners, feeds, warmup=1, repeats=2)
+    assert all(r.active for r in runners.values())
+    timed = log[3 * len(feeds):]  # after one warm-up pass
+    assert len(timed) == 3 * len(feeds) * 2  # runners x feeds x repeats
+    firsts = [timed[k][0] for k in range(0, len(timed), 3)]
+    assert firsts[:3] == ["a", "b", "c"], "the first runner of each feed rotates"
+    assert all({timed[k + j][1] for j in range(3)} == {timed[k][1]} for k in range(0, len(timed), 3)), "every runner runs a feed before the next feed"
+    for lat in timing.values():
+        assert lat.repeats == 2 and lat.p50 >= 0 and lat.cpu_p50 is not None and lat.cpu_p50 >= 0

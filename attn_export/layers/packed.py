@@ -1,0 +1,213 @@
+"""The padding-free ("packed") form of ``SentenceEncoder``: every GEMM runs on real tokens only.
+
+Why: real text in batches is ragged. On the corpus' test split in batches of 8, padded to
+each batch's longest text, 23% of the token slots are padding; in a fixed (8, 128) input,
+80%. The padded model runs every GEMM, LayerNorm and GELU on those slots. This form keeps
+the encoder's interface (``input_ids``/``attention_mask`` (B, S) in, ``last_hidden_state``
+(B, S, D) and ``sentence_embedding`` (B, D) out) and, inside:
+
+1. gathers the T real tokens once (``PackedIndex``: NonZero on the mask) and embeds them
+   with their own positions, so the model is the padded one on any padding pattern;
+2. runs Q/K/V, O, FFN, LayerNorm and GELU on (T + 1, D) rows: the real tokens plus one
+   spare row, a copy of the first real token, which keeps every tensor non-empty when a
+   batch has no real token and never puts a padding token into activation ranges;
+3. attends per sequence: each sequence's rows are gathered into a compact, right-padded
+   (B, W, D) batch, W = the longest sequence (not S), attention runs with a key-length mask,
+   and the outputs are gathered back to rows. On ONNX Runtime the kernel is
+   ``com.microsoft.MultiHeadAttention`` (``attention_form == "ort-contrib"``); otherwise the
+   explicit math below, with the scores and softmax in float32;
+4. scatters the rows back to (B, S, D), zeros at padded positions (the padded model's
+   values there are whatever padding tokens compute, which no consumer reads), and pools
+   that tensor (and runs the task head) with the padded encoder's own ``outputs``.
+
+The rows are 2-D (T, D), so ONNX Runtime's SkipLayerNormalization fusion, which needs 3-D
+inputs (core/optimizer/skip_layer_norm_fusion.cc, ``CheckFirstAdd``) and measured slower on
+ORT 1.32's CPU kernel, cannot fire: the graph is fast in a plain session.
+
+Designs measured and not taken (MiniLM, ORT 1.32, 2 threads; /docs and the bench):
+block-diagonal attention over all T tokens (one (T, T) mask from sequence ids) costs
+O(T^2) and measured slower at B = 8; scattering to the input's (B, S) grid pays padded
+attention at S; ORT's PackedAttention / PackedMultiHeadAttention have no CPU kernel in 1.32;
+MultiHeadAttention's packed-QKV layout is not implemented on CPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attn_export.errors import ConfigError
+from attn_export.layers.encoder import EncoderConfig, SentenceEncoder
+from attn_export.layers.masks import keep_to_bias
+from attn_export.layers.self_attention import SelfAttention
+from attn_export.layers.transformer import TransformerLayer
+
+__all__ = ["PackedEncoder", "PackedIndex", "packed_attention"]
+
+log = logging.getLogger(__name__)
+
+
+
+@dataclass(frozen=True)
+class PackedIndex:
+    """Where every real token sits, computed once per batch from the attention mask.
+
+    rows:   (T,)   flat index b * S + s of each real token, in row-major order
+    seq:    (T,)   its sequence b
+    pos:    (T,)   its position s (the padded model's position id, for any padding pattern)
+    counts: (B,)   real tokens per sequence
+    slot:   (B, W) the packed row in each sequence's compact, right-padded attention slots;
+                   padded slots read the spare row T
+    back:   (T+1,) the slot b * W + j each packed row reads its attention output from
+    """
+
+    rows: torch.Tensor
+    seq: torch.Tensor
+    pos: torch.Tensor
+    counts: torch.Tensor
+    slot: torch.Tensor
+    back: torch.Tensor
+
+    @classmethod
+    def from_mask(cls, attention_mask: torch.Tensor) -> PackedIndex:
+        b, s = attention_mask.shape
+        # dtypes TensorRT's parser takes as well (check-trt): NonZero on float, CumSum on float
+        # (exact: counts < 2^24), and no int64 Clip
+        keep = (attention_mask != 0).to(torch.float32)  # (B, S)
+        rows = torch.nonzero(keep.reshape(-1)).squeeze(1)  # (T,)
+        t = rows.shape[0]
+        seq = torch.div(rows, s, rounding_mode="floor")  # (T,)
+        pos = rows - seq * s  # (T,)
+        counts = keep.sum(dim=1).to(torch.int64)  # (B,)
+        starts = torch.cumsum(keep.sum(dim=1), dim=0).to(torch.int64) - counts  # (B,) first packed row of each sequence
+        width = torch.cat([counts, counts.new_ones(1)]).max().item()  # W >= 1 keeps the attention batch non-empty
+        torch._check(width >= 1)
+        torch._check(width <= s)
+        j = torch.arange(width, device=rows.device)  # (W,)
+        in_seq = j.unsqueeze(0) < counts.unsqueeze(1)  # (B, W)
+        slot = torch.where(in_seq, starts.unsqueeze(1) + j.unsqueeze(0), t)  # (B, W)
+        back = seq * width + (torch.arange(t, device=rows.device) - starts.index_select(0, seq))  # (T,)
+        return cls(rows, seq, pos, counts, slot, _with_spare(back))
+
+    @property
+    def width(self) -> int:
+        return self.slot.shape[1]
+
+
+def _with_spare(x: torch.Tensor) -> torch.Tensor:
+    """(T,) -> (T+1,): append a copy of the first element, or 0 when there is none (T = 0)."""
+    return torch.cat([x, x[:1], x.new_zeros(1)])[: x.shape[0] + 1]
+
+
+def packed_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    index: PackedIndex,
+    heads: int,
+    form: str = "decomposed",
+    impl: str = "math",
+) -> torch.Tensor:
+    """Self-attention of packed rows q, k, v (T+1, D) within each sequence -> (T+1, D).
+
+    The rows are gathered into the compact (B, W, D) batch, attended with each sequence's
+    key count as the mask and gathered back. A padded slot is only ever a key (masked) or a
+    query whose output no row reads; every real query has at least itself as a key, so no
+    row that is read is fully masked.
+    """
+    b, w = index.slot.shape
+    d = q.shape[-1]
+    dh = d // heads
+    # F.embedding is a row gather with a 2-D index: one ONNX Gather straight to (B, W, D), no Reshape
+    qb, kb, vb = (F.embedding(index.slot, x) for x in (q, k, v))  # (B, W, D)
+    if torch.onnx.is_in_onnx_export() and form == "ort-contrib":
+        out = torch.onnx.ops.symbolic(
+            "com.microsoft::MultiHeadAttention",
+            [qb, kb, vb, None, index.counts.to(torch.int32)],  # key_padding_mask (B,): keys [0, count) per sequence
+            {"num_heads": heads, "scale": 1.0 / math.sqrt(dh)},
+            dtype=q.dtype,
+            shape=qb.shape,
+            version=1,
+        )  # (B, W, D)
+    else:
+        out = _compact_math(qb, kb, vb, index.counts, heads, sdpa=impl == "sdpa" and not torch.onnx.is_in_onnx_export())
+    return out.reshape(b * w, d).index_select(0, index.back)  # (T+1, D)
+
+
+def _compact_math(
+    qb: torch.Tensor, kb: torch.Tensor, vb: torch.Tensor, counts: torch.Tensor, heads: int, sdpa: bool = False
+) -> torch.Tensor:
+    """Explicit attention over the compact batch (B, W, D); scores and softmax in float32."""
+    b, w, d = qb.shape
+    dh = d // heads
+    qh = qb.view(b, w, heads, dh).transpose(1, 2)  # (B, H, W, Dh)
+    kh = kb.view(b, w, heads, dh).transpose(1, 2)  # (B, H, W, Dh)
+    vh = vb.view(b, w, heads, dh).transpose(1, 2)  # (B, H, W, Dh)
+    key_keep = (torch.arange(w, device=qb.device).unsqueeze(0) < counts.unsqueeze(1))[:, None, None, :]  # (B, 1, 1, W)
+    if sdpa:
+        out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=key_keep)  # (B, H, W, Dh)
+    else:
+        scores = ((qh * (1.0 / math.sqrt(dh))) @ kh.transpose(-2, -1)).float()  # (B, H, W, W), fp32 island
+        probs = torch.softmax(scores + keep_to_bias(key_keep, torch.float32), dim=-1).to(vh.dtype)
+        out = probs @ vh  # (B, H, W, Dh)
+    return out.transpose(1, 2).reshape(b, w, d)  # (B, W, D)
+
+
+class PackedEncoder(nn.Module):
+    """``SentenceEncoder`` run on its real tokens only; same weights (shared), same interface."""
+
+    input_names: tuple[str, ...] = SentenceEncoder.input_names
+    output_names: tuple[str, ...] = SentenceEncoder.output_names
+
+    def __init__(self, encoder: SentenceEncoder) -> None:
+        super().__init__()
+        for i, layer in enumerate(encoder.layers):
+            attn = getattr(layer, "self_attn", None)
+            if (
+                not isinstance(layer, TransformerLayer)
+                or not isinstance(attn, SelfAttention)
+                or attn.causal
+                or attn.window is not None
+            ):
+                raise ConfigError(
+                    f"expected post-norm TransformerLayers with global self-attention for the packed encoder form, "
+                    f'got {type(layer).__name__} at layer {i}; export the padded form (ExportSpec(encoder_form="padded"))'
+                )
+        self.encoder = encoder
+        self.output_names = encoder.output_names  # with "logits" when the encoder has a task head
+
+    @property
+    def config(self) -> EncoderConfig:
+        return self.encoder.config
+
+    @property
+    def d_model(self) -> int:
+        return self.encoder.d_model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        b, s = input_ids.shape
+        index = PackedIndex.from_mask(attention_mask)
+        ids = _with_spare(input_ids.reshape(-1).index_select(0, index.rows))  # (T+1,)
+        emb = self.encoder.embeddings
+        positions = emb.position_ids(input_ids)  # (S,) arange, or (B, S) RoBERTa positions from the pads in the ids
+        pos = index.pos if positions.dim() == 1 else positions.reshape(-1).index_select(0, index.rows)  # (T,)
+        x = emb.embed(ids, _with_spare(pos))  # (T+1, D)
+        for layer in self.encoder.layers:
+            x = self._layer(layer, x, index)  # (T+1, D)
+        t = index.rows.shape[0]
+        h = x[:t]  # (T, D): the spare row is dropped
+        d = h.shape[-1]
+        hidden = h.new_zeros(b * s, d).index_copy(0, index.rows, h).view(b, s, d)  # (B, S, D), zeros at padding
+        return self.encoder.outputs(hidden, attention_mask)  # the encoder's own pooling (and head) on the scattered states
+
+    @staticmethod
+    def _layer(layer: TransformerLayer, x: torch.Tensor, index: PackedIndex) -> torch.Tensor:
+        att = layer.self_attn
+        q, k, v = att.project(x, x, x)  # (T+1, D) each
+        ctx = packed_attention(q, k, v, index, att.heads, form=att.attention_form, impl=att.attention_impl)  # (T+1, D)
+        return layer.after_attention(x, att.w_o(att.dropout(ctx)))  # (T+1, D)

@@ -1,0 +1,221 @@
+"""The packed (padding-free) encoder form equals the padded encoder, eager and exported, for every mask pattern."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from attn_export.checkpoint.export import export_encoder
+from attn_export.errors import ConfigError
+from attn_export.export import ExportSpec
+from attn_export.export.linear_gemm import gemm_to_linear
+from attn_export.layers.encoder import EncoderConfig, SentenceEncoder
+from attn_export.layers.packed import PackedEncoder, PackedIndex
+from attn_export.layers.projections import set_attention_impl_
+from attn_export.layers.transformer import TransformerLayer
+
+CONFIG = EncoderConfig(vocab_size=2048, hidden_size=32, num_attention_heads=4, num_hidden_layers=2,  # 2048 x 32: the word table is large enough for int8 rows
+                       intermediate_size=64, max_position_embeddings=64)  # fmt: skip
+ATOL_HIDDEN = 2e-5  # fp32: the packed form sums in another order (attention over W <= S keys)
+ATOL_EMBEDDING = 2e-6
+
+
+def _lengths_mask(lengths: list[int], seq: int) -> np.ndarray:
+    return (np.arange(seq)[None, :] < np.asarray(lengths)[:, None]).astype(np.int64)
+
+
+def _masks() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    holes = rng.integers(0, 2, (4, 12))
+    holes[:, 0] = 1
+    one_token = np.zeros((4, 12), np.int64)
+    one_token[2, 5] = 1
+    return {
+        "no padding": np.ones((4, 12), np.int64),
+        "right padding": _lengths_mask([12, 3, 1, 7], 12),
+        "left padding": 1 - _lengths_mask([0, 9, 11, 4], 12),
+        "holes": holes.astype(np.int64),
+        "all rows padded but one token": one_token,
+        "one-token rows": _lengths_mask([1, 1, 1, 1], 12),
+        "a row with no token": _lengths_mask([5, 0, 1, 12], 12),
+        "B=1": _lengths_mask([9], 12),
+        "B=1, one token": _lengths_mask([1], 12),
+        "no real token at all": np.zeros((3, 5), np.int64),
+    }
+
+
+MASKS = _masks()
+
+
+@pytest.fixture(scope="module")
+def encoder() -> SentenceEncoder:
+    torch.manual_seed(0)
+    enc = SentenceEncoder(CONFIG).eval()
+    with torch.no_grad():  # LayerNorm gains/biases away from 1/0, so a wrong row shows
+        for p in enc.parameters():
+            if p.dim() == 1:
+                p.add_(0.1 * torch.randn_like(p))
+    return enc
+
+
+def _ids(mask: np.ndarray, seed: int = 1) -> np.ndarray:
+    ids = np.random.default_rng(seed).integers(1, CONFIG.vocab_size, mask.shape)
+    return np.where(mask > 0, ids, CONFIG.pad_token_id).astype(np.int64)
+
+
+def _check(name: str, hidden: np.ndarray, emb: np.ndarray, ref_hidden: np.ndarray, ref_emb: np.ndarray, mask: np.ndarray) -> None:
+    keep = mask.astype(bool)
+    assert np.isfinite(hidden).all() and np.isfinite(emb).all(), f"{name}: non-finite outputs"
+    assert hidden.shape == ref_hidden.shape and emb.shape == ref_emb.shape, f"{name}: shapes {hidden.shape}, {emb.shape}"
+    err_h = float(np.abs(hidden[keep] - ref_hidden[keep]).max()) if keep.any() else 0.0
+    err_e = float(np.abs(emb - ref_emb).max())
+    assert err_h <= ATOL_HIDDEN, f"{name}: last_hidden_state at real tokens differs by {err_h:.3g} > {ATOL_HIDDEN}"
+    assert err_e <= ATOL_EMBEDDING, f"{name}: sentence_embedding differs by {err_e:.3g} > {ATOL_EMBEDDING}"
+    assert not np.any(hidden[~keep]), f"{name}: last_hidden_state is not zero at padded positions"
+
+
+def _padded(encoder: SentenceEncoder, ids: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    with torch.no_grad():
+        h, e = encoder(torch.from_numpy(ids), torch.from_numpy(mask))
+    return h.numpy(), e.numpy()
+
+
+@pytest.mark.parametrize("name", list(MASKS))
+@pytest.mark.parametrize("impl", ["math", "sdpa"])
+def test_eager_packed_equals_padded(encoder: SentenceEncoder, name: str, impl: str) -> None:
+    mask = MASKS[name]
+    ids = _ids(mask)
+    ref_h, ref_e = _padded(encoder, ids, mask)
+    packed = PackedEncoder(encoder)
+    set_attention_impl_(packed, impl)
+    try:
+        with torch.no_grad():
+            h, e = packed(torch.from_numpy(ids), torch.from_numpy(mask))
+    finally:
+        set_attention_impl_(encoder, "math")
+    _check(f"{name} ({impl})", h.numpy(), e.numpy(), ref_h, ref_e, mask)
+
+
+def test_index_addresses_every_real_token_once() -> None:
+    mask = torch.from_numpy(MASKS["holes"])
+    index = PackedIndex.from_mask(mask)
+    t = int(mask.sum())
+    assert index.rows.tolist() == torch.nonzero(mask.reshape(-1)).squeeze(1).tolist()
+    assert index.width == int(mask.sum(1).max())
+    slots = index.slot.reshape(-1)
+    real = slots[slots < t]
+    assert sorted(real.tolist()) == list(range(t)), "every real token must have exactly one attention slot"
+    assert torch.equal(slots[index.back[:t]], torch.arange(t)), "each row must read its own slot back"
+    assert index.back[t] == index.back[0], "the spare row reads what the first real token reads"
+
+
+@pytest.fixture(scope="module", params=["decomposed", "ort-contrib"])
+def exported(request: pytest.FixtureRequest, encoder: SentenceEncoder, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("packed") / f"packed_{request.param}.onnx"
+    result = export_encoder(encoder, path, ExportSpec(attention=request.param, encoder_form="packed"))
+    assert result.input_names == ["input_ids", "attention_mask"]
+    assert result.output_names == ["last_hidden_state", "sentence_embedding"]
+    return path
+
+
+def _session(path: Path, optimized: Path | None = None):  # noqa: ANN202 - an onnxruntime.InferenceSession
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    if optimized is not None:
+        so.optimized_model_filepath = str(optimized)
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+def test_exported_packed_equals_padded(encoder: SentenceEncoder, exported: Path) -> None:
+    sess = _session(exported)  # one graph for every batch size, length and mask pattern
+    for name, mask in MASKS.items():
+        ids = _ids(mask)
+        ref_h, ref_e = _padded(encoder, ids, mask)
+        h, e = sess.run(None, {"input_ids": ids, "attention_mask": mask})
+        _check(f"{exported.stem}: {name}", h, e, ref_h, ref_e, mask)
+
+
+def test_exported_packed_graph_runs_rows_and_stays_plain(exported: Path, tmp_path: Path) -> None:
+    """GEMMs are 2-D MatMuls on rows (what the int8 quantizer reads), and a plain session fuses no SkipLayerNormalization."""
+    ops = [n.op_type for n in onnx.load(str(exported)).graph.node]
+    assert "NonZero" in ops and "Gemm" not in ops
+    assert ops.count("MatMul") >= 4 * CONFIG.num_hidden_layers  # QKV, O, FFN in, FFN out per layer
+    optimized = tmp_path / "optimized.onnx"
+    _session(exported, optimized)
+    fused = [n.op_type for n in onnx.load(str(optimized)).graph.node]
+    assert "SkipLayerNormalization" not in fused, "a plain ORT session fused SkipLayerNormalization into the packed graph"
+    assert ("MultiHeadAttention" in fused) == ("ort-contrib" in exported.stem)
+
+
+def test_int8_dynamic_route_quantizes_the_packed_rows(encoder: SentenceEncoder, tmp_path: Path) -> None:
+    from attn_export.compress.quant_onnx import quantize_dynamic_onnx
+
+    fp32 = tmp_path / "packed.onnx"
+    export_encoder(encoder, fp32, ExportSpec(attention="ort-contrib", encoder_form="packed", fuse_qkv=False, linear_gemm=False))
+    out = tmp_path / "packed.int8.onnx"
+    result = quantize_dynamic_onnx(fp32, out, per_channel=True, quantize_embeddings=True, fuse=True)
+    ops = [n.op_type for n in onnx.load(str(out)).graph.node]
+    assert ops.count("MatMulInteger") == 6 * CONFIG.num_hidden_layers, f"every Linear quantized, got {ops.count('MatMulInteger')}"
+    assert result.embeddings["tables"], "the word/position tables of the packed graph are found and stored as int8 rows"
+    sess = _session(out)
+    for name in ("right padding", "a row with no token", "no real token at all"):
+        mask = MASKS[name]
+        ids = _ids(mask)
+        _, ref_e = _padded(encoder, ids, mask)
+        _, e = sess.run(None, {"input_ids": ids, "attention_mask": mask})
+        assert np.isfinite(e).all()
+        real = mask.sum(1) > 0
+        cos = (e[real] * ref_e[real]).sum(-1)
+        assert cos.size == 0 or cos.min() > 0.99, f"{name}: int8 packed cosine {cos.min():.4f} <= 0.99"
+
+
+def test_gemm_to_linear_keeps_the_product(tmp_path: Path) -> None:
+    import onnx_ir as ir
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w, b = rng.standard_normal((5, 3)).astype(np.float32), rng.standard_normal(5).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1)], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["t", 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["t", 5])],
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])  # fmt: skip
+    model = ir.serde.deserialize_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
+    assert gemm_to_linear(model) == 1
+    path = tmp_path / "mm.onnx"
+    ir.save(model, path)
+    assert [n.op_type for n in onnx.load(str(path)).graph.node] == ["MatMul", "Add"]
+    x = rng.standard_normal((4, 3)).astype(np.float32)
+    (y,) = _session(path).run(None, {"x": x})
+    np.testing.assert_allclose(y, x @ w.T + b, rtol=1e-5, atol=1e-5)
+
+
+def test_packed_form_refuses_what_it_cannot_run(encoder: SentenceEncoder) -> None:
+    with pytest.raises(ConfigError, match="decomposed or ort-contrib"):
+        ExportSpec(attention="long-seq", encoder_form="packed")
+    with pytest.raises(ConfigError, match="encoder form"):
+        ExportSpec(encoder_form="ragged")
+    causal = SentenceEncoder(CONFIG)
+    causal.layers[0] = TransformerLayer(CONFIG.hidden_size, CONFIG.num_attention_heads, d_ffn=CONFIG.intermediate_size, causal=True)
+    with pytest.raises(ConfigError, match="global self-attention"):
+        PackedEncoder(causal)
+
+
+def test_fp16_packed_export_equals_the_padded_fp16_export(encoder: SentenceEncoder, tmp_path: Path) -> None:
+    padded, packed = tmp_path / "padded16.onnx", tmp_path / "packed16.onnx"
+    export_encoder(encoder, padded, ExportSpec(precision="fp16"))
+    export_encoder(encoder, packed, ExportSpec(precision="fp16", encoder_form="packed"))
+    ref_sess, sess = _session(padded), _session(packed)
+    for name in ("right padding", "holes", "a row with no token", "no real token at all"):
+        mask = MASKS[name]
+        feed = {"input_ids": _ids(mask), "attention_mask": mask}
+        (ref_e,) = ref_sess.run(["sentence_embedding"], feed)
+        h, e = sess.run(None, feed)
+        assert h.dtype == np.float16 and e.dtype == np.float32 and np.isfinite(e).all()
+        err = float(np.abs(e - ref_e).max())
+        assert err <= 2e-3, f"{name}: fp16 packed sentence_embedding differs from the padded fp16 export by {err:.3g}"
