@@ -26,7 +26,7 @@ from pathlib import Path
 
 from attn_export.checkpoint.paths import inside
 from attn_export.errors import CheckpointError, ConfigError
-from attn_export.layers.pooling import POOLING_MODES, PoolingConfig
+from attn_export.layers.encoder_config import POOLING_MODES, PoolingConfig
 
 __all__ = ["SentenceTransformersInfo", "parse_pooling", "read_sentence_transformers", "resolve_pooling"]
 
