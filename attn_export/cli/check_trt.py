@@ -66,7 +66,7 @@ def check_trt(
     max_shape: Optional[str] = typer.Option(None, "--max-shape", help="Profile max BATCHxSEQ, e.g. 32x512.", show_default="off"),
     precision: Optional[str] = typer.Option(None, "--precision", help="Engine precision fp32|fp16|int8 (default: from the graph).", show_default="off"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the findings as JSON.", show_default="off"),
-    errors_only: bool = typer.Option(False, "--errors-only", help="Print errors only.", show_default="off"),
+    errors_only: bool = typer.Option(False, "--errors-only", metavar="", help="Print errors only.", show_default="off"),
 ) -> None:
     """Check an ONNX model against what TensorRT's parser and builder accept (no GPU needed)."""
     from attn_export.cli._common import writing
