@@ -39,8 +39,13 @@ def latency_from_samples(samples_s: list[float], batch: int = 1, cpu_s: list[flo
     )  # fmt: skip
 
 
-def time_runners(runners: Mapping[str, Runner], feed: Feed, warmup: int = 3, repeats: int = 20, batch: int = 1) -> dict[str, Latency]:
-    """Time several runners round-robin on one feed; returns name -> Latency (wall and CPU)."""
+def time_runners(runners: Mapping[str, Runner], feed: Feed, warmup: int = 3, repeats: int = 20, batch: int = 1,
+                 rounds_ms: dict[str, list[float]] | None = None) -> dict[str, Latency]:  # fmt: skip
+    """Time several runners round-robin on one feed; returns name -> Latency (wall and CPU).
+
+    ``rounds_ms``, when given, receives each runner's wall time per round (ms): entry i of two
+    runners was timed in the same round, so their ratio is paired against load drifting.
+    """
     for r in runners.values():
         r.activate()
         for _ in range(warmup):
@@ -53,6 +58,8 @@ def time_runners(runners: Mapping[str, Runner], feed: Feed, warmup: int = 3, rep
             r.infer(feed)
             cpu[name].append(time.process_time() - c0)
             wall[name].append(time.perf_counter() - t0)
+    if rounds_ms is not None:
+        rounds_ms.update({n: [1e3 * s for s in wall[n]] for n in runners})
     return {n: latency_from_samples(wall[n], batch, cpu[n]) for n in runners}
 
 
@@ -83,6 +90,7 @@ class TimingResult:
     memory: dict[str, dict[str, int | None]] = field(default_factory=dict)
     skipped: list[dict[str, object]] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)  # runner -> why it could not run
+    rounds_ms: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # point -> runner -> wall ms of each round
 
 
 def time_pass(runners: Mapping[str, Callable[[], Runner]], points: list[TimingPoint], measure_memory: bool = False,
@@ -126,7 +134,8 @@ def time_pass(runners: Mapping[str, Callable[[], Runner]], points: list[TimingPo
             per_round = sum(first.values()) or 1e-3
             repeats = int(np.clip(point.budget_s / per_round, point.min_repeats, point.max_repeats))
         warm = max(0, point.warmup - 1)  # the first call above counts as one warm-up
-        result.latency[point.label] = time_runners(live, point.feed, warmup=warm, repeats=repeats, batch=point.batch)
+        result.latency[point.label] = time_runners(live, point.feed, warmup=warm, repeats=repeats, batch=point.batch,
+                                                   rounds_ms=result.rounds_ms.setdefault(point.label, {}))  # fmt: skip
         for r in live.values():
             r.deactivate()
     return result
