@@ -12,7 +12,10 @@ then use the ``attn_export_compare`` fixture, or call ``assert_matches_eager`` d
 
 On failure the error says, per output, which metric broke, the index of the worst element
 with the reference and the exported value there, and how many elements are off, so a
-broken head or a bad mask shows up as a pattern rather than as one number.
+broken head or a bad mask shows up as a pattern rather than as one number. It says it once:
+the fixture fails the test with that one message (no chained traceback), and the comparison
+keeps torch's and onnxscript's own DEBUG logs out of the failure (``attn_export._quiet``;
+their levels are restored afterwards).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from attn_export._quiet import EXPORT_NOISE, quieted
 from attn_export.errors import ConfigError, ToleranceError
 from attn_export.validate.tolerances import TOLERANCES, Tolerance
 
@@ -81,14 +85,15 @@ def _run(
     from attn_export.runtime.ort import OrtRunner, SessionFromOnnx
     from attn_export.validate.compare import compare_outputs
 
-    with OrtRunner(SessionFromOnnx(onnx_path, providers=list(providers))) as ort_runner:
-        names = ort_runner.input_names
-        feed = _feed(inputs, names)
-        tolerance = _tolerance(tol, _precision_of(ort_runner.session))
-        got = ort_runner.infer(feed)
-        out_names = ort_runner.output_names
-    with EagerRunner(model, names, out_names) as eager_runner:
-        ref = eager_runner.infer(feed)
+    with quieted(EXPORT_NOISE):
+        with OrtRunner(SessionFromOnnx(onnx_path, providers=list(providers))) as ort_runner:
+            names = ort_runner.input_names
+            feed = _feed(inputs, names)
+            tolerance = _tolerance(tol, _precision_of(ort_runner.session))
+            got = ort_runner.infer(feed)
+            out_names = ort_runner.output_names
+        with EagerRunner(model, names, out_names) as eager_runner:
+            ref = eager_runner.infer(feed)
     return compare_outputs(ref, got, tolerance), ref, got, tolerance
 
 
@@ -116,6 +121,7 @@ def assert_matches_eager(
     providers: Sequence[str] = ("cpu",),
 ) -> ComparisonResult:
     """``compare_to_eager`` that raises ``ToleranceError`` (an AssertionError) naming where outputs differ."""
+    __tracebackhide__ = True  # pytest shows the caller's line and this message, not the plugin's frames
     result, ref, got, tolerance = _run(model, onnx_path, inputs, tol, providers)
     if not result:
         failed = [f"{o}{_elements_off(ref[o.name], got[o.name], tolerance)}" for o in result.outputs if not o]
@@ -141,9 +147,11 @@ if pytest is not None:
             tol: Tolerance | float | None = None,
             providers: Sequence[str] = ("cpu",),
         ) -> ComparisonResult:
+            __tracebackhide__ = True
             try:
                 return assert_matches_eager(model, onnx_path, inputs, tol, providers)
             except ToleranceError as err:
-                pytest.fail(str(err), pytrace=False)
+                message = str(err)
+            pytest.fail(message, pytrace=False)  # outside the except: one message, no "During handling of the above exception"
 
         return compare

@@ -87,3 +87,47 @@ def test_bad(attn_export_compare):
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*test_bad*", "*does not match eager*worst at*ref=*got=*"])
+
+
+def test_a_failure_is_one_message_without_third_party_debug_logs(exported, pytester):
+    """issue 23: the message twice ("During handling of the above exception") and pages of DEBUG lines from the exporter.
+
+    The user's project logs at DEBUG and exports inside the test; the failure shows the message
+    once, no torch/onnxscript/onnx_ir DEBUG record, and every logger level is back afterwards.
+    """
+    _, good, _ = exported
+    pytester.makeconftest('pytest_plugins = ["attn_export.testing"]\n')
+    pytester.makeini("[pytest]\nlog_level = DEBUG\n")
+    pytester.makepyfile(
+        test_user="""
+import logging
+import numpy as np
+import torch
+from attn_export.export import ExportSpec, export_onnx
+from attn_export.layers import MaskedLayer, build_layer
+
+NAMES = ("torch.__trace", "torch.onnx", "onnxscript", "onnx_ir", "torch.onnx._internal.exporter._registration")
+
+def test_export_then_compare(attn_export_compare, tmp_path):
+    before = {n: logging.getLogger(n).level for n in NAMES}
+    layer = MaskedLayer(build_layer("transformer", 64, 4, mask="padding"), "padding")
+    export_onnx(layer, tmp_path / "m.onnx", ExportSpec())
+    assert {n: logging.getLogger(n).level for n in NAMES} == before, "the export left another library's log level changed"
+    with torch.no_grad():
+        layer.layer.ffn_out.weight[0] += 0.1  # the eager model drifts from its export
+    feed = {"x": np.random.default_rng(0).standard_normal((2, 8, 64)).astype(np.float32), "key_padding_mask": np.ones((2, 8), np.int32)}
+    try:
+        attn_export_compare(layer, tmp_path / "m.onnx", feed, tol=1e-4)
+    finally:
+        assert {n: logging.getLogger(n).level for n in NAMES} == before
+"""
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    failures = out[out.index("= FAILURES =") : out.index("short test summary info")]
+    assert failures.count("does not match eager") == 1, failures
+    assert "During handling of the above exception" not in out and "Traceback" not in failures
+    noisy = [ln for ln in out.splitlines() if ln.startswith("DEBUG") and any(f" {m}" in ln for m in ("torch", "onnxscript", "onnx_ir", "onnx"))]
+    assert not noisy, f"{len(noisy)} third-party DEBUG lines, e.g. {noisy[:3]}"
+    assert "the export left" not in out

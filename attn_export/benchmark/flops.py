@@ -25,7 +25,7 @@ from torch import nn
 
 from attn_export.errors import ConfigError
 
-__all__ = ["PROJECTIONS", "FlopCount", "count_flops", "count_module_flops"]
+__all__ = ["PROJECTIONS", "FlopCount", "attention_flops", "count_flops", "count_module_flops"]
 
 PROJECTIONS: tuple[str, ...] = ("w_q", "w_k", "w_v", "w_o", "ffn_in", "ffn_out")
 
@@ -95,5 +95,28 @@ def count_module_flops(model: nn.Module, seq: int, batch: int) -> FlopCount:
             else:
                 proj += flops
         elif hasattr(mod, "attention_form") and hasattr(mod, "heads") and hasattr(mod, "d_model"):
-            attn += 4 * batch * seq * seq * int(mod.d_model)
+            attn += attention_flops(mod, seq, batch)
     return FlopCount(projections=proj, attention=attn, ffn=mlp)
+
+
+def attention_flops(block: nn.Module, seq: int, batch: int) -> int:
+    """The Q K^T and P V products one attention block runs, for its kind of attention.
+
+    Dense softmax attention: ``2 * 2BL^2D``. Block-sparse: the same within each block of
+    ``block_size`` tokens, over the sequence padded to whole blocks (``2 * 2B Lp bs D``).
+    Linear (kernelised) attention never forms L x L: ``phi(K)^T V`` and ``phi(Q) (KV)`` are
+    ``2 * 2BLD Dh`` (causal: the running ``phi(k) v^T`` outer products and the per-position
+    product, the same count). Counting L^2 for these two over-counted their FLOPs, by the
+    factor ``L / block_size`` or ``L / Dh``, and with it their efficiency.
+    """
+    from attn_export.layers.block_sparse import BlockSparseAttention
+    from attn_export.layers.linear_attention import LinearAttention
+
+    d = int(block.d_model)
+    if isinstance(block, BlockSparseAttention):
+        bs = int(block.block_size)
+        padded = -(-seq // bs) * bs
+        return 4 * batch * padded * bs * d
+    if isinstance(block, LinearAttention):
+        return 4 * batch * seq * d * (d // int(block.heads))
+    return 4 * batch * seq * seq * d

@@ -27,7 +27,7 @@ from attn_export.benchmark.memory import memory_method
 from attn_export.benchmark.variants import DEFAULT_VARIANTS, LINEAR_MEMORY_VARIANTS, VARIANTS
 from attn_export.errors import ConfigError
 
-__all__ = ["BenchConfig", "run_bench"]
+__all__ = ["BenchConfig", "paired_ratio", "run_bench"]
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,8 @@ Progress = Callable[[str, int, int], None]  # (message, done, total)
 
 @dataclass(frozen=True)
 class BenchConfig:
-    """The grid, the variants and how long to spend; ``BenchConfig.quick()`` fits in ~2 minutes."""
+    """The grid, the variants and how long to spend; ``BenchConfig.quick()`` is the small grid (L 128,512 x B 1,8; it took 7.6 min
+    on a loaded 2-core machine in issue 23, and the bench prints the time it took)."""
 
     seqs: tuple[int, ...] = (128, 512, 1024, 2048, 4096, 8192)
     batches: tuple[int, ...] = (1, 8)
@@ -186,7 +187,8 @@ def _rows(cfg: BenchConfig, results: list[Any], subject: Any, points: list[Any],
             latency = lat[label]
             rows.append({"variant": name, "batch": b, "seq": s, "peak_mem_bytes": timing.memory.get(point.label, {}).get(label),
                          "latency_ms": asdict(latency), "gflop": flops / 1e9, "throughput_per_s": latency.throughput_per_s,
-                         "tokens_per_s": latency.throughput_per_s * s, "gflops_per_s": flops / 1e9 / (latency.p50 / 1e3)})  # fmt: skip
+                         "tokens_per_s": latency.throughput_per_s * s, "gflops_per_s": flops / 1e9 / (latency.p50 / 1e3),
+                         "rounds_ms": timing.rounds_ms.get(point.label, {}).get(label)})  # fmt: skip
     for label, why in timing.failed.items():
         for name, i in info.items():
             if i.get("label") == label:
@@ -194,21 +196,44 @@ def _rows(cfg: BenchConfig, results: list[Any], subject: Any, points: list[Any],
     return rows, info
 
 
+def paired_ratio(reference_ms: list[float] | None, variant_ms: list[float] | None) -> tuple[float, float, float] | None:
+    """(median, 25th, 75th percentile) of reference / variant over the rounds both were timed in, or None.
+
+    Round i of both was timed back to back (``time_runners``), so each ratio sees the same
+    machine load; the median of these paired ratios, unlike a ratio of two medians taken
+    over different moments, does not swing with load, and the quartiles show how much it could.
+    """
+    if not reference_ms or not variant_ms or len(reference_ms) != len(variant_ms):
+        return None
+    ratios = np.asarray(reference_ms, dtype=np.float64) / np.asarray(variant_ms, dtype=np.float64)
+    q25, q50, q75 = np.percentile(ratios, [25, 50, 75])
+    return float(q50), float(q25), float(q75)
+
+
 def _derive(results: list[dict[str, Any]], prepared: list[dict[str, Any]], ceilings: Any) -> None:
-    """Ratios to eager at the same point, efficiency vs the precision's ceiling, fp16 honesty note."""
+    """Paired ratios to eager at the same point (median and quartiles), efficiency vs the variant's ceiling, fp16 honesty note."""
     precision = {v["name"]: v["precision"] for v in prepared}
-    eager = {(r["batch"], r["seq"]): r["latency_ms"]["p50"] for r in results if r["variant"] == "eager-fp32"}
+    eager = {(r["batch"], r["seq"]): r for r in results if r["variant"] == "eager-fp32"}
     for r in results:
         e = eager.get((r["batch"], r["seq"]))
-        r["speedup_vs_eager"] = e / r["latency_ms"]["p50"] if e else None
+        paired = paired_ratio(e.get("rounds_ms"), r.get("rounds_ms")) if e else None
+        if paired is not None:
+            r["speedup_vs_eager"], r["speedup_quartiles"] = paired[0], [paired[1], paired[2]]
+        else:  # no paired rounds (an older bench.json): the ratio of the two medians
+            r["speedup_vs_eager"] = e["latency_ms"]["p50"] / r["latency_ms"]["p50"] if e else None
         ceil = ceilings.for_precision(precision[r["variant"]])
         r["efficiency"] = r["gflops_per_s"] / ceil if ceil and math.isfinite(ceil) else None
     for v in prepared:
         ratios_e = [r["speedup_vs_eager"] for r in results if r["variant"] == v["name"] and r.get("speedup_vs_eager")]
         if v["name"] != "eager-fp32" and ratios_e and float(np.median(ratios_e)) < 0.95:
             v["notes"].append(f"slower than eager-fp32 (median {float(np.median(ratios_e)):.2f}x)")
-    fp32 = {(r["batch"], r["seq"]): r["latency_ms"]["p50"] for r in results if r["variant"] == "ort-fp32-decomposed"}
-    ratios = [r["latency_ms"]["p50"] / fp32[(r["batch"], r["seq"])] for r in results if r["variant"] == "ort-fp16" and (r["batch"], r["seq"]) in fp32]
+    fp32 = {(r["batch"], r["seq"]): r for r in results if r["variant"] == "ort-fp32-decomposed"}
+    ratios = []
+    for r in results:
+        base = fp32.get((r["batch"], r["seq"])) if r["variant"] == "ort-fp16" else None
+        if base is not None:  # fp16 latency / fp32 latency, paired by round where both have them
+            paired = paired_ratio(r.get("rounds_ms"), base.get("rounds_ms"))
+            ratios.append(paired[0] if paired else r["latency_ms"]["p50"] / base["latency_ms"]["p50"])
     for v in prepared:
         if v["name"] == "ort-fp16" and ratios:
             med = float(np.median(ratios))
@@ -297,7 +322,9 @@ def run_bench(cfg: BenchConfig, progress: Progress | None = None) -> dict[str, A
             "thread pools of one runtime do not steal cores from the variant being timed",
             "memory": f"{memory_method()}: peak RSS delta of a steady-state inference on a fresh runner",
             "flops": "2 x MACs of projections, Q K^T, P V and FFN, from the module shapes (low-rank factors as they run)",
-            "efficiency": "variant GFLOP/s at p50 / best measured GEMM rate of its precision (fp32|fp16|int8)",
+            "efficiency": "variant GFLOP/s at p50 / the best measured GEMM rate among the precisions its GEMMs can run in "
+            "(fp32; fp16 or fp32; int8 or fp32: Ceilings.for_precision)",
+            "ratios": "x eager: median over round-robin rounds of eager / variant wall time in the same round, with quartiles",
             "variants": "every ONNX variant is the plan of its main command (attn-export with the options in its notes)",
         },
         "variants": prepared,

@@ -1,4 +1,8 @@
-"""Bench results as rich tables (terminal) or Markdown (reports, PR comments)."""
+"""Bench results as rich tables (terminal) or Markdown (reports, PR comments).
+
+``x eager`` is the median of the paired per-round ratios with their quartiles in brackets
+(``5.69x [5.21-6.02]``): how far load could move the figure, printed beside it.
+"""
 
 from __future__ import annotations
 
@@ -19,9 +23,15 @@ def ceilings_line(bench: Mapping[str, Any]) -> str:
     enc = ((bench.get("environment") or {}).get("int8_encoding") or {}).get("encoding")
     where = f"cpu {cpu.get('isa_class', '?')}" + (f", int8 {enc}" if enc else "") + "; "
     return (
-        f"{where}ceilings ({c['size']}^3 GEMM, {c['threads']} threads): fp32 {c['fp32_gflops']:.1f} GFLOP/s, "
+        f"{where}ceilings ({c['size']}^3 GEMM, constant B, {c['threads']} threads): fp32 {c['fp32_gflops']:.1f} GFLOP/s, "
         f"fp16 {c['fp16_gflops']:.1f} GFLOP/s, int8 (ONNX Runtime MatMulInteger) {c['int8_gops']:.1f} GOP/s  [{meas}]"
     )
+
+
+def _ratio(median: float | None, quartiles: list[float] | None) -> str:
+    if median is None:
+        return "-"
+    return f"{median:.2f}x" + (f" [{quartiles[0]:.2f}-{quartiles[1]:.2f}]" if quartiles else "")
 
 
 def _result_rows(bench: Mapping[str, Any]) -> list[tuple[str, ...]]:
@@ -31,7 +41,7 @@ def _result_rows(bench: Mapping[str, Any]) -> list[tuple[str, ...]]:
         sp, eff = r.get("speedup_vs_eager"), r.get("efficiency")
         rows.append((
             r["variant"], str(r["batch"]), str(r["seq"]), f"{lat['p50']:.2f}", f"{lat['p90']:.2f}",
-            "-" if sp is None else f"{sp:.2f}x", f"{r['throughput_per_s']:.1f}", f"{r['gflops_per_s']:.1f}",
+            _ratio(sp, r.get("speedup_quartiles")), f"{r['throughput_per_s']:.1f}", f"{r['gflops_per_s']:.1f}",
             "-" if eff is None else f"{100 * eff:.1f}%", "-" if mem is None else f"{mem / 2**20:.1f}",
         ))  # fmt: skip
     return rows
@@ -50,7 +60,8 @@ def _variant_rows(bench: Mapping[str, Any]) -> list[tuple[str, ...]]:
 
 
 def results_table(bench: Mapping[str, Any]) -> Table:
-    t = Table(title="attn-export bench: latency, ratio to eager, efficiency vs the measured ceilings", caption=ceilings_line(bench))
+    t = Table(title="attn-export bench: latency, ratio to eager (median [quartiles] of paired rounds), efficiency vs the measured ceilings",
+              caption=ceilings_line(bench))  # fmt: skip
     for col in _RESULT_COLS:
         t.add_column(col, justify="left" if col == "variant" else "right")
     last = None

@@ -9,8 +9,8 @@ from attn_export._lazy import lazy_exports
 
 _WHERE = {
     "FidelityResult": "fidelity", "check_fidelity": "fidelity",
-    "KNOWN_CHECKPOINTS": "loader", "load_bert_checkpoint": "loader", "read_bert_config": "loader",
-    "read_checkpoint_config": "loader", "resolve_checkpoint": "loader",
+    "KNOWN_CHECKPOINTS": "config_file", "load_bert_checkpoint": "loader", "read_bert_config": "config_file",
+    "read_checkpoint_config": "config_file", "resolve_checkpoint": "config_file",
     "classification_agreement": "metrics", "embedding_agreement": "metrics", "resolve_pooling": "pooling",
 }  # fmt: skip
 __all__ = sorted(_WHERE)

@@ -27,10 +27,8 @@ from typing import TYPE_CHECKING
 
 from attn_export.checkpoint.paths import inside
 from attn_export.errors import CheckpointError, ConfigError
+from attn_export.layers.encoder_config import PoolingConfig
 from attn_export.vocabulary import POOLING_MODES
-
-if TYPE_CHECKING:
-    from attn_export.layers.pooling import PoolingConfig
 
 __all__ = ["SentenceTransformersInfo", "parse_pooling", "read_sentence_transformers", "resolve_pooling"]
 

@@ -26,8 +26,8 @@ CEILING_SIZE = (16, 8192)
 
 
 def bench(
-    quick: Annotated[bool, typer.Option("--quick", help="Small grid (L 128,512 x B 1,8) and fewer repeats (the time it took is printed at the end).", show_default="off")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON on stdout (they are always written to OUT/bench.json).", show_default="off")] = False,
+    quick: Annotated[bool, typer.Option("--quick", metavar="", help="Small grid (L 128,512 x B 1,8) and fewer repeats (the time it took is printed at the end).", show_default="off")] = False,
+    as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the results as JSON on stdout (they are always written to OUT/bench.json).", show_default="off")] = False,
     out: Annotated[Path, typer.Option("--out", help="Output folder for bench.json, bench.md and seq_scaling.png.")] = Path("attn-export-bench"),
     seqs: Annotated[str | None, typer.Option("--seqs", help="Sequence lengths, e.g. 128,512,1024,2048,4096.", show_default="off")] = None,
     batches: Annotated[str | None, typer.Option("--batches", help="Batch sizes, e.g. 1,8.", show_default="off")] = None,

@@ -34,7 +34,7 @@ def generate(
     decay: Annotated[float, typer.Option(help="Covariance spectrum exponent: eigenvalue k ~ k^-decay.")] = 1.0,
     outliers: Annotated[int, typer.Option(help="Outlier channels with large gain and offset.")] = 4,
     dtype: Annotated[str, typer.Option(help="Storage dtype: float16 (half the size) or float32.")] = "float16",
-    overwrite: Annotated[bool, typer.Option(help="Replace an existing file.", show_default="off")] = False,
+    overwrite: Annotated[bool, typer.Option(metavar="", help="Replace an existing file.", show_default="off")] = False,
 ) -> None:
     """Write a synthetic set of LayerNorm-ed hidden states with padding masks (recipe: attn_export/data/calibration/README.md)."""
     from attn_export.cli._common import writing

@@ -67,7 +67,7 @@ def check_trt(
     precision: Optional[str] = typer.Option(None, "--precision", help="Engine precision fp32|fp16|int8|fp8 (default: from the graph).", show_default="from the graph"),
     gpu_arch: Optional[str] = typer.Option(None, "--gpu-arch", help="GPU the engine is for (sm87 Orin, sm89 Ada, sm90 Hopper, sm100 Blackwell...): FP8 is checked against it.", show_default="unchecked"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the findings as JSON.", show_default="off"),
-    errors_only: bool = typer.Option(False, "--errors-only", help="Print errors only.", show_default="off"),
+    errors_only: bool = typer.Option(False, "--errors-only", metavar="", help="Print errors only.", show_default="off"),
 ) -> None:
     """Check an ONNX model against what TensorRT's parser and builder accept (no GPU needed)."""
     from attn_export.checks.trt_compat import check_trt_compat, report_dict

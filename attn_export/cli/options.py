@@ -87,7 +87,7 @@ BatchOpt = Annotated[int, typer.Option("--batch", help="Batch size of the latenc
 MaskOpt = Annotated[Optional[str], typer.Option("--mask", help="Mask kind: none|padding|causal|window.", show_default="padding", rich_help_panel=_MODEL)]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for weights and inputs (same seed, same weights).", rich_help_panel=_MODEL)]
 OpsetOpt = Annotated[
-    Optional[int], typer.Option("--opset", help="ONNX opset (default: 18, or 23 for onnx-attention).", show_default="off", rich_help_panel=_EXPORT)
+    Optional[int], typer.Option("--opset", help="ONNX opset.", show_default="the target's: 18; 23 for --target tensorrt and --attention onnx-attention", rich_help_panel=_EXPORT)
 ]
 AttentionOpt = Annotated[
     Optional[str],
@@ -102,18 +102,18 @@ AttentionImplOpt = Annotated[
 PrecisionOpt = Annotated[str, typer.Option("--precision", help="Export precision: fp32|fp16.", rich_help_panel=_EXPORT)]
 OutOpt = Annotated[Path, typer.Option("--out", help="Output directory.", rich_help_panel=_OUTPUT)]
 ThreadsOpt = Annotated[
-    Optional[int], typer.Option("--threads", help="Threads for eager and ONNX Runtime (default: all cores).", show_default="off", rich_help_panel=_COMPARE)
+    Optional[int], typer.Option("--threads", help="Threads for eager and ONNX Runtime (the same count for both).", show_default="all cores", rich_help_panel=_COMPARE)
 ]
 WarmupOpt = Annotated[int, typer.Option("--warmup", help="Untimed warm-up runs per variant.", rich_help_panel=_COMPARE)]
 RepeatsOpt = Annotated[int, typer.Option("--repeats", help="Timed runs per variant.", rich_help_panel=_COMPARE)]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.", show_default="off", rich_help_panel=_OUTPUT)]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout instead of a table.", show_default="off", rich_help_panel=_OUTPUT)]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", metavar="", help="No progress output.", show_default="off", rich_help_panel=_OUTPUT)]
+JsonOpt = Annotated[bool, typer.Option("--json", metavar="", help="Print the report as JSON on stdout instead of a table.", show_default="off", rich_help_panel=_OUTPUT)]
 MaxMemoryOpt = Annotated[
     Optional[str],
     typer.Option("--max-memory", metavar="SIZE", help="Memory the run may use, e.g. 16G: runs whose estimated peak is larger are refused before any work.",
                  show_default="the memory available", rich_help_panel=_OUTPUT),
 ]
-ProgressOpt = Annotated[bool, typer.Option("--progress", help="Progress lines on stderr even when it is not a terminal (CI logs).", show_default="off", rich_help_panel=_OUTPUT)]
+ProgressOpt = Annotated[bool, typer.Option("--progress", metavar="", help="Progress lines on stderr even when it is not a terminal (CI logs).", show_default="off", rich_help_panel=_OUTPUT)]
 
 _COMPRESS = "Compression options"
 _JUDGE = "Accuracy options"
@@ -137,9 +137,9 @@ QuantizeOpt = Annotated[Optional[str], typer.Option("--quantize", help="8-bit pr
 Int8ModeOpt = Annotated[str, typer.Option("--int8-mode", help="auto (every route the target can deploy) | static (Q/DQ) | dynamic (ORT CPU) | torchao (eager reference).", rich_help_panel=_COMPRESS)]
 Int8EncodingOpt = Annotated[
     str,
-    typer.Option("--int8-encoding", help="ONNX Runtime CPU int8 weights: auto (reduce-range where this CPU's U8S8 GEMM saturates, i.e. x86 without VNNI) | full-range | reduce-range (7-bit, safe on every CPU).", rich_help_panel=_COMPRESS),
+    typer.Option("--int8-encoding", help="ONNX Runtime CPU int8: auto (u8u8 where this CPU's U8S8 GEMM saturates, i.e. x86 without VNNI; full-range elsewhere) | full-range | reduce-range (7-bit weights, safe in any session) | u8u8 (ORT's U8U8 kernel, session.x64quantprecision=1).", rich_help_panel=_COMPRESS),
 ]
-WithTorchaoOpt = Annotated[bool, typer.Option("--with-torchao", help="Also time torchao's eager int8 (skipped by default where it is slower than fp32 on this CPU).", show_default="off", rich_help_panel=_COMPRESS)]
+WithTorchaoOpt = Annotated[bool, typer.Option("--with-torchao", metavar="", help="Also time torchao's eager int8 (skipped by default where it is slower than fp32 on this CPU).", show_default="off", rich_help_panel=_COMPRESS)]
 CalibOpt = Annotated[Optional[Path], typer.Option("--calib", help="Calibration data: activations (.npz/.npy/.safetensors) for a layer, a .txt file (one text per line) for a checkpoint.", show_default="the shipped set", rich_help_panel=_COMPRESS)]
 CalibMethodOpt = Annotated[Optional[str], typer.Option("--calib-method", help="Static int8 calibration: minmax | percentile | entropy | per-tensor (each activation the method that quantizes it best).", show_default="minmax for a layer; percentile for --checkpoint", rich_help_panel=_COMPRESS)]
 SmoothQuantOpt = Annotated[Optional[str], typer.Option("--smoothquant", metavar="ALPHA|auto|none", help="SmoothQuant for activation outliers (int8 static and dynamic): an alpha in [0, 1], auto (searched per GEMM input, applied where it helps) or none.", show_default="off for a layer; auto for --checkpoint", rich_help_panel=_COMPRESS)]
@@ -150,16 +150,16 @@ Int8FallbackOpt = Annotated[str, typer.Option("--int8-fallback", metavar="auto|n
 TargetOpt = Annotated[str, typer.Option("--target", help="ort-cpu | ort-cuda | tensorrt | jetson (fixes opset, attention form, precision).", rich_help_panel=_DEPLOY)]
 GpuArchOpt = Annotated[Optional[str], typer.Option("--gpu-arch", help="GPU the engine is for: sm87 (Jetson Orin), sm89 (Ada: L4, L40S), sm90 (Hopper: H100, H200), sm100 (Blackwell)...; decides FP8 and --quantize auto.", show_default="sm87 for jetson; unknown for tensorrt", rich_help_panel=_DEPLOY)]
 TrtVersionOpt = Annotated[Optional[str], typer.Option("--trt-version", help="TensorRT version to check against.", show_default="the target's", rich_help_panel=_DEPLOY)]
-MinShapeOpt = Annotated[Optional[str], typer.Option("--min-shape", help="Engine profile min BATCHxSEQ (default 1x1).", show_default="off", rich_help_panel=_DEPLOY)]
-OptShapeOpt = Annotated[Optional[str], typer.Option("--opt-shape", help="Engine profile opt BATCHxSEQ (default --batch x --seq-len).", show_default="off", rich_help_panel=_DEPLOY)]
-MaxShapeOpt = Annotated[Optional[str], typer.Option("--max-shape", help="Engine profile max BATCHxSEQ (default 4x the opt shape).", show_default="off", rich_help_panel=_DEPLOY)]
-WorkspaceOpt = Annotated[Optional[str], typer.Option("--workspace", help="TensorRT workspace limit, e.g. 4G.", show_default="off", rich_help_panel=_DEPLOY)]
-TimingCacheOpt = Annotated[Optional[str], typer.Option("--timing-cache", help="Timing-cache file reused across builds.", show_default="off", rich_help_panel=_DEPLOY)]
+MinShapeOpt = Annotated[Optional[str], typer.Option("--min-shape", help="Engine profile min BATCHxSEQ.", show_default="1x1", rich_help_panel=_DEPLOY)]
+OptShapeOpt = Annotated[Optional[str], typer.Option("--opt-shape", help="Engine profile opt BATCHxSEQ.", show_default="--batch x --seq-len", rich_help_panel=_DEPLOY)]
+MaxShapeOpt = Annotated[Optional[str], typer.Option("--max-shape", help="Engine profile max BATCHxSEQ.", show_default="4 x --batch by 4 x --seq-len", rich_help_panel=_DEPLOY)]
+WorkspaceOpt = Annotated[Optional[str], typer.Option("--workspace", help="TensorRT workspace limit, e.g. 4G.", show_default="TensorRT's (the GPU's memory)", rich_help_panel=_DEPLOY)]
+TimingCacheOpt = Annotated[Optional[str], typer.Option("--timing-cache", help="Timing-cache file reused across builds.", show_default="none", rich_help_panel=_DEPLOY)]
 HwCompatOpt = Annotated[str, typer.Option("--hardware-compatibility", help="none | ampere+ | same-compute-capability.", rich_help_panel=_DEPLOY)]
-VersionCompatOpt = Annotated[bool, typer.Option("--version-compatible", help="Build a version-compatible engine.", show_default="off", rich_help_panel=_DEPLOY)]
+VersionCompatOpt = Annotated[bool, typer.Option("--version-compatible", metavar="", help="Build a version-compatible engine.", show_default="off", rich_help_panel=_DEPLOY)]
 OptLevelOpt = Annotated[int, typer.Option("--builder-optimization-level", help="TensorRT builder optimization level 0-5.", rich_help_panel=_DEPLOY)]
-DlaCoreOpt = Annotated[Optional[int], typer.Option("--dla-core", help="DLA core (attention falls back to the GPU; static shapes).", show_default="off", rich_help_panel=_DEPLOY)]
-BuildEngineOpt = Annotated[bool, typer.Option("--build-engine", help="Build and validate a TensorRT engine (needs TensorRT and a GPU).", show_default="off", rich_help_panel=_DEPLOY)]
+DlaCoreOpt = Annotated[Optional[int], typer.Option("--dla-core", help="DLA core (attention falls back to the GPU; static shapes).", show_default="none (GPU only)", rich_help_panel=_DEPLOY)]
+BuildEngineOpt = Annotated[bool, typer.Option("--build-engine", metavar="", help="Build and validate a TensorRT engine (needs TensorRT and a GPU).", show_default="off", rich_help_panel=_DEPLOY)]
 BundleOpt = Annotated[Optional[Path], typer.Option("--bundle", help="Write a Jetson bundle (model, build_engine.sh, validate_on_device.py) to DIR.", show_default="off", rich_help_panel=_DEPLOY)]
 TritonOpt = Annotated[Optional[Path], typer.Option("--triton", help="Write a Triton model repository to DIR.", show_default="off", rich_help_panel=_DEPLOY)]
 

@@ -38,7 +38,7 @@ def report(
     report_json: Annotated[Path, typer.Argument(help="report.json written by attn-export.")],
     out: Annotated[Path | None, typer.Option("--out", help="Output folder (default: the report's folder).", show_default="off")] = None,
     bench_json: Annotated[Path | None, typer.Option("--bench", help="bench.json to add latency/memory vs sequence length.", show_default="off")] = None,
-    attention_maps: Annotated[bool, typer.Option("--attention-maps/--no-attention-maps", help="Rebuild the layer and draw eager vs ONNX attention maps (--no-attention-maps skips them).", show_default="on")] = True,
+    attention_maps: Annotated[bool, typer.Option("--attention-maps/--no-attention-maps", metavar="", help="Rebuild the layer and draw eager vs ONNX attention maps.", show_default="on")] = True,
     quiet: QuietFlag = False,
     as_json: JsonFlag = False,
 ) -> None:

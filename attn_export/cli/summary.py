@@ -1,6 +1,8 @@
-"""What the terminal shows at the end of a run: the stage table, then where everything went.
+"""What the terminal shows at the end of a run: the verdict line, the stage table, then where everything went.
 
-The last lines name every artifact written (models, reports, plots, bundle, Triton
+The first line is the report's headline (``validate.headline``: PASS/FAIL, the file that
+ships and why, its accuracy on the report split and its speed-up), the same line report.md
+and report.html open with. Sizes are binary (MiB, ``resources.format_bytes``). The last lines name every artifact written (models, reports, plots, bundle, Triton
 repository), the TensorRT check's verdict, the int8 selection and why, and the notes (e.g.
 profitability), so a user never has to open report.json to find the result.
 """
@@ -12,17 +14,6 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["artifact_paths", "finish", "print_summary"]
-
-
-def _human_bytes(n: int | None) -> str:
-    if n is None:
-        return "-"
-    value = float(n)
-    for unit in ("B", "KB", "MB", "GB"):
-        if value < 1024 or unit == "GB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return str(n)
 
 
 def artifact_paths(report: Any, out: Path) -> list[str]:
@@ -46,23 +37,34 @@ def artifact_paths(report: Any, out: Path) -> list[str]:
 
 
 def print_summary(report: Any, out: Path, console: Any) -> None:
-    """A readable table of every stage: accuracy, latency, speedup, size; then artifacts and verdicts."""
+    """The verdict line, a table of every stage (accuracy, latency, speedup, size), then artifacts and verdicts."""
     from rich.table import Table
 
+    from attn_export.resources import format_bytes
+    from attn_export.validate.headline import headline
+
+    line = headline(report.to_dict())
+    colour = "green" if line.passed else "red"
+    console.print(f"[bold {colour}]{line.verdict}[/bold {colour}]", end=" | ")
+    console.print(" | ".join(line.parts()), highlight=False, markup=False, soft_wrap=True)
     m = report.model
+    embedding = any(s.details.get("embedding") for s in report.stages)  # a checkpoint: the figures docs/encoder.md judges by
     table = Table(title=f"attn-export: {m.get('layer')} d_model={m.get('d_model')} heads={m.get('heads')}")
-    for col in ("stage", "precision", "max_abs", "rel_l2", "cosine", "sqnr dB", "p50 ms", "eager p50 ms", "speedup", "size", "ok"):
+    columns = ["stage", "precision", "max_abs", "rel_l2", "mean cos" if embedding else "cosine", *(("min cos", "top-1") if embedding else ()),
+               "sqnr dB", "p50 ms", "eager p50 ms", "speedup", "size", "ok"]  # fmt: skip
+    for col in columns:
         table.add_column(col, justify="left" if col in ("stage", "precision") else "right")
     for s in report.stages:
         a = s.accuracy
         lat, eag = s.latency_ms.get("artifact"), s.latency_ms.get("eager")
         emb = s.details.get("embedding")
+        cosines = [f"{emb['mean_cosine']:.6f}", f"{emb['min_cosine']:.6f}", f"{100 * emb['top1_neighbor_agreement']:.1f}%"] if emb else (
+            [f"{a.cosine:.6f}" if a else "-"] + (["-", "-"] if embedding else []))  # fmt: skip
         table.add_row(
             s.details.get("label") or s.name, s.precision,
-            f"{a.max_abs:.2e}" if a else "-", f"{a.rel_l2:.2e}" if a else "-",
-            (f"{emb['mean_cosine']:.6f}" if emb else f"{a.cosine:.6f}") if a else "-", f"{a.sqnr_db:.1f}" if a else "-",
+            f"{a.max_abs:.2e}" if a else "-", f"{a.rel_l2:.2e}" if a else "-", *cosines, f"{a.sqnr_db:.1f}" if a else "-",
             f"{lat.p50:.2f}" if lat else "-", f"{eag.p50:.2f}" if eag else "-",
-            f"{s.speedup_vs_eager:.2f}x" if s.speedup_vs_eager else "-", _human_bytes(s.size_bytes),
+            f"{s.speedup_vs_eager:.2f}x" if s.speedup_vs_eager else "-", "-" if s.size_bytes is None else format_bytes(s.size_bytes),
             {True: "[green]PASS[/green]", False: "[red]FAIL[/red]", None: "-"}[s.passed],
         )  # fmt: skip
     console.print(table)

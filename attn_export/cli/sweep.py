@@ -63,7 +63,7 @@ def sweep_axis(text: str | None, flag: str, kind: type) -> tuple[Any, ...] | Non
 
 
 def sweep(
-    quick: Annotated[bool, typer.Option("--quick", help="Small grid: --low-rank none,0.5 --distill none,40 --quantize none,int8 --int8-mode dynamic,static --calib-method minmax --precision fp32,fp16.", show_default="off")] = False,
+    quick: Annotated[bool, typer.Option("--quick", metavar="", help="Small grid: --low-rank none,0.5 --distill none,40 --quantize none,int8 --int8-mode dynamic,static --calib-method minmax --precision fp32,fp16.", show_default="off")] = False,
     out: Annotated[Path, typer.Option("--out", help="Output folder for sweep.json, pareto.md and pareto.png.")] = Path("attn-export-sweep"),
     low_rank: Annotated[str | None, typer.Option("--low-rank", help="Low-rank ratios (none = no factorization).", show_default="none,0.75,0.5,0.25", rich_help_panel=_AXES)] = None,
     distill: Annotated[str | None, typer.Option("--distill", help="Distillation steps (none = no distillation).", show_default="none,100,300", rich_help_panel=_AXES)] = None,
@@ -88,8 +88,8 @@ def sweep(
     warmup: WarmupOpt = 2,
     repeats: Annotated[int | None, typer.Option("--repeats", help="Timed runs per configuration.", show_default="10, quick 5")] = None,
     max_points: Annotated[int, typer.Option("--max-points", help="Refuse a grid with more points than this (each point is a pipeline run).")] = 64,
-    yes: Annotated[bool, typer.Option("--yes", help="Run a grid larger than --max-points anyway.", show_default="off")] = False,
-    save_models: Annotated[bool, typer.Option("--save-models", help="Keep the Pareto points' models in OUT/models/.", show_default="off")] = False,
+    yes: Annotated[bool, typer.Option("--yes", metavar="", help="Run a grid larger than --max-points anyway.", show_default="off")] = False,
+    save_models: Annotated[bool, typer.Option("--save-models", metavar="", help="Keep the Pareto points' models in OUT/models/.", show_default="off")] = False,
     quiet: QuietOpt = False,
     as_json: JsonOpt = False,
 ) -> None:

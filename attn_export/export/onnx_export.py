@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from attn_export._atomic import atomic_path
+from attn_export._quiet import EXPORT_NOISE, quieted
 from attn_export.errors import ExportError
 from attn_export.export.inspect import GraphSummary, summarize_graph
 from attn_export.export.linear_gemm import gemm_to_linear, linear_to_gemm
@@ -112,8 +113,6 @@ def export_module(
 ) -> ExportResult:
     """Export any module built from the reference layers; the generic core of ``export_onnx``."""
     path = Path(path)
-    # torch.onnx logs one warning per missing torchvision op on every export: not our concern.
-    logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
     work = copy.deepcopy(model).eval()
     qkv_fused = fuse_qkv_(work) if spec.fuse_qkv else 0
     set_attention_form_(work, spec.attention)
@@ -131,7 +130,7 @@ def export_module(
     dynamic_shapes = tuple({ax: dim(n) for ax, n in dynamic_axes.get(name, {}).items() if dim(n) is not None} or None for name in input_names)
     opset = spec.resolved_opset
     try:
-        with atomic_path(path) as tmp:
+        with atomic_path(path) as tmp, quieted(EXPORT_NOISE):  # the exporter's and onnxscript's own logs, restored after
             with torch.no_grad(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 program = torch.onnx.export(

@@ -1,40 +1,19 @@
-"""Reference attention layers (plain ``nn.Module``s) and their building blocks."""
+"""Reference attention layers (plain ``nn.Module``s) and their building blocks.
 
-from attn_export.layers.attention import attend
-from attn_export.layers.block_sparse import BlockSparseAttention
-from attn_export.layers.linear_attention import LinearAttention
-from attn_export.layers.masks import AttentionMask, causal_mask, window_mask
-from attn_export.layers.mha import MultiHeadAttention
-from attn_export.layers.projections import (
-    AttentionProjections,
-    fuse_qkv_,
-    set_attention_form_,
-    set_attention_impl_,
-)
-from attn_export.layers.registry import (
-    LAYERS,
-    MaskedLayer,
-    build_layer,
-)
-from attn_export.layers.self_attention import SelfAttention
-from attn_export.layers.transformer import Fp32LayerNorm, TransformerLayer
+Names load lazily (PEP 562): ``attn_export.layers.encoder_config`` is read while flags are
+validated, before torch is imported, and importing it must not load every layer.
+"""
 
-__all__ = [
-    "AttentionMask",
-    "AttentionProjections",
-    "BlockSparseAttention",
-    "Fp32LayerNorm",
-    "LAYERS",
-    "LinearAttention",
-    "MaskedLayer",
-    "MultiHeadAttention",
-    "SelfAttention",
-    "TransformerLayer",
-    "attend",
-    "build_layer",
-    "causal_mask",
-    "fuse_qkv_",
-    "set_attention_form_",
-    "set_attention_impl_",
-    "window_mask",
-]
+from __future__ import annotations
+
+from attn_export._lazy import lazy_exports
+
+_WHERE = {
+    "attend": "attention", "BlockSparseAttention": "block_sparse", "LinearAttention": "linear_attention",
+    "AttentionMask": "masks", "causal_mask": "masks", "window_mask": "masks", "MultiHeadAttention": "mha",
+    "AttentionProjections": "projections", "fuse_qkv_": "projections", "set_attention_form_": "projections",
+    "set_attention_impl_": "projections", "LAYERS": "registry", "MaskedLayer": "registry", "build_layer": "registry",
+    "SelfAttention": "self_attention", "Fp32LayerNorm": "transformer", "TransformerLayer": "transformer",
+}  # fmt: skip
+__all__ = sorted(_WHERE)
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)

@@ -23,14 +23,14 @@ eager-only third argument (single sentences are type 0, which is what the export
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 from attn_export.errors import ConfigError
-from attn_export.layers.heads import HeadConfig, build_head
-from attn_export.layers.pooling import PoolingConfig, SentencePooling, mean_pool
+from attn_export.layers.encoder_config import ACTIVATIONS, POSITION_STYLES, EncoderConfig, parse_layers
+from attn_export.layers.heads import build_head
+from attn_export.layers.pooling import SentencePooling, mean_pool
 from attn_export.layers.registry import MaskedLayer
 from attn_export.layers.transformer import Fp32LayerNorm, TransformerLayer
 
@@ -47,12 +47,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# Hugging Face ``hidden_act`` names (transformers' ACT2CLS) this model reproduces exactly:
-# "gelu" is the exact erf form; "gelu_new" and "gelu_pytorch_tanh" are the tanh approximation,
-# exported as such (one ONNX Gelu with approximate="tanh" from opset 20); "swish" is SiLU.
-ACTIVATIONS: tuple[str, ...] = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
-POSITION_STYLES: tuple[str, ...] = ("absolute", "padded")
-
 
 def activation_module(name: str) -> nn.Module:
     """The torch module for a Hugging Face ``hidden_act`` name in ``ACTIVATIONS``."""
@@ -65,76 +59,6 @@ def activation_module(name: str) -> nn.Module:
     if name in ("silu", "swish"):
         return nn.SiLU()
     raise ConfigError(f"expected hidden_act in {', '.join(ACTIVATIONS)}, got {name!r}")
-
-
-@dataclass(frozen=True)
-class EncoderConfig:
-    """The shape of a BERT-family encoder (the fields of a Hugging Face ``config.json``, per family).
-
-    ``type_vocab_size`` 0 means no token-type embedding (DistilBERT); ``embedding_size`` None
-    means ``hidden_size`` (no projection); ``family`` is the checkpoint's ``model_type``.
-    """
-
-    vocab_size: int = 30522
-    hidden_size: int = 384
-    num_attention_heads: int = 12
-    num_hidden_layers: int = 6
-    intermediate_size: int = 1536
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    layer_norm_eps: float = 1e-12
-    hidden_act: str = "gelu"
-    pad_token_id: int = 0
-    family: str = "bert"
-    positions: str = "absolute"
-    embedding_size: int | None = None
-    pooling: PoolingConfig = field(default_factory=PoolingConfig)
-    head: HeadConfig | None = None
-
-    def __post_init__(self) -> None:
-        sizes = {
-            "vocab_size": self.vocab_size,
-            "hidden_size": self.hidden_size,
-            "num_attention_heads": self.num_attention_heads,
-            "num_hidden_layers": self.num_hidden_layers,
-            "intermediate_size": self.intermediate_size,
-            "max_position_embeddings": self.max_position_embeddings,
-            "embedding_size": self.embedding_size if self.embedding_size is not None else 1,
-        }
-        for name, value in sizes.items():
-            if not isinstance(value, int) or value < 1:
-                raise ConfigError(f"expected {name} to be a positive integer, got {value!r}")
-        if not isinstance(self.type_vocab_size, int) or self.type_vocab_size < 0:
-            raise ConfigError(f"expected type_vocab_size to be a non-negative integer (0 = no token types), got {self.type_vocab_size!r}")
-        if self.hidden_size % self.num_attention_heads:
-            raise ConfigError(
-                f"expected hidden_size divisible by num_attention_heads, got {self.hidden_size} and {self.num_attention_heads}; fix the encoder config"
-            )
-        if self.hidden_act not in ACTIVATIONS:
-            raise ConfigError(f"expected hidden_act in {', '.join(ACTIVATIONS)}, got {self.hidden_act!r}")
-        if not 0.0 < self.layer_norm_eps < 1.0:
-            raise ConfigError(f"expected 0 < layer_norm_eps < 1, got {self.layer_norm_eps}")
-        if self.positions not in POSITION_STYLES:
-            raise ConfigError(f"expected positions in {', '.join(POSITION_STYLES)}, got {self.positions!r}")
-        if self.max_tokens < 1:
-            raise ConfigError(
-                f"expected max_position_embeddings > pad_token_id + 1 for {self.positions} positions, got {self.max_position_embeddings} and pad {self.pad_token_id}"
-            )
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
-    @property
-    def embedding_dim(self) -> int:
-        """Width of the embedding tables (ELECTRA-small: 128, projected to ``hidden_size``)."""
-        return self.embedding_size or self.hidden_size
-
-    @property
-    def max_tokens(self) -> int:
-        """The longest input the position table covers: RoBERTa-style positions start at pad + 1 (514 -> 512)."""
-        offset = self.pad_token_id + 1 if self.positions == "padded" else 0
-        return self.max_position_embeddings - offset
 
 
 class BertEmbeddings(nn.Module):
@@ -245,16 +169,3 @@ class SentenceEncoder(nn.Module):
         if index is None:
             return self
         return MaskedLayer(self.layers[index], "padding").eval()
-
-
-def parse_layers(layers: str | int | None, num_layers: int) -> int | None:
-    """``"all"``/None -> None (the whole encoder); ``"N"``/N -> N, checked against the depth."""
-    if layers is None or (isinstance(layers, str) and layers.strip().lower() == "all"):
-        return None
-    try:
-        index = int(layers)
-    except (TypeError, ValueError):
-        raise ConfigError(f"expected --layers all or a layer index 0..{num_layers - 1}, got {layers!r}") from None
-    if not 0 <= index < num_layers:
-        raise ConfigError(f"expected --layers all or a layer index 0..{num_layers - 1}, got {index}")
-    return index

@@ -18,40 +18,19 @@ Dropout is left out: these modules are for inference, compression and distillati
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from attn_export.errors import ConfigError
+from attn_export.layers.encoder_config import HEAD_STYLES, HeadConfig
 
 __all__ = ["HEAD_STYLES", "HeadConfig", "SequenceClassificationHead", "TokenClassificationHead", "build_head"]
 
 log = logging.getLogger(__name__)
 
+# keys: encoder_config.SEQUENCE_HEAD_STYLES (tests/layers/test_encoder_config.py holds them equal)
 _SEQUENCE_ACTIVATIONS = {"bert": nn.Tanh, "roberta": nn.Tanh, "electra": nn.GELU, "distilbert": nn.ReLU}
-HEAD_STYLES: tuple[str, ...] = (*_SEQUENCE_ACTIVATIONS, "linear")
-TASKS: tuple[str, ...] = ("sequence", "token")
-
-
-@dataclass(frozen=True)
-class HeadConfig:
-    """``task``: ``"sequence"`` (logits (B, L)) or ``"token"`` (logits (B, S, L)); ``style``: whose head."""
-
-    task: str
-    style: str
-    num_labels: int
-
-    def __post_init__(self) -> None:
-        if self.task not in TASKS:
-            raise ConfigError(f"expected a head task in {', '.join(TASKS)}, got {self.task!r}")
-        if self.style not in HEAD_STYLES or (self.task == "token") != (self.style == "linear"):
-            raise ConfigError(f"expected a {self.task} head style in {', '.join(HEAD_STYLES)}, got {self.style!r}")
-        if not isinstance(self.num_labels, int) or self.num_labels < 1:
-            raise ConfigError(f"expected num_labels >= 1, got {self.num_labels!r}")
-
-    def to_dict(self) -> dict[str, object]:
-        return {"task": self.task, "style": self.style, "num_labels": self.num_labels}
 
 
 class SequenceClassificationHead(nn.Module):

@@ -23,13 +23,13 @@ int64 ArgMax for onnxruntime issue 10068).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from attn_export.errors import ConfigError
+from attn_export.layers.encoder_config import PoolingConfig
 from attn_export.vocabulary import POOLING_MODES
 
 __all__ = ["PoolingConfig", "SentencePooling", "mean_pool", "pool"]
@@ -37,33 +37,6 @@ __all__ = ["PoolingConfig", "SentencePooling", "mean_pool", "pool"]
 log = logging.getLogger(__name__)
 
 
-
-@dataclass(frozen=True)
-class PoolingConfig:
-    """Which pooling the model ships, whether it L2-normalises, and where that was read from.
-
-    ``source`` is what the report names: ``"1_Pooling/config.json"``, ``"--pooling"`` or
-    ``"default mean"`` (a plain Hugging Face folder ships no pooling).
-    """
-
-    modes: tuple[str, ...] = ("mean",)
-    normalize: bool = True
-    source: str = "default mean"
-
-    def __post_init__(self) -> None:
-        if not self.modes:
-            raise ConfigError(f"expected at least one pooling mode of {', '.join(POOLING_MODES)}, got none")
-        bad = [m for m in self.modes if m not in POOLING_MODES]
-        if bad:
-            raise ConfigError(f"expected pooling modes in {', '.join(POOLING_MODES)}, got {bad[0]!r}")
-
-    @property
-    def name(self) -> str:
-        """``"mean+normalize"``, ``"cls"``, ``"cls+mean+normalize"``: what the report prints."""
-        return "+".join(self.modes) + ("+normalize" if self.normalize else "")
-
-    def to_dict(self) -> dict[str, object]:
-        return {"modes": list(self.modes), "normalize": self.normalize, "source": self.source, "name": self.name}
 
 
 def _gather_rows(h: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

@@ -168,7 +168,7 @@ class CheckpointKind(SubjectKind):
         return SubjectProfile(self.name, "transformer", "padding", conf.hidden_size, conf.num_attention_heads, self.name == "encoder", conf.hidden_act)
 
     def preflight(self, cfg: RunOptions) -> None:
-        from attn_export.layers.encoder import parse_layers
+        from attn_export.layers.encoder_config import parse_layers
 
         conf = checkpoint_config(cfg)
         parse_layers(cfg.resolved_layers, conf.num_hidden_layers)
@@ -179,7 +179,7 @@ class CheckpointKind(SubjectKind):
             )
 
     def model_shape(self, cfg: RunOptions) -> ModelShape:
-        from attn_export.checkpoint.loader import encoder_parameter_count
+        from attn_export.checkpoint.config_file import encoder_parameter_count
 
         conf = checkpoint_config(cfg)
         return ModelShape(conf.hidden_size, conf.num_attention_heads, conf.intermediate_size, encoder_parameter_count(conf))
@@ -189,7 +189,7 @@ def checkpoint_config(cfg: RunOptions) -> Any:
     """The checkpoint's EncoderConfig, read and schema-checked once per RunConfig (no weights loaded)."""
     cached = cfg.__dict__.get("_checkpoint_config")
     if cached is None:
-        from attn_export.checkpoint.loader import read_bert_config, resolve_checkpoint
+        from attn_export.checkpoint.config_file import read_bert_config, resolve_checkpoint
 
         cached = read_bert_config(resolve_checkpoint(cfg.checkpoint))  # type: ignore[arg-type]
         cfg.__dict__["_checkpoint_config"] = cached

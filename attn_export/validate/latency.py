@@ -39,13 +39,16 @@ def latency_from_samples(samples_s: list[float], batch: int = 1, cpu_s: list[flo
     )  # fmt: skip
 
 
-def time_runners(runners: Mapping[str, Runner], feed: Feed | Sequence[Feed], warmup: int = 3, repeats: int = 20, batch: int = 1) -> dict[str, Latency]:
+def time_runners(runners: Mapping[str, Runner], feed: Feed | Sequence[Feed], warmup: int = 3, repeats: int = 20, batch: int = 1,
+                 rounds_ms: dict[str, list[float]] | None = None) -> dict[str, Latency]:  # fmt: skip
     """Time several runners round-robin; returns name -> Latency (wall and CPU) per call.
 
     ``feed`` is one input, or a list of them (batches of real texts, each its own shape): a
     round then runs every feed with every runner, the runner that goes first rotating by one
     per feed so that cache state and machine noise hit all alike, and a sample is the round's
-    mean time per feed.
+    mean time per feed. ``rounds_ms``, when given, receives each runner's wall time per round
+    (ms): entry i of two runners was timed in the same round, so their ratio is paired
+    against load drifting.
     """
     feeds = [feed] if isinstance(feed, Mapping) else list(feed)
     names = list(runners)
@@ -70,6 +73,8 @@ def time_runners(runners: Mapping[str, Runner], feed: Feed | Sequence[Feed], war
         for name in names:
             wall[name].append(w[name] / len(feeds))
             cpu[name].append(c[name] / len(feeds))
+    if rounds_ms is not None:
+        rounds_ms.update({n: [1e3 * s for s in wall[n]] for n in names})
     return {n: latency_from_samples(wall[n], batch, cpu[n]) for n in names}
 
 
@@ -106,6 +111,7 @@ class TimingResult:
     memory: dict[str, dict[str, int | None]] = field(default_factory=dict)
     skipped: list[dict[str, object]] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)  # runner -> why it could not run
+    rounds_ms: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # point -> runner -> wall ms of each round
 
 
 def time_pass(runners: Mapping[str, Callable[[], Runner]], points: list[TimingPoint], measure_memory: bool = False,
@@ -150,7 +156,8 @@ def time_pass(runners: Mapping[str, Callable[[], Runner]], points: list[TimingPo
             per_round = sum(first.values()) or 1e-3
             repeats = int(np.clip(point.budget_s / per_round, point.min_repeats, point.max_repeats))
         warm = max(0, point.warmup - 1)  # the first call above counts as one warm-up
-        result.latency[point.label] = time_runners(live, point.feeds, warmup=warm, repeats=repeats, batch=point.batch)
+        result.latency[point.label] = time_runners(live, point.feeds, warmup=warm, repeats=repeats, batch=point.batch,
+                                                   rounds_ms=result.rounds_ms.setdefault(point.label, {}))  # fmt: skip
         for r in live.values():
             r.deactivate()
     return result

@@ -23,6 +23,7 @@ import numpy as np
 
 from attn_export.validate.error_histogram import error_histogram, histogram_from_details
 from attn_export.validate.pareto import ParetoPoint, pareto_front, points_from_report
+from attn_export.validate.plot_layout import layout_problems, place_labels
 
 __all__ = ["plot_attention_maps", "plot_error_histograms", "plot_latency", "plot_pareto", "plot_sensitivity", "plot_seq_scaling"]
 
@@ -36,6 +37,8 @@ def _save(fig: Any, path: str | os.PathLike[str]) -> Path:
     """Atomic PNG write: render to a temp file in the same folder, then rename."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
+    for problem in layout_problems(fig):
+        log.warning("%s: %s", p.name, problem)
     tmp = p.with_name(f".{p.name}.tmp")
     try:
         fig.savefig(tmp, dpi=_DPI, bbox_inches="tight", format="png")
@@ -56,22 +59,23 @@ def plot_latency(report: Mapping[str, Any], path: str | os.PathLike[str]) -> Pat
     art90 = np.array([s["latency_ms"]["artifact"].get("p90", p) for s, p in zip(rows, art)])
     eag = np.array([((s["latency_ms"].get("eager") or {}).get("p50") or np.nan) for s in rows])
     speed = np.array([s.get("speedup_vs_eager") or (e / a if a else np.nan) for s, e, a in zip(rows, eag, art)])
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(max(8, 1.6 * len(rows) + 4), 4))
-    x = np.arange(len(rows))
-    ax1.bar(x - 0.2, eag, 0.4, label="eager (same run)", color="#bbbbbb")
-    ax1.bar(x + 0.2, art, 0.4, yerr=[np.zeros_like(art), np.maximum(art90 - art, 0)], label="artifact p50 (p90 whisker)", color="#3a7bd5")
-    ax1.set_xticks(x, names, rotation=30, ha="right")
-    ax1.set_ylabel("latency (ms)")
-    ax1.set_title("Latency per stage")
-    ax1.legend(fontsize=8)
-    ax2.bar(x, speed, color=["#2e9e5b" if v >= 1 else "#d9534f" for v in np.nan_to_num(speed, nan=1.0)])
-    ax2.axhline(1.0, color="k", lw=0.8, ls="--")
-    ax2.set_xticks(x, names, rotation=30, ha="right")
-    ax2.set_ylabel("speedup vs eager (x)")
-    ax2.set_title("Speedup vs eager")
-    for xi, v in zip(x, speed):
+    # horizontal bars: stage names stay horizontal and readable however many stages and however long their names
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 1.9 + 0.55 * len(rows)), sharey=True)
+    y = np.arange(len(rows))[::-1]  # first stage on top
+    ax1.barh(y + 0.2, eag, 0.4, label="eager (same run)", color="#bbbbbb")
+    ax1.barh(y - 0.2, art, 0.4, xerr=[np.zeros_like(art), np.maximum(art90 - art, 0)], label="artifact p50 (p90 whisker)", color="#3a7bd5")
+    ax1.set_yticks(y, names, fontsize=8)
+    ax1.set_xlabel("latency (ms)")
+    ax1.set_title("Latency per stage", pad=22)
+    ax1.legend(fontsize=8, ncol=2, loc="lower left", bbox_to_anchor=(0.0, 1.0), borderaxespad=0.2, frameon=False)  # above the bars, never on one
+    ax2.barh(y, speed, 0.6, color=["#2e9e5b" if v >= 1 else "#d9534f" for v in np.nan_to_num(speed, nan=1.0)])
+    ax2.axvline(1.0, color="k", lw=0.8, ls="--")
+    ax2.set_xlabel("speedup vs eager (x)")
+    ax2.set_title("Speedup vs eager", pad=22)
+    ax2.set_xlim(0, 1.25 * float(np.nanmax(np.append(speed, 1.0))))  # room for the value beside the longest bar
+    for yi, v in zip(y, speed):
         if not math.isnan(v):
-            ax2.annotate(f"{v:.2f}x", (xi, v), ha="center", va="bottom", fontsize=8)
+            ax2.annotate(f"{v:.2f}x", (v, yi), xytext=(3, 0), textcoords="offset points", ha="left", va="center", fontsize=8)
     return _save(fig, path)
 
 
@@ -97,15 +101,15 @@ def plot_pareto(
     fig, ax = plt.subplots(figsize=(7.5, 5))
     ax.scatter(lat, acc, c="#9aa5b1", s=30, label="dominated", zorder=2)
     ax.plot(lat[front], acc[front], "-o", c="#e8590c", ms=8, lw=1.5, label="Pareto front (non-dominated)", zorder=3)
-    for rank, i in enumerate(np.lexsort((lat, acc))):  # stagger labels of points at similar accuracy
-        ax.annotate(pts[i].label, (lat[i], acc[i]), xytext=(4, 4 + 9 * (rank % 3)), textcoords="offset points", fontsize=7,
-                    weight="bold" if i in front else "normal")  # fmt: skip
+    ax.margins(x=0.18, y=0.14)  # room for the labels of the points at the edges
     ax.set_xlabel(f"{xlabel} - lower is better")
     ylabel = {"sqnr_db": f"SQNR vs eager fp32 (dB, capped at {cap:.0f})", "cosine": "cosine vs eager fp32"}.get(metric, metric)
     ax.set_ylabel(ylabel + " - higher is better")
-    ax.set_title(title)
+    ax.set_title(title, pad=22)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
+    ax.legend(fontsize=8, ncol=2, loc="lower left", bbox_to_anchor=(0.0, 1.0), borderaxespad=0.2, frameon=False)  # above the points
+    order = list(front) + [i for i in np.argsort(lat) if i not in front]  # the front is labelled first, where it fits best
+    place_labels(ax, np.column_stack([lat, acc])[order], [pts[i].label for i in order], [i in front for i in order])
     return _save(fig, path)
 
 

@@ -7,9 +7,11 @@ links the PNGs written beside it, for repositories and PR comments.
 Every string that comes from report.json (stage names, notes, environment values) is data,
 not markup: the HTML escapes it, and the Markdown escapes HTML and Markdown syntax (``<``,
 ``|``, ``*``, ``[``...) and folds newlines, so a note cannot inject a tag or break a table.
-The attention-maps section is best effort: a layer without softmax probabilities (linear
-attention), a report whose model cannot be rebuilt, or no ONNX artifact gives a note in the
-report instead of maps, never a failed render.
+Both open with the verdict line (``validate.headline``): PASS/FAIL, the file that ships and
+why, its accuracy on the report split and its speed-up; in the HTML it is the first element of
+the page (``id="verdict"``), visible without scrolling. A checkpoint's stage table carries the
+figures its tolerance judges (mean and min embedding cosine, top-1 neighbour agreement). The
+attention-maps section (``validate.attention_report``) is best effort and never a failed render.
 """
 
 from __future__ import annotations
@@ -20,20 +22,24 @@ import logging
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from attn_export.errors import AttnExportError
+from attn_export.resources import format_bytes
+from attn_export.validate.attention_report import AttentionSection, attention_section
+from attn_export.validate.headline import headline
 from attn_export.validate.report import atomic_write_text, load_report
 
-__all__ = ["AttentionSection", "attention_section", "markdown_escape", "write_reports"]
+__all__ = ["markdown_escape", "write_reports"]
 
 log = logging.getLogger(__name__)
 
 _COLUMNS = ("stage", "precision", "cosine", "sqnr dB", "rel_l2", "max_abs", "p50 ms", "p90 ms", "eager p50 ms", "speedup", "size", "passed")
+# A checkpoint is judged on its sentence embeddings: mean and min cosine and top-1 neighbour agreement replace "cosine".
+_EMBEDDING_COLUMNS = ("stage", "precision", "mean cosine", "min cosine", "top-1", "sqnr dB", "rel_l2", "max_abs", "p50 ms", "p90 ms",
+                      "eager p50 ms", "speedup", "size", "passed")  # fmt: skip
 _TITLES = {
     "latency": "Latency per stage and speedup vs eager",
     "pareto": "Accuracy vs latency (Pareto front highlighted)",
@@ -49,18 +55,31 @@ def _fmt(v: Any, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 
+def _embedding(report: Mapping[str, Any]) -> bool:
+    return any((s.get("details") or {}).get("embedding") for s in report.get("stages", []))
+
+
+def _columns(report: Mapping[str, Any]) -> tuple[str, ...]:
+    return _EMBEDDING_COLUMNS if _embedding(report) else _COLUMNS
+
+
 def _rows(report: Mapping[str, Any]) -> list[tuple[str, ...]]:
+    embedding = _embedding(report)
     rows = []
     for s in report.get("stages", []):
         a = s.get("accuracy") or {}
         lat = s.get("latency_ms") or {}
         art, eag = lat.get("artifact") or {}, lat.get("eager") or {}
         size = s.get("size_bytes")
+        emb = (s.get("details") or {}).get("embedding") or {}
+        top1 = emb.get("top1_neighbor_agreement")
+        cosines = ((_fmt(emb.get("mean_cosine"), ".6f"), _fmt(emb.get("min_cosine"), ".6f"), "-" if top1 is None else f"{100 * top1:.1f}%")
+                   if embedding else (_fmt(a.get("cosine"), ".6f"),))  # fmt: skip
         rows.append((
-            s.get("name", "?"), s.get("precision", "?"), _fmt(a.get("cosine"), ".6f"), _fmt(a.get("sqnr_db"), ".1f"),
+            s.get("name", "?"), s.get("precision", "?"), *cosines, _fmt(a.get("sqnr_db"), ".1f"),
             _fmt(a.get("rel_l2"), ".2e"), _fmt(a.get("max_abs"), ".2e"), _fmt(art.get("p50"), ".2f"), _fmt(art.get("p90"), ".2f"),
             _fmt(eag.get("p50"), ".2f"), "-" if s.get("speedup_vs_eager") is None else f"{s['speedup_vs_eager']:.2f}x",
-            "-" if size is None else f"{size / 2**20:.2f} MiB", {True: "PASS", False: "FAIL"}.get(s.get("passed"), "-"),
+            "-" if size is None else format_bytes(size), {True: "PASS", False: "FAIL"}.get(s.get("passed"), "-"),
         ))  # fmt: skip
     return rows
 
@@ -93,77 +112,6 @@ def markdown_escape(text: Any) -> str:
     for Markdown punctuation (CommonMark allows one before any ASCII punctuation), one line."""
     t = html.escape(" ".join(str(text).split()), quote=False)
     return _MD_SPECIAL.sub(r"\\\1", t)
-
-
-_MAX_REBUILD_D_MODEL = 4096  # a transformer layer of this width is ~200M parameters (0.8 GB) to rebuild
-
-
-@dataclass
-class AttentionSection:
-    """What the report shows for attention maps: the maps, or a note saying why there are none."""
-
-    eager_maps: np.ndarray | None = None
-    onnx_maps: np.ndarray | None = None
-    label: str = "ONNX"
-    summary: str = ""  # the per-head comparison (AttentionPatternResult's str)
-    note: str = ""
-
-
-def attention_section(report: Mapping[str, Any], report_dir: Path, max_seq: int = 32) -> AttentionSection:
-    """Rebuild the report's reference layer and compare its attention maps with an artifact's.
-
-    The artifact is the last stage's ONNX model that exists (the most compressed one, so the
-    plot shows what compression did to each head), found next to the report or at its path.
-    Needs ``model`` = {layer, d_model, heads, mask} and ``inputs.seed`` (what the pipeline
-    writes). Anything that prevents maps (linear attention, a model that is not a reference
-    layer or too large to rebuild here, no ONNX artifact, a comparison that cannot run)
-    becomes ``note`` instead of an error; maps that disagree are drawn, with FAIL in ``summary``.
-    """
-    from attn_export.layers import MaskedLayer, build_layer
-    from attn_export.layers.registry import LAYERS
-    from attn_export.validate.patterns import check_attention_patterns, has_attention_maps
-
-    m, inputs = report.get("model") or {}, report.get("inputs") or {}
-    if not {"layer", "d_model", "heads"} <= set(m) or m["layer"] not in LAYERS:
-        return AttentionSection(note=f"no attention maps: the report's model ({m.get('layer', 'unnamed')}) is not a reference layer that can be rebuilt")
-    if int(m["d_model"]) > _MAX_REBUILD_D_MODEL:
-        return AttentionSection(note=f"no attention maps: d_model {m['d_model']} is too large to rebuild for them (limit {_MAX_REBUILD_D_MODEL})")
-    mask = m.get("mask") or "none"
-    seed = int(inputs.get("seed") or 0)
-    try:
-        kwargs = {k: int(m[k]) for k in ("window", "block_size") if isinstance(m.get(k), int)}
-        layer = MaskedLayer(build_layer(m["layer"], int(m["d_model"]), int(m["heads"]), mask=mask, seed=seed, **kwargs), mask)
-        if not has_attention_maps(layer):
-            return AttentionSection(
-                note=f"no attention maps: the {m['layer']} layer computes no softmax attention probabilities "
-                "(kernelised attention never forms the L x L matrix); its output metrics above are the check"
-            )
-    except AttnExportError as err:
-        return AttentionSection(note=f"no attention maps: {err}")
-    artifact, name = None, ""
-    for s in reversed(report.get("stages", [])):
-        path = s.get("artifact")
-        if path and str(path).endswith(".onnx"):
-            artifact = next((c for c in (report_dir / Path(path).name, Path(path)) if c.is_file()), None)
-            name = s["name"]
-        if artifact:
-            break
-    if artifact is None:
-        return AttentionSection(note="no attention maps: no ONNX artifact found next to the report")
-    rng = np.random.default_rng(seed)
-    block = getattr(layer.layer, "block_size", 0)  # block-sparse: show at least two blocks
-    seq = min(int(inputs.get("seq_len") or max_seq), max(max_seq, 2 * block))
-    x = rng.standard_normal((1, seq, int(m["d_model"]))).astype(np.float32)
-    kpm = np.ones((1, seq), np.int32) if mask == "padding" else None
-    if kpm is not None:
-        kpm[:, seq - seq // 4 :] = 0  # a padded tail, so masking shows in the maps
-    try:
-        res = check_attention_patterns(layer, x, artifact, kpm)
-    except AttnExportError as err:
-        log.warning("attention maps of stage %s not drawn: %s", name, err)
-        return AttentionSection(note=f"no attention maps for stage {name}: {err}")
-    log.info("attention maps of stage %s: %s", name, res)
-    return AttentionSection(res.eager_maps, res.onnx_maps, name, str(res))
 
 
 def _plots(
@@ -215,9 +163,11 @@ def _mixed_precision(report: Mapping[str, Any]) -> tuple[list[str], list[tuple[s
 
 def _markdown(report: Mapping[str, Any], pngs: Mapping[str, Path], section: AttentionSection | None = None) -> str:
     esc = markdown_escape
-    lines = ["# attn-export report", ""]
+    line = headline(report)
+    lines = ["# attn-export report", "", f"**{line.verdict}** · " + " · ".join(esc(x) for x in line.parts()), ""]
     lines += [f"- **{esc(k)}**: {esc(v)}" for k, v in _header(report)]
-    lines += ["", "## Stages", "", "| " + " | ".join(_COLUMNS) + " |", "|" + "---|" * len(_COLUMNS)]
+    columns = _columns(report)
+    lines += ["", "## Stages", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(esc(c) for c in r) + " |" for r in _rows(report)]
     for key, path in pngs.items():
         lines += ["", f"## {_TITLES[key]}", "", f"![{_TITLES[key]}]({path.name})"]
@@ -240,13 +190,16 @@ _CSS = (
     "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
     "td:first-child,th:first-child{text-align:left}.PASS{color:#1a7f37;font-weight:600}.FAIL{color:#c62828;font-weight:600}"
     "img{max-width:100%;border:1px solid #eee}dt{font-weight:600}"
+    ".verdict{font-size:15px;padding:.6em .8em;border-radius:4px;margin:0 0 1em}.PASS-box{background:#e6f4ea}.FAIL-box{background:#fdecea}"
 )
 
 
 def _html(report: Mapping[str, Any], pngs: Mapping[str, Path], section: AttentionSection | None = None) -> str:
     esc = html.escape
     head = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in _header(report))
-    th = "".join(f"<th>{esc(c)}</th>" for c in _COLUMNS)
+    th = "".join(f"<th>{esc(c)}</th>" for c in _columns(report))
+    line = headline(report)
+    verdict = f'<p id="verdict" class="verdict {line.verdict}-box"><b class="{line.verdict}">{line.verdict}</b> · ' + " · ".join(esc(x) for x in line.parts()) + "</p>"
     trs = "".join(
         "<tr>" + "".join(f'<td class="{esc(c)}">{esc(c)}</td>' if i == len(r) - 1 else f"<td>{esc(c)}</td>" for i, c in enumerate(r)) + "</tr>"
         for r in _rows(report)
@@ -267,7 +220,7 @@ def _html(report: Mapping[str, Any], pngs: Mapping[str, Path], section: Attentio
     notes = "".join(f"<li>{esc(n)}</li>" for n in report.get("notes", []))
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>attn-export report</title><style>{_CSS}</style></head>'
-        f"<body><h1>attn-export report</h1><dl>{head}</dl><h2>Stages</h2><table><tr>{th}</tr>{trs}</table>{figs}"
+        f"<body>{verdict}<h1>attn-export report</h1><dl>{head}</dl><h2>Stages</h2><table><tr>{th}</tr>{trs}</table>{figs}"
         + (f"<h2>Notes</h2><ul>{notes}</ul>" if notes else "")
         + "</body></html>\n"
     )

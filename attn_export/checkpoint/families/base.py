@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attn_export.errors import CheckpointError
-from attn_export.layers.encoder import EncoderConfig
-from attn_export.layers.heads import HeadConfig
+from attn_export.layers.encoder_config import EncoderConfig, HeadConfig
 
 __all__ = ["Family", "TASK_SUFFIXES", "detect_head", "head_parts", "map_key", "task_from_architectures"]
 

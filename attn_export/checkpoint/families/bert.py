@@ -15,7 +15,7 @@ from typing import Any
 
 from attn_export.checkpoint.families.base import Family
 from attn_export.errors import CheckpointError, ConfigError
-from attn_export.layers.encoder import ACTIVATIONS, EncoderConfig
+from attn_export.layers.encoder_config import ACTIVATIONS, EncoderConfig
 
 __all__ = ["BERT", "BERT_EMBEDDING_PARTS", "BERT_LAYER_KEY", "BERT_LAYER_PARTS", "CONFIG_FIX", "bert_style_config"]
 

