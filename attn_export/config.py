@@ -53,6 +53,7 @@ class RunConfig:
     max_texts: int | None = None
     languages: str | None = None
     pooling: str | None = None  # the sentence embedding's pooling, overriding what the checkpoint ships (sentence-transformers' modes)
+    encoder_form: str | None = None  # auto|padded|packed (layers/packed.py); None: the kind's default (auto)
     layer: str | None = None
     d_model: int | None = None
     heads: int | None = None

@@ -59,6 +59,7 @@ class Step:
     source: str
     filename: str
     required: bool = True
+    form: str = "padded"  # "packed": the second encoder form of an --encoder-form auto run (Plan.form_specs); else the plan's own
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,7 @@ class Plan:
     skipped: dict[str, str] = field(default_factory=dict)  # stage name -> why the run does not build it
     encoding: Any = None  # compress.int8_encoding.EncodingChoice, when an 8-bit precision runs
     fp32_spec: ExportSpec | None = None  # the ExportSpec every fp32 graph of the run uses (compression sources, students)
+    form_specs: dict[str, ExportSpec] = field(default_factory=dict)  # a second encoder form -> its fp32 ExportSpec
     attention: dict[str, str] = field(default_factory=dict)  # graph precision -> why its attention form was chosen
     deploy_source: str = ""  # the step (or "select:<precision>") whose ONNX is deployed
     deploy_precision: str = "fp32"
@@ -129,12 +131,17 @@ class Plan:
         """The stage whose artifact the run ships (a selection's candidates: None until selected)."""
         return None if self.deploy_source.startswith("select:") else self.deploy_source
 
+    def fp32_spec_for(self, step: Step) -> ExportSpec | None:
+        """The fp32 export a step's method re-exports students with: its encoder form's."""
+        return self.form_specs.get(step.form, self.fp32_spec)
+
     def describe(self) -> str:
         parts = [s.name for s in self.steps] + [f"select {s.key}" for s in self.selections] + [d.kind for d in self.deploy]
         return " -> ".join(parts)
 
 
-def export_spec(cfg: RunConfig, profile: SubjectProfile, graph_precision: str, engine_precision: str) -> tuple[ExportSpec, str | None]:
+def export_spec(cfg: RunConfig, profile: SubjectProfile, graph_precision: str, engine_precision: str,
+                form: str = "padded") -> tuple[ExportSpec, str | None]:  # fmt: skip
     """The export for one graph of the run, and why its attention form was chosen.
 
     On a TensorRT target without an explicit ``--attention``, the ONNX ``Attention`` op is
@@ -144,6 +151,8 @@ def export_spec(cfg: RunConfig, profile: SubjectProfile, graph_precision: str, e
     """
     spec = cfg.export_spec(graph_precision)
     target = cfg.target_info
+    if form == "packed":
+        return packed_spec(cfg, spec), None  # its attention form is the packed encoder's (packed_spec)
     if cfg.attention not in (None, "auto"):
         return spec, None  # the user's explicit form
     if not target.is_tensorrt:
@@ -162,9 +171,9 @@ def export_spec(cfg: RunConfig, profile: SubjectProfile, graph_precision: str, e
     return spec, f"{form} for TensorRT {cfg.resolved_trt_version} at {engine_precision}: {reason}"
 
 
-def _fp32_source(cfg: RunConfig, plan: Plan, spec: ExportSpec) -> str:
+def _fp32_source(cfg: RunConfig, plan: Plan, spec: ExportSpec, form: str) -> str:
     """The fp32 graph compression starts from: the run's own export, or a second fp32 export of the subject."""
-    fp32_spec, why = export_spec(cfg, plan.profile, "fp32", ("int8" if cfg.quantize == "auto" else cfg.quantize) or "fp32")
+    fp32_spec, why = export_spec(cfg, plan.profile, "fp32", ("int8" if cfg.quantize == "auto" else cfg.quantize) or "fp32", form)
     if cfg.quantize and fp32_spec.attention == "long-seq":
         # Static Q/DQ cannot yet rewrite the long-seq graph's Loop/If subgraphs (onnx.checker refuses the
         # result), so the 8-bit routes start from the target's decomposed form; model.onnx keeps long-seq.
@@ -254,17 +263,89 @@ def _routes(cfg: RunConfig, plan: Plan, ctx: PlanContext, source: str, lowrank: 
         plan.steps[:] = [dataclasses.replace(s, required=True) if s in built else s for s in plan.steps]
 
 
+def packed_spec(cfg: RunConfig, spec: ExportSpec) -> ExportSpec:
+    """``spec`` for the packed encoder form: ONNX Runtime's MultiHeadAttention on an ORT target, the decomposed math elsewhere.
+
+    An explicit ``--attention`` the packed form can export is kept (config_rules refuses the others).
+    """
+    from attn_export.vocabulary import PACKED_ATTENTION_FORMS
+
+    if cfg.attention not in (None, "auto") and cfg.attention in PACKED_ATTENTION_FORMS:
+        return dataclasses.replace(spec, encoder_form="packed")
+    attention = "decomposed" if cfg.target_info.is_tensorrt else "ort-contrib"
+    opset = spec.opset if cfg.opset is not None else None
+    return dataclasses.replace(spec, encoder_form="packed", attention=attention, opset=opset, linear_gemm=None)
+
+
+def encoder_forms(cfg: RunConfig, profile: SubjectProfile) -> tuple[tuple[str, ...], str]:
+    """The encoder forms the run builds, and why: the one asked for, or for ``auto`` both where the run can time them."""
+    if profile.kind != "encoder":
+        return ("padded",), ""  # a reference layer and layer N of a checkpoint run on (B, S, D) states: no form to choose
+    asked = cfg.encoder_form or "auto"
+    if asked != "auto":
+        return (asked,), ""
+    from attn_export.vocabulary import PACKED_ATTENTION_FORMS
+
+    target = cfg.target_info
+    if target.is_tensorrt:
+        return ("padded",), ("--encoder-form auto: padded for TensorRT: the packed graph passes check-trt's static checks, but its "
+                             "data-dependent shapes (NonZero) are unverified without a GPU build and its speed is not measured here; "
+                             "pass --encoder-form packed to ship it")  # fmt: skip
+    if cfg.attention not in (None, "auto") and cfg.attention not in PACKED_ATTENTION_FORMS:
+        return ("padded",), f"--encoder-form auto: padded (--attention {cfg.attention} has no packed form)"
+    if cfg.low_rank is not None or cfg.distill is not None:
+        return ("padded",), ("--encoder-form auto: padded (with --low-rank/--distill the students would be trained once per form; "
+                             "pass --encoder-form packed to build them packed)")  # fmt: skip
+    return ("padded", "packed"), ("--encoder-form auto: padded and packed both built; the faster on the real-text batches "
+                                  "(meeting its tolerance) ships")  # fmt: skip
+
+
+def _packed_name(name: str) -> str:
+    return f"{name}-packed"
+
+
+def _packed_filename(filename: str) -> str:
+    return "model.packed.onnx" if filename == "model.onnx" else filename.removesuffix(".onnx") + "-packed.onnx"
+
+
+def _add_packed_form(cfg: RunConfig, plan: Plan, why: str) -> None:
+    """Every stage again in the packed form, competing beside its padded twin in the same selections.
+
+    The padded export moves to ``model.padded.onnx``; a ``form`` selection (the faster fp32 graph
+    meeting its tolerance) writes ``model.onnx``, and the 8-bit selections take both forms' routes.
+    """
+    padded = list(plan.steps)
+    base = padded[0].name
+    for step in padded:
+        config = step.config
+        if isinstance(config, ExportStep):
+            config = ExportStep(config.precision, packed_spec(cfg, config.spec))
+        source = step.source if step.source == "subject" else _packed_name(step.source)
+        plan.steps.append(Step(_packed_name(step.name), config, source, _packed_filename(step.filename), step.required, form="packed"))
+    plan.form_specs["packed"] = packed_spec(cfg, plan.fp32_spec) if plan.fp32_spec is not None else None  # type: ignore[assignment]
+    plan.steps[0] = dataclasses.replace(plan.steps[0], filename="model.padded.onnx", required=False)
+    plan.steps[len(padded)] = dataclasses.replace(plan.steps[len(padded)], required=False)
+    plan.selections[:] = [dataclasses.replace(sel, candidates=(*sel.candidates, *map(_packed_name, sel.candidates))) for sel in plan.selections]
+    plan.selections.insert(0, Selection("form", (base, _packed_name(base)), (_packed_name(base), base), "model.onnx", why=why))
+    if plan.deploy_source == base:  # an fp32 run ships the selected form's graph
+        plan.deploy_source = "select:form"
+
+
 def make_plan(cfg: RunConfig) -> Plan:
     """The stages ``cfg`` asks for (nothing is built here)."""
     profile = cfg.kind.profile(cfg)
+    forms, form_why = encoder_forms(cfg, profile)
+    form = forms[0] if len(forms) == 1 else "padded"
     engine_precision = ("int8" if cfg.quantize == "auto" else cfg.quantize) if cfg.quantize and cfg.precision == "fp32" else cfg.precision
-    spec, why = export_spec(cfg, profile, cfg.precision, engine_precision)
+    spec, why = export_spec(cfg, profile, cfg.precision, engine_precision, form)
     base = f"onnx-{spec.precision}"
     plan = Plan(cfg, profile, [Step(base, ExportStep(spec.precision, spec), "subject", "model.onnx")], deploy_source=base,
                 deploy_precision=cfg.precision)  # fmt: skip
     if why:
         plan.attention[spec.precision] = why
-    fp32_source = _fp32_source(cfg, plan, spec)
+    if form_why:
+        plan.notes.append(form_why)
+    fp32_source = _fp32_source(cfg, plan, spec, form)
     target = cfg.target_info
     ctx = PlanContext(target, profile)
     source, lossy = _transforms(cfg, plan, ctx, fp32_source)
@@ -273,6 +354,8 @@ def make_plan(cfg: RunConfig) -> Plan:
 
         plan.encoding = ctx._encoding = choose_cpu_encoding(cfg.int8_encoding)
         _routes(cfg, plan, ctx, source, lossy)
+    if "packed" in forms and len(forms) > 1:
+        _add_packed_form(cfg, plan, form_why)
     if target.is_tensorrt:
         plan.deploy.append(DeployStep("trt-check"))
         if cfg.build_engine:

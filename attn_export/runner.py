@@ -118,7 +118,8 @@ def build_plans(plans: Sequence[Plan], subject: Subject, settings: RunSettings) 
 def _build_plan(plan: Plan, subject: Subject, settings: RunSettings, unique: dict[str, Artifact]) -> dict[str, Artifact]:
     from attn_export.compress.registry import BuildContext, Method, Source, apply
 
-    ctx = BuildContext(subject, plan.out, plan.config.target_info, plan.fp32_spec, settings.threads, settings.say)
+    contexts = {form: BuildContext(subject, plan.out, plan.config.target_info, spec, settings.threads, settings.say)
+                for form, spec in {"padded": plan.fp32_spec, **plan.form_specs}.items()}  # fmt: skip
     plan.out.mkdir(parents=True, exist_ok=True)
     known: dict[str, Artifact] = {}
     for step in plan.steps:
@@ -127,6 +128,7 @@ def _build_plan(plan: Plan, subject: Subject, settings: RunSettings, unique: dic
             if step.source != "subject" and step.source not in known:
                 raise ConfigError(f"plan step {step.name} starts from {step.source!r}, which is not built before it")
             source = None if step.source == "subject" else known[step.source]
+            ctx = contexts.get(step.form, contexts["padded"])  # students are re-exported in their own encoder form
             if isinstance(step.config, ExportStep):
                 unique[key] = _export(step, ctx, source)
             elif isinstance(step.config, Method) and source is not None:
@@ -219,6 +221,7 @@ def run_plans(plans: Sequence[Plan], subject: Subject, settings: RunSettings) ->
     results = []
     for plan, arts in zip(plans, per_plan):
         report = _report(plan, subject, settings)
+        report.inputs["timed_on"] = [{"label": p.label, "batch": p.batch, **p.details} for p in points]  # the first decides selections
         if isinstance(arts, str):
             report.verdict.update(passed=False, failures=[f"build failed: {arts}"])
             results.append(RunResult(report, plan, timing=timing, error=arts))

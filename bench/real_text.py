@@ -7,10 +7,9 @@ Variants, side by side in one process:
 
 - **eager sentence-transformers fp32**: ``SentenceTransformer`` on the checkpoint folder, its forward
   on the same token batches (the reference every cosine is taken against);
-- **ours**: ``model.onnx`` (fp32) and ``model.int8.onnx`` (the plan's ``int8-dynamic`` stage for
-  ``--target ort-cpu``: per-channel weights, searched SmoothQuant, int8 embedding rows, BiasGelu),
-  each in the padded and the packed encoder form (``layers.packed``, ORT MultiHeadAttention),
-  built by the pipeline's own stages;
+- **ours**: ``model.onnx`` (fp32) and ``model.int8.onnx`` as ``attn-export --checkpoint minilm --quantize
+  int8`` ships them (run in-process: both encoder forms built, timed on real batches, the faster
+  meeting its tolerance selected), and the padded/packed twins it did not ship, for the comparison;
 - **optimum fp32**: ``optimum-cli export onnx --task feature-extraction`` of the checkpoint folder;
 - **optimum-cli quantize**: ``optimum-cli onnxruntime quantize --<this CPU's ISA> --per_channel`` of it
   (dynamic, QOperator; it also quantizes the attention BMMs);
@@ -31,7 +30,7 @@ runners open them (SkipLayerNormFusion off, denormals flushed), to show what tho
 Inputs: (i) the corpus' test split (every language), tokenized to ``--max-len``, in batches of
 ``--batch`` in corpus order, each padded to its longest text (what a service does); (ii) the first
 ``--batch`` test texts padded to ``--fixed-seq``. Timing: every batch is run by every variant before
-the next batch, in a rotating order (``validate.latency.time_runners_on_feeds``); a repeat is one pass
+the next batch, in a rotating order (``validate.latency.time_runners``); a repeat is one pass
 over the real batches (or 20 calls of the fixed input); wall and process-CPU ms per call; three
 repeats by default, the table shows the median [min-max] and, per repeat, the best peer's time over
 the variant's (``x best``; the worst repeat is what an acceptance reads). Accuracy: the sentence
@@ -149,38 +148,31 @@ def _ort_optimizer_peer(fp32: Path, out: Path, heads: int, hidden: int) -> None:
 
 
 def build_ours(work: Path, threads: int, say: Any, reuse: bool = False) -> tuple[list[Variant], Any, Any]:
-    """Our fp32 and int8 models, padded and packed, built by the pipeline's stages as ``--target ort-cpu`` plans them.
+    """What ``attn-export --checkpoint minilm --quantize int8`` ships (``runner.run``, the main command in-process: both
+    encoder forms built, timed on the report split's real batches and selected), and the twins it did not ship.
 
-    ``reuse``: take the models already in ``work`` (a previous ``--ours-dir`` run) instead of building them.
+    ``reuse``: take the run already in ``work`` (a previous ``--ours-dir`` run) instead of running it again.
     """
-    import dataclasses
+    import json as _json
 
     from attn_export.compress.int8_encoding import choose_cpu_encoding
-    from attn_export.compress.registry import BuildContext
     from attn_export.config import RunConfig
-    from attn_export.export.targets import get_target
-    from attn_export.plan import ExportStep, Plan, Step, make_plan
-    from attn_export.runner import build_artifacts
+    from attn_export.runner import run
     from attn_export.subjects import make_subject
 
     cfg = RunConfig(checkpoint="minilm", quantize="int8", threads=threads, out=work, render=False)
-    subject = make_subject(cfg)
-    dynamic = {s.name: s.config for s in make_plan(dataclasses.replace(cfg, target="ort-cpu"), None).steps}["int8-dynamic"]
-    encoding = choose_cpu_encoding("auto")
-    variants = []
-    for form, spec in (("padded", cfg.export_spec("fp32")), ("packed", replace(cfg.export_spec("fp32"), encoder_form="packed", attention="ort-contrib"))):
-        folder = work / form
-        if reuse and (folder / "model.int8.onnx").is_file():
-            say(f"{form}: reusing {folder}")
-            variants += [Variant(f"ours fp32 ({form})", "ours", folder / "model.onnx"), Variant(f"ours int8 ({form})", "ours", folder / "model.int8.onnx")]
-            continue
-        folder.mkdir(parents=True, exist_ok=True)
-        build = BuildContext(subject, folder, get_target("ort-cpu"), spec, threads, lambda m: say(f"{form}: {m}"))
-        plan = Plan([Step("ort-fp32", ExportStep("fp32", spec), "subject", "model.onnx"), Step("int8-dynamic", dynamic, "ort-fp32", "model.int8.onnx")])
-        arts = build_artifacts(plan, build)
-        variants.append(Variant(f"ours fp32 ({form})", "ours", arts["ort-fp32"].path))
-        variants.append(Variant(f"ours int8 ({form})", "ours", arts["int8-dynamic"].path))
-    return variants, subject, encoding
+    if not (reuse and (work / "report.json").is_file()):
+        say(f"running attn-export --checkpoint minilm --quantize int8 --out {work}")
+        run(cfg, progress=say)
+    report = _json.loads((work / "report.json").read_text())
+    shipped = {key: entry.get("stage") for key, entry in report.get("selection", {}).items() if isinstance(entry, dict) and entry.get("stage")}
+    variants = [Variant(f"ours fp32 model.onnx ({shipped.get('form', 'onnx-fp32')})", "ours", work / "model.onnx"),
+                Variant(f"ours int8 model.int8.onnx ({shipped.get('int8', '?')})", "ours", work / "model.int8.onnx")]  # fmt: skip
+    for stage in report.get("stages", []):  # the forms and routes the selection did not ship, for the comparison
+        path = Path(stage.get("artifact") or "")
+        if stage["name"] not in shipped.values() and stage["name"] in ("onnx-fp32", "onnx-fp32-packed", "int8-dynamic", "int8-dynamic-packed"):
+            variants.append(Variant(f"ours {stage['precision']} {stage['name']} (not shipped)", "ours", work / path.name))
+    return variants, make_subject(cfg), choose_cpu_encoding("auto")
 
 
 class _SentenceTransformersRunner:
@@ -268,7 +260,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from attn_export.checkpoint.text import load_tokenizer
     from attn_export.environment import capture_environment, detect_cpu
     from attn_export.process import ProcessSettings, process_settings
-    from attn_export.validate.latency import time_runners_on_feeds
 
     say = (lambda m: print(f"- {m}", file=sys.stderr)) if not args.quiet else (lambda m: None)
     load = {"before": os.getloadavg()[0]}
@@ -293,9 +284,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             cos = (emb * ref).sum(-1) / np.maximum(np.linalg.norm(emb, axis=-1) * np.linalg.norm(ref, axis=-1), 1e-12)
             accuracy[v.name] = {"mean_cos": float(cos.mean()), "min_cos": float(cos.min())}
         say(f"timing {len(live)} variants on {len(batches)} real batches, {args.repeats} repeats")
-        real = time_runners_on_feeds(runners, batches, repeats=args.repeats, warmup=1)
+        real = _timed(runners, batches, repeats=args.repeats, warmup=1)
         say(f"timing the fixed ({args.batch}, {args.fixed_seq}) input")
-        fixed_t = time_runners_on_feeds(runners, [fixed], repeats=args.repeats, warmup=3, rounds=args.fixed_calls)
+        fixed_t = _timed(runners, [fixed] * args.fixed_calls, repeats=args.repeats, warmup=3)
         for r in runners.values():
             r.deactivate()
     load["after"] = os.getloadavg()[0]
@@ -305,12 +296,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if v.unavailable:
             row["unavailable"] = v.unavailable
         else:
-            row.update(real=real[v.name].to_dict(), fixed=fixed_t[v.name].to_dict(), **accuracy[v.name])
+            row.update(real=real[v.name], fixed=fixed_t[v.name], **accuracy[v.name])
         rows.append(row)
     _add_ratios(rows)
     return {"environment": capture_environment(args.threads, proc), "cpu": cpu.describe(), "int8_encoding": encoding.to_dict(),
             "real_batches": real_info, "fixed": {"batch": args.batch, "seq": args.fixed_seq, **fixed_info}, "peers": peer_record,
             "rows": rows, "load_average_1min": load, "repeats": args.repeats}  # fmt: skip
+
+
+def _timed(runners: dict[str, Any], feeds: list[dict[str, np.ndarray]], repeats: int, warmup: int) -> dict[str, dict[str, list[float]]]:
+    """Per runner and repeat: the mean wall and CPU ms per feed (``validate.latency.time_runners``: every feed by every
+    runner before the next, the first runner rotating)."""
+    from attn_export.validate.latency import time_runners
+
+    wall: dict[str, list[float]] = {}
+    cpu: dict[str, list[float]] = {}
+    time_runners(runners, feeds, warmup=warmup, repeats=repeats, rounds_ms=wall, rounds_cpu_ms=cpu)
+    return {name: {"wall_ms": wall[name], "cpu_ms": cpu[name]} for name in runners}
 
 
 def _add_ratios(rows: list[dict[str, Any]]) -> None:

@@ -42,7 +42,7 @@ from attn_export.checkpoint.config_file import (
     read_checkpoint_config,
     resolve_checkpoint,
 )
-from attn_export.checkpoint.families import BERT, Family, detect_head, map_key
+from attn_export.checkpoint.families import Family, detect_head, map_key
 from attn_export.checkpoint.paths import inside as _inside
 from attn_export.errors import CheckpointError
 from attn_export.layers.encoder import SentenceEncoder

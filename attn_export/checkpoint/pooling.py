@@ -23,7 +23,6 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from attn_export.checkpoint.paths import inside
 from attn_export.errors import CheckpointError, ConfigError

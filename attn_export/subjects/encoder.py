@@ -94,7 +94,8 @@ class EncoderSubject(BaseSubject):
             "selection_data": f"{len(t['select'])} texts of {d.source} (select split): early stopping and route selection",
             "training_data": f"{len(t['train'])} texts of {d.train_source}: 8-bit ranges, low-rank, distillation",
             "max_len": self.cfg.resolved_max_len, "batch": self.cfg.batch, "seq_len": self.cfg.seq_len, "seed": self.cfg.seed,
-            "latency_data": f"{self.cfg.batch} report texts padded to {self.cfg.seq_len} tokens",
+            "latency_data": f"the report split's texts in batches of {self.cfg.batch}, each padded to its longest (real texts), and "
+                            f"{self.cfg.batch} report texts padded to {self.cfg.seq_len} tokens (fixed)",
             "split_sizes": {role: len(tokens) for role, tokens in t.items()},
             "report_lengths": length_profile(t["report"]),
             "also_judged_on": {e.name: {"why": e.why, "lengths": length_profile(e.tokens)} for e in d.extra},
@@ -131,6 +132,23 @@ class EncoderSubject(BaseSubject):
 
     def latency_feed(self) -> Feed:
         return self._latency_tokens.feed()
+
+    def timing_points(self, warmup: int, repeats: int) -> list[Any]:
+        """The report split's real texts in batches of ``--batch`` (corpus order, each padded to its longest) first, the
+        fixed ``--batch`` x ``--seq-len`` input second: a service sees the first, so the selections are decided on it."""
+        from attn_export.validate.latency import TimingPoint
+
+        feeds = self.tokens["report"].feeds(self.cfg.batch, trim=True)
+        slots = sum(int(f["attention_mask"].size) for f in feeds)
+        real = sum(int(f["attention_mask"].sum()) for f in feeds)
+        details = {"batches": len(feeds), "texts": len(self.tokens["report"]), "padding_fraction": 1.0 - real / max(slots, 1),
+                   "tokens_per_text": real / max(len(self.tokens["report"]), 1)}  # fmt: skip
+        texts = TimingPoint("real texts", feeds[0], batch=self.cfg.batch, warmup=min(warmup, 1), repeats=None, budget_s=15.0,
+                            min_repeats=min(3, repeats), max_repeats=repeats, details=details, more_feeds=tuple(feeds[1:]))  # fmt: skip
+        lat = self.latency_feed()
+        fixed_pad = 1.0 - float(lat["attention_mask"].sum()) / lat["attention_mask"].size
+        fixed = TimingPoint("fixed", lat, batch=self.cfg.batch, warmup=warmup, repeats=repeats, details={"padding_fraction": fixed_pad})
+        return [texts, fixed]
 
     def calibration(self) -> Any:
         return self.tokens["train"].feeds(8, uniform=True)

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 # Flags each kind owns; a flag of another kind is refused, naming it.
 _LAYER_FLAGS = ("layer", "d_model", "heads", "mask")
-_CHECKPOINT_FLAGS = ("layers", "max_len", "max_texts", "languages", "pooling")
+_CHECKPOINT_FLAGS = ("layers", "max_len", "max_texts", "languages", "pooling", "encoder_form")
 
 
 @dataclass(frozen=True)
@@ -162,6 +162,14 @@ class CheckpointKind(SubjectKind):
             from attn_export.checkpoint.pooling import parse_pooling
 
             parse_pooling(cfg.pooling)
+        if cfg.encoder_form is not None:
+            from attn_export.vocabulary import ENCODER_FORMS
+
+            if cfg.encoder_form not in ("auto", *ENCODER_FORMS):
+                raise ConfigError(f"expected --encoder-form in auto|{'|'.join(ENCODER_FORMS)}, got {cfg.encoder_form!r}")
+            if self.name == "encoder-layer" and cfg.encoder_form == "packed":
+                raise ConfigError(f"--encoder-form packed applies to the whole encoder (--layers all); layer {cfg.layers} runs on its "
+                                  "(B, S, D) hidden states; drop --encoder-form")  # fmt: skip
 
     def profile(self, cfg: RunOptions) -> SubjectProfile:
         conf = checkpoint_config(cfg)

@@ -117,7 +117,11 @@ def _speed(stage: Mapping[str, Any], report: Mapping[str, Any]) -> str:
     if art is None or eager is None or not art:
         return "not timed"
     inputs = report.get("inputs") or {}
-    shape = f", batch {inputs['batch']} x {inputs['seq_len']} tokens" if "batch" in inputs and "seq_len" in inputs else ""
+    first = (inputs.get("timed_on") or [{}])[0]
+    if first.get("label") == "real texts":
+        shape = f", on the report split's texts in batches of {first.get('batch')} ({100 * float(first.get('padding_fraction', 0)):.0f}% padding)"
+    else:
+        shape = f", batch {inputs['batch']} x {inputs['seq_len']} tokens" if "batch" in inputs and "seq_len" in inputs else ""
     return f"speed-up {eager / art:.2f}x vs eager PyTorch ({art:.2f} vs {eager:.2f} ms p50, timed side by side{shape})"
 
 

@@ -40,7 +40,7 @@ def latency_from_samples(samples_s: list[float], batch: int = 1, cpu_s: list[flo
 
 
 def time_runners(runners: Mapping[str, Runner], feed: Feed | Sequence[Feed], warmup: int = 3, repeats: int = 20, batch: int = 1,
-                 rounds_ms: dict[str, list[float]] | None = None) -> dict[str, Latency]:  # fmt: skip
+                 rounds_ms: dict[str, list[float]] | None = None, rounds_cpu_ms: dict[str, list[float]] | None = None) -> dict[str, Latency]:  # fmt: skip
     """Time several runners round-robin; returns name -> Latency (wall and CPU) per call.
 
     ``feed`` is one input, or a list of them (batches of real texts, each its own shape): a
@@ -48,7 +48,7 @@ def time_runners(runners: Mapping[str, Runner], feed: Feed | Sequence[Feed], war
     per feed so that cache state and machine noise hit all alike, and a sample is the round's
     mean time per feed. ``rounds_ms``, when given, receives each runner's wall time per round
     (ms): entry i of two runners was timed in the same round, so their ratio is paired
-    against load drifting.
+    against load drifting; ``rounds_cpu_ms`` the same in process CPU time.
     """
     feeds = [feed] if isinstance(feed, Mapping) else list(feed)
     names = list(runners)
@@ -75,6 +75,8 @@ def time_runners(runners: Mapping[str, Runner], feed: Feed | Sequence[Feed], war
             cpu[name].append(c[name] / len(feeds))
     if rounds_ms is not None:
         rounds_ms.update({n: [1e3 * s for s in wall[n]] for n in names})
+    if rounds_cpu_ms is not None:
+        rounds_cpu_ms.update({n: [1e3 * s for s in cpu[n]] for n in names})
     return {n: latency_from_samples(wall[n], batch, cpu[n]) for n in names}
 
 

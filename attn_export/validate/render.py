@@ -161,6 +161,21 @@ def _mixed_precision(report: Mapping[str, Any]) -> tuple[list[str], list[tuple[s
     return lines, rows
 
 
+_INPUT_COLUMNS = ("stage", "timed on", "padding", "p50 ms", "eager p50 ms", "speedup")
+
+
+def _latency_by_input(report: Mapping[str, Any]) -> list[tuple[str, ...]]:
+    """One row per stage and timing input (real-text batches, the fixed shape), when a run timed more than one."""
+    rows = []
+    for s in report.get("stages", []):
+        for label, lat in ((s.get("details") or {}).get("latency_by_input") or {}).items():
+            art, eag = (lat.get("artifact") or {}).get("p50"), (lat.get("eager") or {}).get("p50")
+            pad = lat.get("padding_fraction")
+            rows.append((s.get("name", "?"), str(label), "-" if pad is None else f"{100 * pad:.0f}%", _fmt(art, ".2f"), _fmt(eag, ".2f"),
+                         f"{eag / art:.2f}x" if art and eag else "-"))  # fmt: skip
+    return rows
+
+
 def _markdown(report: Mapping[str, Any], pngs: Mapping[str, Path], section: AttentionSection | None = None) -> str:
     esc = markdown_escape
     line = headline(report)
@@ -169,6 +184,10 @@ def _markdown(report: Mapping[str, Any], pngs: Mapping[str, Path], section: Atte
     columns = _columns(report)
     lines += ["", "## Stages", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(esc(c) for c in r) + " |" for r in _rows(report)]
+    by_input = _latency_by_input(report)
+    if by_input:
+        lines += ["", "## Latency per input", "", "| " + " | ".join(_INPUT_COLUMNS) + " |", "|" + "---|" * len(_INPUT_COLUMNS)]
+        lines += ["| " + " | ".join(esc(c) for c in r) + " |" for r in by_input]
     for key, path in pngs.items():
         lines += ["", f"## {_TITLES[key]}", "", f"![{_TITLES[key]}]({path.name})"]
         if key == "attention_maps" and section is not None and section.summary:
@@ -205,6 +224,10 @@ def _html(report: Mapping[str, Any], pngs: Mapping[str, Path], section: Attentio
         for r in _rows(report)
     )
     figs = ""
+    by_input = _latency_by_input(report)
+    if by_input:
+        figs += '<h2>Latency per input</h2><table id="latency-by-input"><tr>' + "".join(f"<th>{esc(c)}</th>" for c in _INPUT_COLUMNS) + "</tr>"
+        figs += "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in by_input) + "</table>"
     for key, path in pngs.items():
         data = base64.b64encode(path.read_bytes()).decode("ascii")
         figs += f'<h2>{esc(_TITLES[key])}</h2><img id="plot-{key}" alt="{esc(_TITLES[key])}" src="data:image/png;base64,{data}">'

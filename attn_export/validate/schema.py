@@ -188,10 +188,19 @@ class ModelSchema(_Schema):
     params: NonNegInt | None = None
 
 
+class TimedOnSchema(_Schema):
+    """One input every stage was timed on (``inputs.timed_on``; the first decides the selections)."""
+
+    label: Annotated[str, Field(min_length=1, max_length=64)]
+    batch: PosInt
+    padding_fraction: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+
+
 class InputsSchema(_Schema):
     batch: PosInt | None = None
     seq_len: PosInt | None = None
     seed: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
+    timed_on: Annotated[list[TimedOnSchema], Field(max_length=64)] | None = None
 
 
 class CpuSchema(_Schema):
