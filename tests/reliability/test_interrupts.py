@@ -23,7 +23,7 @@ from rel_helpers import TINY, Proc, run_cli
 STAGES: dict[str, tuple[list[str], str | None, float, str]] = {
     "import": ([], None, 0.7, "•"),
     "export": ([], "exporting model.onnx", 0.4, "exported:"),
-    "quantization": (["--quantize", "int8", "--int8-mode", "static", "--calib-method", "entropy", "--calib", "<slow>"], "int8 static Q/DQ", 0.3, "timing eager"),
+    "quantization": (["--quantize", "int8", "--int8-mode", "static", "--calib-method", "entropy", "--calib", "<slow>"], "int8 static Q/DQ", 0.05, "timing eager"),
     "timing": (["--repeats", "10000"], "timing eager", 0.5, "judging"),
 }
 
@@ -42,31 +42,26 @@ def _temporaries(tmpdir: Path) -> list[str]:
 def test_signal_during_a_stage_exits_interrupted_and_leaves_nothing(stage: str, tmp_path: Path, calib32_slow: Path) -> None:
     extra, marker, delay, not_yet = STAGES[stage]
     extra = [str(calib32_slow) if a == "<slow>" else a for a in extra]
-    runs = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM):  # one run at a time: each gets the whole stage as its window
         work = tmp_path / sig.name
         work.mkdir()
         args = [*TINY, *extra, "--out", "out", "--progress"]  # a repeated option: the last one wins
-        runs[sig] = (work, Proc(args, cwd=work, tmpdir=tmp_path / f"tmp-{sig.name}"))
-    try:
-        sent_after = {}
-        for sig, (_work, proc) in runs.items():  # each run is signalled from its own marker (they do not start together)
+        proc = Proc(args, cwd=work, tmpdir=tmp_path / f"tmp-{sig.name}")
+        try:
             if marker is not None:
                 proc.wait_for(marker)
             time.sleep(delay)
-            sent_after[sig] = list(proc.lines)
+            sent_after = list(proc.lines)
             proc.p.send_signal(sig)
-        for sig, (work, proc) in runs.items():
             code, out, lines = proc.finish(timeout=60)
-            assert not any(not_yet in line for line in sent_after[sig]), f"{stage} had finished before {sig.name}: {sent_after[sig]}"
-            assert code == 128 + sig, f"{sig.name} during {stage}: exit {code}; {lines[-5:]}"
-            assert lines and lines[-1].startswith("attn-export: interrupted"), lines[-5:]
-            assert not any("Traceback" in line or "error:" in line for line in lines), lines
-            assert _leftovers(work) == [], f"{sig.name} during {stage} left {_leftovers(work)}"
-            assert _temporaries(tmp_path / f"tmp-{sig.name}") == [], "temporary files left in TMPDIR"
-    finally:
-        for _work, proc in runs.values():
+        finally:
             proc.kill()
+        assert not any(not_yet in line for line in sent_after), f"{stage} had finished before {sig.name}: {sent_after}"
+        assert code == 128 + sig, f"{sig.name} during {stage}: exit {code}; {lines[-5:]}"
+        assert lines and lines[-1].startswith("attn-export: interrupted"), lines[-5:]
+        assert not any("Traceback" in line or "error:" in line for line in lines), lines
+        assert _leftovers(work) == [], f"{sig.name} during {stage} left {_leftovers(work)}"
+        assert _temporaries(tmp_path / f"tmp-{sig.name}") == [], "temporary files left in TMPDIR"
 
 
 def _wrapped(inner: BaseException, text: str = "\x1b[96mFailed to export the model with torch.export.\x1b[0m") -> RuntimeError:

@@ -138,7 +138,10 @@ def test_shape_outside_profile() -> None:
 
 
 @pytest.mark.skipif(HAS_TRT, reason="TensorRT is installed here")
-def test_tensorrt_missing_names_the_package(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_tensorrt_missing_names_the_package(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tensorrt", None)  # absent, even after a test imported the bindings against the stub library
     path, _ = _engine(tmp_path)
     with pytest.raises(MissingDependencyError, match=r"pip install tensorrt \(or pip install 'attn-export\[gpu\]'\)"):
         load_engine(path)
