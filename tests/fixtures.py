@@ -69,7 +69,7 @@ def run_onnx(path: str, feed: dict[str, np.ndarray], dtype=np.float32) -> np.nda
 
 def small_layer_subject(tmp):  # type: ignore[no-untyped-def]
     """A 64-wide TransformerLayer subject with 30 calibration (24 train / 6 select) and 8 report sequences of 16 tokens."""
-    from attn_export.compress.calib_data import synthesize_hidden_states
+    from attn_export.compress.calib_generate import synthesize_hidden_states
     from attn_export.config import RunConfig
     from attn_export.subjects.layer import LayerSubject
 

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from attn_export.compress.calib_data import forward_layer
+from attn_export.compress.layer_forward import forward_layer
 from attn_export.errors import ConfigError
 from attn_export.layers.encoder import SentenceEncoder
 from attn_export.runtime.base import Feed, Runner

@@ -86,7 +86,8 @@ def _check_fits(config: EncoderConfig, files: list[Path], checkpoint_dir: Path) 
 
 
 def _weight_files(checkpoint_dir: Path) -> list[Path]:
-    from attn_export.validate.schema import SafetensorsIndexSchema, read_json, validate
+    from attn_export.validate.checkpoint_schema import SafetensorsIndexSchema
+    from attn_export.validate.schema import read_json, validate
 
     single = checkpoint_dir / "model.safetensors"
     index = checkpoint_dir / "model.safetensors.index.json"

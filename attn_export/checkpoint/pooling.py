@@ -62,7 +62,8 @@ def _kind(type_name: str) -> str | None:
 
 
 def _pooling_modes(path: Path) -> tuple[str, ...]:
-    from attn_export.validate.schema import StPoolingSchema, read_json, validate
+    from attn_export.validate.checkpoint_schema import StPoolingSchema
+    from attn_export.validate.schema import read_json, validate
 
     raw = read_json(path, "a sentence-transformers Pooling config", _FIX, error=CheckpointError)
     cfg = validate(StPoolingSchema, raw, str(path), _FIX, error=CheckpointError)
@@ -74,13 +75,8 @@ def _pooling_modes(path: Path) -> tuple[str, ...]:
 
 def read_sentence_transformers(checkpoint_dir: str | os.PathLike[str]) -> SentenceTransformersInfo | None:
     """The folder's sentence-transformers pipeline, or None when it has no ``modules.json``."""
-    from attn_export.validate.schema import (
-        SentenceBertConfigSchema,
-        StModulesSchema,
-        StNormalizeSchema,
-        read_json,
-        validate,
-    )
+    from attn_export.validate.checkpoint_schema import SentenceBertConfigSchema, StModulesSchema, StNormalizeSchema
+    from attn_export.validate.schema import read_json, validate
 
     root = Path(checkpoint_dir)
     if not (root / "modules.json").is_file():

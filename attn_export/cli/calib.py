@@ -38,7 +38,8 @@ def generate(
 ) -> None:
     """Write a synthetic set of LayerNorm-ed hidden states with padding masks (recipe: attn_export/data/calibration/README.md)."""
     from attn_export.cli._common import writing
-    from attn_export.compress.calib_data import check_generate_args, generate_calibration, load_calibration
+    from attn_export.compress.calib_data import load_calibration
+    from attn_export.compress.calib_generate import check_generate_args, generate_calibration
     from attn_export.paths import check_output_file
 
     # every argument, the size of the file and the memory it takes, before any work

@@ -13,7 +13,7 @@ from attn_export._lazy import lazy_exports
 
 _WHERE = {
     "ActivationSet": "calib_data", "CalibrationData": "calib_data", "default_calibration_path": "calib_data",
-    "generate_calibration": "calib_data", "load_calibration": "calib_data",
+    "generate_calibration": "calib_generate", "load_calibration": "calib_data",
     "DistillConfig": "distill", "DistillSummary": "distill", "distill_": "distill", "output_error": "distill",
     "LowRankConfig": "lowrank", "LowRankLinear": "lowrank", "LowRankSummary": "lowrank", "factorization_is_profitable": "lowrank",
     "linear_flops": "lowrank", "low_rank_": "lowrank",

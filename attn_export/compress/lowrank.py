@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from attn_export.compress.calib_data import device_of, eval_mode, forward_layer
+from attn_export.compress.layer_forward import device_of, eval_mode, forward_layer
 from attn_export.errors import ConfigError
 from attn_export.layers.projections import AttentionProjections
 from attn_export.layers.transformer import TransformerLayer

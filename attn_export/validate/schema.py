@@ -1,5 +1,5 @@
 """Schemas (pydantic v2) for every JSON file the toolkit reads: report.json, baselines, bench
-results, a checkpoint's config.json and its model.safetensors.index.json.
+results, sweep.json and run.json (a checkpoint's own files: ``checkpoint_schema``).
 
 Why a schema library and not ``dict.get``: each of these files is user-supplied, and hand-written
 checks had gaps that turned into tracebacks ("high" where a number belongs) or silent wrong
@@ -20,15 +20,15 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo
 from pydantic_core import PydanticCustomError
 
 from attn_export.errors import AttnExportError, DataError
-from attn_export.vocabulary import POOLING_MODES
+from attn_export.validate.schema_messages import one_line, show
 
 __all__ = [
     "BASELINE_FORMAT_V1",
@@ -37,18 +37,9 @@ __all__ = [
     "BaselineV1",
     "BaselineV2",
     "BenchSchema",
-    "BertConfigSchema",
-    "DistilBertConfigSchema",
-    "ElectraConfigSchema",
-    "RobertaConfigSchema",
-    "SentenceBertConfigSchema",
-    "StModulesSchema",
-    "StNormalizeSchema",
-    "StPoolingSchema",
     "ReportSchema",
     "RunManifestSchema",
     "SCHEMA_VERSIONS",
-    "SafetensorsIndexSchema",
     "SweepSchema",
     "read_json",
     "validate",
@@ -71,20 +62,20 @@ METRIC_DIRECTIONS: dict[str, str] = {
 M = TypeVar("M", bound=BaseModel)
 
 
-def _expected(what: str, got: str | None = None) -> PydanticCustomError:
+def expected_error(what: str, got: str | None = None) -> PydanticCustomError:
     """A validation failure whose message is the "expected X" part (``got`` overrides the input shown)."""
     return PydanticCustomError("expected", "{what}", {"what": what} if got is None else {"what": what, "got": got})
 
 
 # --- number types -------------------------------------------------------------------------------
-def _finite(v: float) -> float:
+def finite_number(v: float) -> float:
     if not math.isfinite(v):
-        raise _expected("a finite number")
+        raise expected_error("a finite number")
     return v
 
 
-Finite = Annotated[float, AfterValidator(_finite)]
-NonNegFinite = Annotated[float, AfterValidator(_finite), Field(ge=0.0)]
+Finite = Annotated[float, AfterValidator(finite_number)]
+NonNegFinite = Annotated[float, AfterValidator(finite_number), Field(ge=0.0)]
 PosInt = Annotated[int, Field(ge=1)]
 NonNegInt = Annotated[int, Field(ge=0)]
 
@@ -95,12 +86,12 @@ def _metric(lo: float, hi: float) -> AfterValidator:
     def check(v: float, info: ValidationInfo) -> float:
         if math.isnan(v):
             if (info.context or {}).get("finite"):
-                raise _expected("a finite number (the stage's output was not finite)")
+                raise expected_error("a finite number (the stage's output was not finite)")
             return v
         if math.isinf(v):
-            raise _expected("a finite number")
+            raise expected_error("a finite number")
         if not lo <= v <= hi:
-            raise _expected(f"a number >= {lo:g}" if math.isinf(hi) else f"a number in [{lo:g}, {hi:g}]")
+            raise expected_error(f"a number >= {lo:g}" if math.isinf(hi) else f"a number in [{lo:g}, {hi:g}]")
         return v
 
     return AfterValidator(check)
@@ -109,20 +100,20 @@ def _metric(lo: float, hi: float) -> AfterValidator:
 _COSINE_EPS = 1e-6  # float64 rounding can put identical outputs at 1.0000000000000002
 
 
-class _Schema(BaseModel):
+class StrictSchema(BaseModel):
     """Strict types; unknown keys ignored (readers must tolerate keys added by newer writers)."""
 
     model_config = ConfigDict(strict=True, extra="ignore")
 
 
-class _Closed(_Schema):
+class _Closed(StrictSchema):
     """Small hand-edited objects: an unknown key is a typo, so it is refused."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
 
 
 # --- report.json ----------------------------------------------------------------------------------
-class AccuracySchema(_Schema):
+class AccuracySchema(StrictSchema):
     max_abs: Annotated[float, _metric(0.0, math.inf)] | None = None
     mean_abs: Annotated[float, _metric(0.0, math.inf)] | None = None
     rel_l2: Annotated[float, _metric(0.0, math.inf)] | None = None
@@ -130,7 +121,7 @@ class AccuracySchema(_Schema):
     sqnr_db: Annotated[float, _metric(-math.inf, math.inf)] | None = None
 
 
-class LatencySchema(_Schema):
+class LatencySchema(StrictSchema):
     p50: NonNegFinite | None = None
     p90: NonNegFinite | None = None
     p99: NonNegFinite | None = None
@@ -143,7 +134,7 @@ class LatencySchema(_Schema):
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
 
-class _ArtifactHash(_Schema):
+class _ArtifactHash(StrictSchema):
     """The part of ``details`` (or of a selection entry) the gate reads: the artifact's sha256."""
 
     sha256: Sha256 | None = None
@@ -155,7 +146,7 @@ def _artifact_hash(value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
-class StageSchema(_Schema):
+class StageSchema(StrictSchema):
     name: Annotated[str, Field(min_length=1)]
     artifact: str | None = None
     precision: str = "fp32"
@@ -173,12 +164,12 @@ def _unique_names(stages: list[StageSchema]) -> list[StageSchema]:
     seen: set[str] = set()
     for s in stages:
         if s.name in seen:
-            raise _expected("unique stage names", got=f"{s.name!r} twice")
+            raise expected_error("unique stage names", got=f"{s.name!r} twice")
         seen.add(s.name)
     return stages
 
 
-class ModelSchema(_Schema):
+class ModelSchema(StrictSchema):
     """What was run; a reference layer's shape is bounded because ``report`` rebuilds it."""
 
     layer: str | None = None
@@ -188,7 +179,7 @@ class ModelSchema(_Schema):
     params: NonNegInt | None = None
 
 
-class TimedOnSchema(_Schema):
+class TimedOnSchema(StrictSchema):
     """One input every stage was timed on (``inputs.timed_on``; the first decides the selections)."""
 
     label: Annotated[str, Field(min_length=1, max_length=64)]
@@ -196,14 +187,14 @@ class TimedOnSchema(_Schema):
     padding_fraction: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
 
 
-class InputsSchema(_Schema):
+class InputsSchema(StrictSchema):
     batch: PosInt | None = None
     seq_len: PosInt | None = None
     seed: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
     timed_on: Annotated[list[TimedOnSchema], Field(max_length=64)] | None = None
 
 
-class CpuSchema(_Schema):
+class CpuSchema(StrictSchema):
     """``environment["cpu"]``: the instruction-set class int8 accuracy depends on."""
 
     isa_class: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_.-]*$")] | None = None
@@ -211,11 +202,11 @@ class CpuSchema(_Schema):
     flags: list[str] = Field(default_factory=list)
 
 
-class EnvironmentSchema(_Schema):
+class EnvironmentSchema(StrictSchema):
     cpu: CpuSchema | None = None
 
 
-class ReportSchema(_Schema):
+class ReportSchema(StrictSchema):
     schema_version: Annotated[int, Field(ge=1, le=REPORT_SCHEMA_VERSION)] = REPORT_SCHEMA_VERSION
     model: ModelSchema = Field(default_factory=ModelSchema)
     inputs: InputsSchema = Field(default_factory=InputsSchema)
@@ -246,34 +237,34 @@ def _directions(metrics: Mapping[str, MetricSpecSchema]) -> Mapping[str, MetricS
         if spec.direction is None:
             spec.direction = METRIC_DIRECTIONS[name]  # type: ignore[assignment]
         elif spec.direction != METRIC_DIRECTIONS[name]:
-            raise _expected(f"direction {METRIC_DIRECTIONS[name]!r} for {name}", got=repr(spec.direction))
+            raise expected_error(f"direction {METRIC_DIRECTIONS[name]!r} for {name}", got=repr(spec.direction))
     return metrics
 
 
-class BaselineStageSchema(_Schema):
+class BaselineStageSchema(StrictSchema):
     precision: str = "fp32"
     metrics: Annotated[dict[MetricName, MetricSpecSchema], AfterValidator(_directions)] = Field(default_factory=dict)
     speedup_vs_eager: NonNegFinite | None = None
     passed: bool | None = None
 
 
-LatencyMargin = Annotated[float, AfterValidator(_finite), Field(ge=0.0, lt=1.0)]
+LatencyMargin = Annotated[float, AfterValidator(finite_number), Field(ge=0.0, lt=1.0)]
 ClassName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_.-]*$")]
 
 
-class BaselineV1(_Schema):
+class BaselineV1(StrictSchema):
     format: Literal["attn-export-baseline/1"]
     model: dict[str, Any] = Field(default_factory=dict)
     latency_margin: LatencyMargin | None = None
     stages: dict[str, BaselineStageSchema]
 
 
-class ClassEntrySchema(_Schema):
+class ClassEntrySchema(StrictSchema):
     recorded: dict[str, Any] = Field(default_factory=dict)  # the CPU it was recorded on (informational)
     stages: dict[str, BaselineStageSchema]
 
 
-class BaselineV2(_Schema):
+class BaselineV2(StrictSchema):
     format: Literal["attn-export-baseline/2"]
     model: dict[str, Any] = Field(default_factory=dict)
     latency_margin: LatencyMargin | None = None
@@ -282,12 +273,12 @@ class BaselineV2(_Schema):
 
 
 # --- run.json (attn_export.run_dir) ----------------------------------------------------------------
-class ManifestFileSchema(_Schema):
+class ManifestFileSchema(StrictSchema):
     sha256: Sha256
     size_bytes: NonNegInt
 
 
-class RunManifestSchema(_Schema):
+class RunManifestSchema(StrictSchema):
     """``OUT/run.json``: which run wrote the folder, and the sha256 of every file it wrote."""
 
     format: Literal["attn-export-run/1"]
@@ -303,7 +294,7 @@ class RunManifestSchema(_Schema):
 
 
 # --- bench.json (for ``report --bench``) ---------------------------------------------------------
-class BenchRowSchema(_Schema):
+class BenchRowSchema(StrictSchema):
     variant: str
     batch: PosInt
     seq: PosInt
@@ -311,13 +302,13 @@ class BenchRowSchema(_Schema):
     peak_mem_bytes: NonNegInt | None = None
 
 
-class BenchSchema(_Schema):
+class BenchSchema(StrictSchema):
     schema_version: Annotated[int, Field(ge=1, le=SCHEMA_VERSIONS["bench"])] = SCHEMA_VERSIONS["bench"]
     results: list[BenchRowSchema]
 
 
 # --- sweep.json (attn_export.sweep) -------------------------------------------------------------
-class SweepPointSchema(_Schema):
+class SweepPointSchema(StrictSchema):
     key: str
     stage: str
     accuracy: AccuracySchema
@@ -331,207 +322,11 @@ class SweepPointSchema(_Schema):
     pareto: bool
 
 
-class SweepSchema(_Schema):
+class SweepSchema(StrictSchema):
     schema_version: Annotated[int, Field(ge=1, le=SCHEMA_VERSIONS["sweep"])]
     kind: Literal["sweep"]
     points: list[SweepPointSchema]
     pareto: list[str]
-
-
-# --- checkpoint config.json ---------------------------------------------------------------------
-# Upper bounds well above any BERT-family encoder (XLM-R: vocab 250k; BERT-large: hidden 1024,
-# 24 layers), far below what would exhaust memory: refused before anything is allocated.
-class BertConfigSchema(_Schema):
-    vocab_size: Annotated[int, Field(ge=1, le=1_048_576)]
-    hidden_size: Annotated[int, Field(ge=1, le=16_384)]
-    num_attention_heads: Annotated[int, Field(ge=1, le=1024)]
-    num_hidden_layers: Annotated[int, Field(ge=1, le=512)]
-    intermediate_size: Annotated[int, Field(ge=1, le=65_536)]
-    max_position_embeddings: Annotated[int, Field(ge=1, le=131_072)] = 512
-    type_vocab_size: Annotated[int, Field(ge=1, le=1024)] = 2
-    layer_norm_eps: Annotated[float, AfterValidator(_finite), Field(gt=0.0, lt=1.0)] = 1e-12
-    hidden_act: str = "gelu"
-    position_embedding_type: str = "absolute"
-    pad_token_id: NonNegInt | None = 0
-
-    @field_validator("pad_token_id")
-    @classmethod
-    def _pad_in_vocab(cls, v: int | None, info: ValidationInfo) -> int | None:
-        vocab = info.data.get("vocab_size")
-        if v is not None and isinstance(vocab, int) and v >= vocab:
-            raise _expected(f"an id < vocab_size ({vocab})")
-        return v
-
-
-class RobertaConfigSchema(BertConfigSchema):
-    """RoBERTa, XLM-RoBERTa, CamemBERT: BERT's keys; the pad id is also the position offset, so it is required to be an id."""
-
-    pad_token_id: NonNegInt = 1  # transformers' RobertaConfig default
-
-
-class ElectraConfigSchema(BertConfigSchema):
-    embedding_size: Annotated[int, Field(ge=1, le=16_384)] = 128  # transformers' ElectraConfig default
-
-
-class DistilBertConfigSchema(_Schema):
-    """DistilBERT's own key names (``dim``, ``n_heads``, ...); LayerNorm eps is fixed at 1e-12 in its modeling code."""
-
-    vocab_size: Annotated[int, Field(ge=1, le=1_048_576)]
-    dim: Annotated[int, Field(ge=1, le=16_384)]
-    n_heads: Annotated[int, Field(ge=1, le=1024)]
-    n_layers: Annotated[int, Field(ge=1, le=512)]
-    hidden_dim: Annotated[int, Field(ge=1, le=65_536)]
-    max_position_embeddings: Annotated[int, Field(ge=1, le=131_072)] = 512
-    activation: str = "gelu"
-    sinusoidal_pos_embds: bool = False  # the table is saved either way; only its initialisation differs
-    pad_token_id: NonNegInt | None = 0
-
-    @field_validator("pad_token_id")
-    @classmethod
-    def _pad_in_vocab(cls, v: int | None, info: ValidationInfo) -> int | None:
-        vocab = info.data.get("vocab_size")
-        if v is not None and isinstance(vocab, int) and v >= vocab:
-            raise _expected(f"an id < vocab_size ({vocab})")
-        return v
-
-
-# --- sentence-transformers files (modules.json, 1_Pooling/config.json, ...) ----------------------
-class StModuleSchema(_Schema):
-    idx: NonNegInt | None = None
-    name: str | None = None
-    path: str
-    type: Annotated[str, Field(min_length=1, max_length=256)]
-
-
-class StModulesSchema(_Schema):
-    """``modules.json`` (a JSON list, validated as ``{"modules": [...]}``): the pipeline, in order."""
-
-    modules: Annotated[list[StModuleSchema], Field(min_length=1, max_length=64)]
-
-
-
-
-def _st_modes(v: str | list[str] | None) -> str | list[str] | None:
-    for mode in [v] if isinstance(v, str) else v or []:
-        if mode not in POOLING_MODES:
-            raise _expected(f"pooling modes among {', '.join(POOLING_MODES)}", got=json.dumps(mode))
-    return v
-
-
-class StPoolingSchema(_Schema):
-    """``1_Pooling/config.json``: the legacy ``pooling_mode_*`` booleans or sentence-transformers 6's ``pooling_mode``."""
-
-    word_embedding_dimension: Annotated[int, Field(ge=1, le=65_536)] | None = None
-    embedding_dimension: Annotated[int, Field(ge=1, le=65_536)] | None = None
-    pooling_mode: Annotated[str | Annotated[list[str], Field(min_length=1, max_length=6)] | None, AfterValidator(_st_modes)] = None
-    pooling_mode_cls_token: bool = False
-    pooling_mode_max_tokens: bool = False
-    pooling_mode_mean_tokens: bool = False
-    pooling_mode_mean_sqrt_len_tokens: bool = False
-    pooling_mode_weightedmean_tokens: bool = False
-    pooling_mode_lasttoken: bool = False
-    include_prompt: bool = True
-
-
-class StNormalizeSchema(_Schema):
-    """``2_Normalize/config.json`` (optional): only the pooled sentence embedding is supported."""
-
-    module_input_name: Literal["sentence_embedding"] = "sentence_embedding"
-    module_output_name: Literal["sentence_embedding"] | None = None
-
-
-class SentenceBertConfigSchema(_Schema):
-    max_seq_length: Annotated[int, Field(ge=1, le=131_072)] | None = None
-    do_lower_case: bool = False
-
-
-# --- model.safetensors.index.json ---------------------------------------------------------------
-def _shard_name(name: str) -> str:
-    if "\x00" in name or not name.endswith(".safetensors"):
-        raise _expected("a .safetensors file name")
-    if os.path.isabs(name) or name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
-        raise _expected("a file name relative to the checkpoint directory")
-    if ".." in Path(name.replace("\\", "/")).parts:
-        raise _expected("a file inside the checkpoint directory (no '..')")
-    return name
-
-
-class SafetensorsIndexSchema(_Schema):
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    weight_map: Annotated[dict[str, Annotated[str, AfterValidator(_shard_name)]], Field(min_length=1)]
-
-
-# --- errors ---------------------------------------------------------------------------------------
-_EXPECTED_BY_TYPE = {
-    "float_type": "a number", "float_parsing": "a number", "int_type": "an integer", "int_parsing": "an integer",
-    "int_from_float": "an integer", "bool_type": "true or false", "bool_parsing": "true or false",
-    "string_type": "a string", "list_type": "a list", "dict_type": "an object", "model_type": "an object",
-    "model_attributes_type": "an object", "finite_number": "a finite number", "missing": "a value",
-    "extra_forbidden": "no such key",
-}  # fmt: skip
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, bool) or value is None:
-        return json.dumps(value)
-    if isinstance(value, float):
-        return repr(value)
-    text = json.dumps(value, default=str, allow_nan=True)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _expected_text(err: Mapping[str, Any]) -> str:
-    kind, ctx = err["type"], err.get("ctx") or {}
-    if kind == "expected":
-        return str(ctx.get("what", err["msg"]))
-    if kind == "literal_error":
-        return f"one of {ctx.get('expected')}"
-    bounds = {
-        "greater_than": "> {gt}",
-        "greater_than_equal": ">= {ge}",
-        "less_than": "< {lt}",
-        "less_than_equal": "<= {le}",
-    }
-    if kind in bounds:
-        return "a value " + bounds[kind].format(**ctx)
-    if kind in ("too_short", "too_long", "string_too_short", "string_too_long"):
-        n = ctx.get("min_length", ctx.get("max_length"))
-        unit = "character" if kind.startswith("string") else "entry" if isinstance(err.get("input"), dict) else "item"
-        plural = {"entry": "entries", "item": "items", "character": "characters"}[unit] if n != 1 else unit
-        return f"{'at least' if 'short' in kind else 'at most'} {n} {plural}"
-    if kind == "string_pattern_mismatch":
-        return f"a name matching {ctx.get('pattern')}"
-    return _EXPECTED_BY_TYPE.get(kind, str(err["msg"])[:1].lower() + str(err["msg"])[1:])
-
-
-def _field(loc: Sequence[Any], data: Any) -> str:
-    """``stages[onnx-int8].accuracy.cosine``: list items named by their ``name`` when they have one."""
-    out, node = "", data
-    is_key = "[key]" in loc
-    if is_key:  # a bad dict key: name the dict, the key is what is shown as "got"
-        loc = loc[: loc.index("[key]") - 1]
-    for part in loc:
-        if isinstance(part, int):
-            item = node[part] if isinstance(node, list) and 0 <= part < len(node) else None
-            label = (
-                item["name"] if isinstance(item, dict) and isinstance(item.get("name"), str) and item["name"] else part
-            )
-            out += f"[{label}]"
-            node = item
-        else:
-            out += f".{part}" if out else str(part)
-            node = node.get(part) if isinstance(node, dict) else None
-    return (out or "(top level)") + (" key" if is_key else "")
-
-
-def _one_line(source: str, err: ValidationError, data: Any, fix: str) -> str:
-    errors = err.errors(include_url=False)
-    first = errors[0]
-    ctx = first.get("ctx") or {}
-    got = "nothing (the key is missing)" if first["type"] == "missing" else ctx.get("got") or _show(first.get("input"))
-    more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
-    line = f"{source}: {_field(first['loc'], data)}: expected {_expected_text(first)}, got {got}{more}; {fix}"
-    return " ".join(line.split())
 
 
 def validate(
@@ -549,7 +344,7 @@ def validate(
     try:
         return schema.model_validate(data, strict=True, context=dict(context or {}))
     except ValidationError as err:
-        raise error(_one_line(source, err, data, fix)) from None
+        raise error(one_line(source, err, data, fix)) from None
 
 
 def read_json(path: str | os.PathLike[str], what: str, fix: str, error: type[AttnExportError] = DataError) -> Any:
@@ -597,7 +392,7 @@ def validate_baseline(data: Any, source: str = "baseline") -> BaselineV1 | Basel
     fmt = data.get("format") if isinstance(data, dict) else None
     if isinstance(data, dict) and fmt not in (BASELINE_FORMAT_V1, BASELINE_FORMAT_V2):
         raise DataError(
-            f"{source}: format: expected {BASELINE_FORMAT_V2!r} or {BASELINE_FORMAT_V1!r}, got {_show(fmt)}; "
+            f"{source}: format: expected {BASELINE_FORMAT_V2!r} or {BASELINE_FORMAT_V1!r}, got {show(fmt)}; "
             "create one with attn-export check REPORT --baseline FILE --update-baseline"
         )
     schema: type[BaselineV1 | BaselineV2] = BaselineV1 if fmt == BASELINE_FORMAT_V1 else BaselineV2

@@ -59,7 +59,8 @@ def test_fp8_mha_outside_the_fused_head_sizes_warns(tmp_path) -> None:
     from fixtures import small_layer
 
     from attn_export.checks.trt_compat import check_trt_compat
-    from attn_export.compress.calib_data import ActivationSet, synthesize_hidden_states
+    from attn_export.compress.calib_data import ActivationSet
+    from attn_export.compress.calib_generate import synthesize_hidden_states
     from attn_export.compress.fp8 import Fp8Spec, quantize_fp8_onnx
     from attn_export.export import export_onnx
     from attn_export.export.targets import export_spec_for

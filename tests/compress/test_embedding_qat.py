@@ -69,7 +69,7 @@ def test_fake_quant_is_the_qdq_arithmetic_and_passes_gradients():
 def test_qat_lowers_the_fake_quant_error(tmp_path):
     from fixtures import D_MODEL, HEADS
 
-    from attn_export.compress.calib_data import synthesize_hidden_states
+    from attn_export.compress.calib_generate import synthesize_hidden_states
     from attn_export.config import RunConfig
     from attn_export.subjects.layer import LayerSubject
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch import nn
 
-from attn_export.compress.calib_data import synthesize_hidden_states
+from attn_export.compress.calib_generate import synthesize_hidden_states
 from attn_export.errors import ConfigError
 from attn_export.layers import MaskedLayer, build_layer
 from attn_export.validate import sqnr_db

@@ -14,7 +14,8 @@ import pytest
 import torch
 from fixtures import run_onnx
 
-from attn_export.compress.calib_data import ActivationSet, synthesize_hidden_states
+from attn_export.compress.calib_data import ActivationSet
+from attn_export.compress.calib_generate import synthesize_hidden_states
 from attn_export.compress.methods.int8_dynamic import DYNAMIC_NOT_FOR_TENSORRT, Int8Dynamic
 from attn_export.compress.methods.int8_static import Int8Static
 from attn_export.compress.methods.torchao import TorchaoInt8

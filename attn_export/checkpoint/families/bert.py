@@ -74,7 +74,7 @@ def bert_style_config(config: Mapping[str, Any], path: str, schema: type, positi
 
 
 def _read_bert(config: Mapping[str, Any], path: str) -> EncoderConfig:
-    from attn_export.validate.schema import BertConfigSchema
+    from attn_export.validate.checkpoint_schema import BertConfigSchema
 
     return bert_style_config(config, path, BertConfigSchema, "absolute")
 

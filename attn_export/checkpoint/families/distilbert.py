@@ -44,7 +44,8 @@ _EPS = 1e-12  # hard-coded in DistilBERT's Embeddings and TransformerBlock
 
 
 def _read_distilbert(config: Mapping[str, Any], path: str) -> EncoderConfig:
-    from attn_export.validate.schema import DistilBertConfigSchema, validate
+    from attn_export.validate.checkpoint_schema import DistilBertConfigSchema
+    from attn_export.validate.schema import validate
 
     cfg = validate(DistilBertConfigSchema, dict(config), path, CONFIG_FIX, error=CheckpointError)
     if cfg.activation not in ACTIVATIONS:

@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 
 def _read_electra(config: Mapping[str, Any], path: str) -> EncoderConfig:
-    from attn_export.validate.schema import ElectraConfigSchema
+    from attn_export.validate.checkpoint_schema import ElectraConfigSchema
 
     return bert_style_config(config, path, ElectraConfigSchema, "absolute")
 

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 
 def _read_roberta(config: Mapping[str, Any], path: str) -> EncoderConfig:
-    from attn_export.validate.schema import RobertaConfigSchema
+    from attn_export.validate.checkpoint_schema import RobertaConfigSchema
 
     return bert_style_config(config, path, RobertaConfigSchema, "padded")
 
