@@ -144,9 +144,10 @@ class SweepConfig:
 def _measured(result: Any, point: SweepPoint) -> str:
     """The stage a point stands for: the selected route, else its (only) candidate, else what the plan deploys."""
     plan = result.plan
-    if plan.selections:
-        sel = plan.selections[0]
-        return str(result.report.selection.get(sel.key, {}).get("stage") or sel.candidates[0])
+    if plan.deploy_source.startswith("select:"):  # the selection whose file the plan ships (8-bit, else the encoder form)
+        key = plan.deploy_source.split(":", 1)[1]
+        sel = next(s for s in plan.selections if s.key == key)
+        return str(result.report.selection.get(key, {}).get("stage") or sel.candidates[0])
     return plan.deployed_stage or plan.steps[0].name
 
 

@@ -80,7 +80,7 @@ def test_a_missing_checkpoint_package_is_named_before_torch(tmp_path):
     "args,needle",
     [
         (["--layers", "7"], "expected --layers all or a layer index 0..1"),
-        (["--seq-len", "512"], "(the checkpoint's positions)"),
+        (["--seq-len", "512"], "the checkpoint's positions cover"),
         (["--quantize", "int8", "--calib", "acts.npz"], "a checkpoint calibrates on text"),
         (["--heads", "8"], "--heads picks a reference layer"),
     ],

@@ -74,14 +74,15 @@ def _resolved_defaults() -> dict[str, str]:
         "min_shape": "1x1", "opt_shape": "--batch x --seq-len", "max_shape": "4 x --batch by 4 x --seq-len",
         "threads": "all cores" if layer.threads is None else str(layer.threads),
         "languages": "all shipped" if layer.resolved_languages is None else ",".join(layer.resolved_languages),
-        "attention": layer.attention or "auto", "max_memory": "the memory available" if layer.max_memory is None else str(layer.max_memory),
+        "attention": layer.attention or "auto", "encoder_form": layer.encoder_form or "auto", "max_memory": "the memory available" if layer.max_memory is None else str(layer.max_memory),
     }  # fmt: skip
 
 
 # Options whose default is "nothing": shown as off/none and None/False in RunConfig (or EngineSpec).
 _NOTHING = {"checkpoint": "off (a reference layer)", "calib": "the shipped set", "trt_version": "the target's", "workspace": "TensorRT's (the GPU's memory)",
             "timing_cache": "none", "dla_core": "none (GPU only)", "atol": "the tolerance table's", "rtol": "the tolerance table's",
-            "cosine_min": "the tolerance table's"}  # fmt: skip
+            "cosine_min": "the tolerance table's", "pooling": "the model's (1_Pooling/config.json), else mean",
+            "gpu_arch": "sm87 for jetson; unknown for tensorrt"}  # fmt: skip
 _ENGINE = {"hardware_compatibility": "hardware_compatibility", "version_compatible": "version_compatible", "builder_optimization_level": "optimization_level",
            "workspace": "workspace_bytes", "timing_cache": "timing_cache", "dla_core": "dla_core"}  # fmt: skip
 

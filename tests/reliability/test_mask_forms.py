@@ -32,7 +32,7 @@ def _run_and_check(tmp_path: Path, layer: str, mask: str, attention: str, seq_le
     if layer == "linear":  # no softmax probabilities: the report says so instead of drawing maps
         assert "no attention maps" in md
     else:
-        assert "attention_maps.png" in files and "attention maps (" in md and "PASS" in md, md[-600:]
+        assert "attention_maps.png" in files and "attention maps, eager fp32 vs" in md and "PASS" in md, md[-600:]
     assert all(s.passed for s in result.report.stages if s.passed is not None), [(s.name, s.passed) for s in result.report.stages]
     return md
 
