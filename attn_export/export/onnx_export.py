@@ -27,6 +27,7 @@ from attn_export.errors import ExportError
 from attn_export.export.inspect import GraphSummary, summarize_graph
 from attn_export.export.linear_gemm import gemm_to_linear, linear_to_gemm
 from attn_export.export.long_seq import LongSeqLowering, lower_long_seq
+from attn_export.export.row_layernorm import layernorm_on_rows
 from attn_export.export.spec import ExportSpec
 from attn_export.layers.projections import fuse_qkv_, set_attention_form_
 from attn_export.layers.registry import MaskedLayer
@@ -53,6 +54,7 @@ class ExportResult:
     size_bytes: int = 0
     attention_kernels: dict[str, int] = field(default_factory=dict)  # long-seq: kernel -> blocks
     linear_gemms: int = 0  # row-wise Linears written as 2-D Gemm (export.linear_gemm)
+    layernorm_rows: int = 0  # residual Add + LayerNorm pairs run on 2-D rows (export.row_layernorm)
     summary: GraphSummary | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -69,6 +71,7 @@ class ExportResult:
             f"{self.fused_attention}/{self.attention_blocks} attention blocks fused, "
             + (f"lowered to {kernels}, " if kernels else "")
             + (f"{self.linear_gemms} Linears as Gemm, " if self.linear_gemms else "")
+            + (f"{self.layernorm_rows} Add+LayerNorm on rows, " if self.layernorm_rows else "")
             + f"QKV fused in {self.qkv_fused}, islands: {islands or 'none'}{more}"
         )
 
@@ -152,6 +155,7 @@ def export_module(
             linear_gemms = linear_to_gemm(program.model) if spec.resolved_linear_gemm else 0
             if not spec.resolved_linear_gemm:
                 gemm_to_linear(program.model)  # 2-D Linears (packed rows) as MatMul + Add: what the int8 quantizer reads
+            rows = layernorm_on_rows(program.model) if spec.layernorm_rows else 0  # no SkipLayerNormalization in a plain ORT CPU session
             program.save(str(tmp), external_data=False)
             proto = onnx.load(str(tmp))
             proto.producer_name = "attn-export"
@@ -191,6 +195,7 @@ def export_module(
         size_bytes=path.stat().st_size,
         attention_kernels=dict(lowering.kernels) if lowering is not None else {},
         linear_gemms=linear_gemms,
+        layernorm_rows=rows,
         summary=summary,
     )
     if spec.attention not in ("decomposed", "long-seq") and result.fused_attention == 0 and result.attention_blocks:

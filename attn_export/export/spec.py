@@ -49,6 +49,7 @@ class ExportSpec:
     long_seq_strategy: str = "auto"
     linear_gemm: bool | None = None
     encoder_form: str = "padded"
+    layernorm_rows: bool = False  # residual Add + LayerNorm on 2-D rows: no SkipLayerNormalization in a plain ORT CPU session
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTION_FORMS:

@@ -57,6 +57,9 @@ class Target:
     # are within the timing noise of each other, the earlier one wins, so the same command ships
     # the same route run after run. A route not listed here is never shipped for this target.
     route_preference: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # Export residual Add + LayerNorm on 2-D rows (export/row_layernorm.py): ONNX Runtime CPU's
+    # SkipLayerNormalization fusion cannot match them, so the graph is fast in a plain session.
+    layernorm_rows: bool = False
 
     def __post_init__(self) -> None:
         if self.fp16_mode not in FP16_MODES:
@@ -96,6 +99,7 @@ TARGETS: dict[str, Target] = {
         # dynamic needs no calibration data and is ORT CPU's fastest int8 (docs/quantization.md);
         # weight-only (opt-in) keeps activations float: smallest accuracy cost, not the fastest
         route_preference={"int8": ("dynamic", "static", "weight-only")},
+        layernorm_rows=True,
     ),
     "ort-cuda": Target(
         name="ort-cuda",
@@ -149,7 +153,7 @@ def export_spec_for(target: Target | str, precision: str = "fp32", **overrides: 
     """
     tgt = get_target(target) if isinstance(target, str) else target
     graph_precision = tgt.graph_precision(precision)
-    fields: dict[str, object] = {"attention": tgt.attention, "opset": tgt.opset, "precision": graph_precision}
+    fields: dict[str, object] = {"attention": tgt.attention, "opset": tgt.opset, "precision": graph_precision, "layernorm_rows": tgt.layernorm_rows}
     fields.update(overrides)  # an explicit --attention/--opset wins over the target's choice
     spec = ExportSpec(**fields)  # type: ignore[arg-type]
     log.debug("target %s, %s -> %s", tgt.name, precision, spec)
