@@ -213,10 +213,20 @@ def preprocess_for_quantization(fp32_onnx: str | os.PathLike[str], out_path: str
         raise ExportError(f"quantization pre-processing of {src} failed ({type(err).__name__}: {str(err).splitlines()[0]})") from err
     from attn_export.export.linear_gemm import gemm_to_linear
 
-    # ORT's optimizer fuses a 2-D MatMul + Add (the packed encoder form's rows) into Gemm, which
-    # the dynamic quantizer and SmoothQuant do not read: write those Linears back as MatMul + Add.
+    # ORT's optimizer fuses a 2-D MatMul + Add (the packed encoder form's rows, the rows of a
+    # residual LayerNorm) into Gemm, which the dynamic quantizer and SmoothQuant do not read:
+    # write those Linears back as MatMul + Add. A node ORT fused is named "<original>/<Fusion>"
+    # and has lost the torch name scope the GEMM labels are read from: give it back.
+    scopes = {n.name: dict(n.metadata_props) for n in ir.load(os.fspath(src)).graph if n.metadata_props}
     model = ir.load(os.fspath(out_path))
-    if gemm_to_linear(model):
+    rewritten = gemm_to_linear(model)
+    restored = 0
+    for node in model.graph:
+        base = node.name.split("/", 1)[0]
+        if not node.metadata_props and base in scopes:
+            node.metadata_props.update(scopes[base])
+            restored += 1
+    if rewritten or restored:
         ir.save(model, os.fspath(out_path))
     return Path(out_path)
 

@@ -49,3 +49,24 @@ def test_tensorrt_graphs_are_left_as_exported(tmp_path):
     spec = export_spec_for("tensorrt", "fp32")
     assert not spec.layernorm_rows
     assert export_onnx(small_layer(mask="padding"), tmp_path / "trt.onnx", spec).layernorm_rows == 0
+
+
+def test_gemm_labels_survive_the_quantizers_preprocessing(tmp_path):
+    """ORT's pre-processing fuses the rows' MatMul + Add into Gemm and drops the torch name scope; the labels come back."""
+    import onnx_ir as ir
+
+    from attn_export.compress.calib_data import ActivationSet
+    from attn_export.compress.calib_generate import synthesize_hidden_states
+    from attn_export.compress.gemm_groups import find_gemms
+    from attn_export.compress.quant_onnx import preprocess_for_quantization
+    from attn_export.compress.quant_static import StaticQuantSpec, quantize_static_onnx
+
+    layer = small_layer(mask="padding")
+    export_onnx(layer, tmp_path / "rows.onnx", export_spec_for("ort-cpu", "fp32"))
+    preprocess_for_quantization(tmp_path / "rows.onnx", tmp_path / "pre.onnx")
+    scoped = [n for n in ir.load(tmp_path / "pre.onnx").graph if n.op_type == "MatMul" and n.inputs[1] is not None and n.inputs[1].const_value is not None]
+    assert scoped and all("pkg.torch.onnx.name_scopes" in n.metadata_props for n in scoped), [n.name for n in scoped]
+    x, kpm = synthesize_hidden_states(8, 16, 64, np.random.default_rng(0))
+    quantize_static_onnx(tmp_path / "rows.onnx", tmp_path / "q.onnx", ActivationSet(x, kpm), StaticQuantSpec())
+    groups = {g.group for g in find_gemms(ir.load(tmp_path / "q.onnx"))}
+    assert groups == {"layer.qkv", "layer.attn_out", "layer.ffn1", "layer.ffn2"}, groups
