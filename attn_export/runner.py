@@ -22,6 +22,7 @@ run, the same for eager and ONNX Runtime, and recorded in the report.
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -327,4 +328,11 @@ def run(cfg: RunConfig, progress: Progress | None = None) -> RunResult:
 
             say("rendering report.md and report.html")
             write_reports(cfg.out / "report.json", cfg.out, attention="auto" if subject.renders_attention_maps else None)
+        # matplotlib figures (and the run's sessions) sit in reference cycles: collect them before the
+        # run is committed, so their finalizers run (and an interrupt landing in one surfaces) while the
+        # run can still be rolled back, not at interpreter exit after the signal handlers are gone.
+        gc.collect()
+        from attn_export.cli._signals import raise_if_interrupted
+
+        raise_if_interrupted()  # an interrupt a finalizer swallowed in that collection: before the commit, not after
     return result
