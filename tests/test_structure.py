@@ -7,6 +7,7 @@ these fails here with the files and names to look at.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import re
 from pathlib import Path
@@ -95,24 +96,30 @@ def _all_names(path: Path) -> list[str]:
     return []
 
 
-def _loads(path: Path, name: str) -> int:
-    """Uses of ``name`` in ``path`` other than its definition (a load, or an attribute)."""
-    return sum(1 for n in ast.walk(ast.parse(path.read_text()))
-               if (isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)) or (isinstance(n, ast.Attribute) and n.attr == name))  # fmt: skip
+@functools.cache
+def _used_names(path: Path) -> frozenset[str]:
+    """The names ``path`` uses other than where it defines them (loads and attributes), parsed once per file."""
+    return frozenset(n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(ast.parse(path.read_text()))
+                     if (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)) or isinstance(n, ast.Attribute))  # fmt: skip
+
+
+def _loads(path: Path, name: str) -> bool:
+    """Whether ``path`` uses ``name`` other than at its definition (a load, or an attribute)."""
+    return name in _used_names(path)
 
 
 def test_every_exported_name_has_a_caller():
     """A name in any ``__all__`` is used in the package, its CLI, the bench scripts or the documented API (README, docs/)."""
-    texts = {p: p.read_text() for p in FILES}
-    documented = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "bench").glob("*.py"))])
+    words = {p: set(re.findall(r"\w+", p.read_text())) for p in FILES}  # a name is a whole word: \bname\b
+    documented = set(re.findall(r"\w+", "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+                                                                            *sorted((ROOT / "bench").glob("*.py"))])))  # fmt: skip
     dead = []
     for path in FILES:
         for name in _all_names(path):
-            word = re.compile(rf"\b{re.escape(name)}\b")
             # a package face that hands the name on is not a caller
-            callers = [q for q, t in texts.items() if q != path and word.search(t)
+            callers = [q for q, w in words.items() if q != path and name in w
                        and not (q.name == "__init__.py" and q.parent in path.parents and not _loads(q, name))]  # fmt: skip
-            if not callers and not word.search(documented) and not _loads(path, name):
+            if not callers and name not in documented and not _loads(path, name):
                 dead.append(f"{path.relative_to(ROOT)}:{name}")
     assert not dead, f"exported names without a caller (delete them, or drop them from __all__): {dead}"
 

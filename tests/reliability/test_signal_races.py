@@ -76,7 +76,7 @@ def test_c19_sigterm_inside_a_finalizer_while_rendering_is_one_line_and_leaves_n
     _clean_interrupt(run.returncode, lines, work)
 
 
-@pytest.mark.parametrize("delay", [0.0, 0.05, 0.1, 0.2, 0.4], ids=[f"c19-sigterm-while-rendering-{i}" for i in range(5)])
+@pytest.mark.parametrize("delay", [0.0, 0.1, 0.4], ids=[f"c19-sigterm-while-rendering-{i}" for i in range(3)])
 def test_sigterm_while_rendering_is_one_line(delay: float, tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()
