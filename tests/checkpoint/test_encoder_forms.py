@@ -49,23 +49,22 @@ def test_a_forced_form_is_refused_for_a_layer(flag):
         RunConfig(encoder_form=flag)
 
 
-def test_an_auto_run_judges_both_forms_and_ships_the_selected_files(tmp_path):
+def test_an_auto_run_judges_both_forms_and_ships_the_selected_file(tmp_path):
+    """fp32 only (the int8 selection's candidates from both forms are the plan's, checked above; an int8 run of both
+    forms is bench/real_text.py's and the docs' run): both exports judged, the faster meeting its tolerance is model.onnx."""
     out = tmp_path / "out"
-    cfg = RunConfig(checkpoint="minilm", quantize="int8", int8_mode="dynamic", out=out, repeats=1, warmup=0, batch=2, seq_len=32,
-                    threads=2, render=False, max_texts=40, smoothquant="none")  # fmt: skip  (the search is tested elsewhere)
+    cfg = RunConfig(checkpoint="minilm", out=out, repeats=1, warmup=0, batch=2, seq_len=32, threads=2, render=False, max_texts=40)
     run(cfg)
     report = json.loads((out / "report.json").read_text())
     stages = {s["name"]: s for s in report["stages"]}
-    assert set(stages) == {"onnx-fp32", "int8-dynamic", "onnx-fp32-packed", "int8-dynamic-packed"}
+    assert set(stages) == {"onnx-fp32", "onnx-fp32-packed"} and all(s["passed"] for s in stages.values())
     pad, pac = stages["onnx-fp32"]["details"]["embedding"], stages["onnx-fp32-packed"]["details"]["embedding"]
     assert pac["mean_cosine"] == pytest.approx(pad["mean_cosine"], abs=1e-6) and pac["min_cosine"] > 0.99999, (pad, pac)
-    assert stages["int8-dynamic-packed"]["details"]["embedding"]["mean_cosine"] > 0.98
-    form, int8 = report["selection"]["form"], report["selection"]["int8"]
+    form = report["selection"]["form"]
     assert {t["stage"] for t in form["tried"]} == {"onnx-fp32", "onnx-fp32-packed"} and "--encoder-form auto" in form["why_these"]
-    assert {t["stage"] for t in int8["tried"]} == {"int8-dynamic", "int8-dynamic-packed"}
+    fastest = min(form["tried"], key=lambda t: t["p50_ms"])["stage"]
+    assert form["stage"] == fastest or "within 10%" in form["reason"], form  # ties within the band go to the preferred form
     shipped = {"onnx-fp32": out / "model.padded.onnx", "onnx-fp32-packed": out / "model.packed.onnx"}[form["stage"]]
     assert _sha(out / "model.onnx") == _sha(shipped) == form["sha256"]
-    assert _sha(out / "model.int8.onnx") == _sha(out / Path(stages[int8["stage"]]["artifact"]).name) == int8["sha256"]
     real = report["inputs"]["timed_on"][0]  # the first input decides the selections
     assert real["label"] == "real texts" and real["batch"] == 2 and real["texts"] == 2 * real["batches"] and 0.0 <= real["padding_fraction"] < 1.0
-    assert all(t["p50_ms"] > 0 for t in form["tried"] + int8["tried"])
