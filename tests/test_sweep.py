@@ -67,7 +67,7 @@ def test_tiny_sweep_and_every_pareto_recipe_reproduces(tmp_path):
 
     runner = CliRunner()
     by_key = {p["key"]: p for p in result["points"]}
-    for row in rows[:2]:  # two recipes re-run here; the slow test below re-runs every row of a real sweep
+    for row in rows[:1]:  # one recipe re-run here; the slow test below re-runs every row of a real sweep
         argv = shlex.split(row[-1])
         assert argv[0] == "attn-export" and argv[1].startswith("--"), argv  # the main command, not `sweep`
         res = runner.invoke(_main_app(), argv[1:] + ["--json", "--out", str(tmp_path / row[0])])

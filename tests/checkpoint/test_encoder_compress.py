@@ -171,7 +171,7 @@ def test_sweep_over_a_checkpoint(tmp_path):
     """``attn-export sweep --checkpoint minilm``: the same grid machinery, judged on held-out embeddings."""
     from attn_export.sweep import SweepConfig, run_sweep
 
-    base = {"checkpoint": "minilm", "batch": 2, "seq_len": 16, "threads": 2, "repeats": 2, "warmup": 1, "max_texts": 32,
+    base = {"checkpoint": "minilm", "batch": 2, "seq_len": 16, "threads": 2, "repeats": 1, "warmup": 0, "max_texts": 32,
             "encoder_form": "padded"}  # one form: the grid machinery is the point (both forms: test_encoder_forms.py)
     cfg = SweepConfig(low_rank=(None,), distill=(None,), quantize=(None, "int8"), int8_mode=("dynamic",), calib_method=("minmax",),
                       precision=("fp32",), base=base)  # fmt: skip
