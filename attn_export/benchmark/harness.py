@@ -36,8 +36,8 @@ Progress = Callable[[str, int, int], None]  # (message, done, total)
 
 @dataclass(frozen=True)
 class BenchConfig:
-    """The grid, the variants and how long to spend; ``BenchConfig.quick()`` is the small grid (L 128,512 x B 1,8; it took 7.6 min
-    on a loaded 2-core machine in issue 23, and the bench prints the time it took)."""
+    """The grid, the variants and how long to spend; ``BenchConfig.quick()`` is the small grid (L 128,512 x B 1,8; 125 s on a quiet
+    2-core machine, 7.6 min on a loaded one in issue 23; the bench prints the time it took)."""
 
     seqs: tuple[int, ...] = (128, 512, 1024, 2048, 4096, 8192)
     batches: tuple[int, ...] = (1, 8)
