@@ -66,6 +66,18 @@ def test_low_rank_targets_and_tolerances_agree_in_main_sweep_and_bench():
     assert main["lowrank-int8-dynamic"][1] == "lowrank-int8"
 
 
+def test_a_checkpoint_sweep_point_is_the_main_commands_plan():
+    """``attn-export sweep --checkpoint minilm``: a point's stages, configs and tolerance keys are the main command's
+    (the encoder's int8 bar, not fp32's); the whole sweep run is the slow test_sweep_over_a_checkpoint."""
+    base = {"checkpoint": "minilm", "encoder_form": "padded"}
+    main = _method_steps(RunConfig(quantize="int8", int8_mode="dynamic", **base))
+    point = SweepPoint(None, None, "int8", "dynamic", None, "fp32")
+    sweep = _method_steps(SweepConfig(base=base, low_rank=(None,), distill=(None,), quantize=("int8",), int8_mode=("dynamic",),
+                                      calib_method=("minmax",), precision=("fp32",)).run_config(point))  # fmt: skip
+    assert main == sweep and main["int8-dynamic"][1] == "int8"
+    assert main["int8-dynamic"][0].smoothquant_alpha == "auto" and main["int8-dynamic"][0].quantize_embeddings  # the checkpoint's defaults
+
+
 def _params(name: str | None) -> dict[str, typer.core.click.Parameter]:  # type: ignore[name-defined]
     """The long options of the main command (``name`` None) or of a subcommand."""
     from attn_export.cli.app import _register, app

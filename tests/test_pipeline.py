@@ -11,7 +11,7 @@ from attn_export.cli import main
 from attn_export.errors import ConfigError
 from attn_export.pipeline import PipelineConfig
 
-FAST = ["--repeats", "5", "--warmup", "1", "--quiet"]
+FAST = ["--repeats", "2", "--warmup", "1", "--quiet"]
 
 
 def _report(out: Path) -> dict:

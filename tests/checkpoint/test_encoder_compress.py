@@ -134,6 +134,7 @@ def test_low_rank_qk_half_with_distillation_keeps_embeddings(tmp_path):
         report.stage("lowrank+distill").details["distill"]["end_to_end"]["select_error_before"]
 
 
+@pytest.mark.slow  # the same stages run in the default suite through the CLI: test_encoder_export.py::test_encoder_cli_command
 def test_pipeline_on_one_layer_writes_the_encoder_metrics(tmp_path):
     """``--layers 5``: the layer is exported and compressed alone, judged inside the encoder (one pipeline)."""
     cfg = RunConfig(
@@ -167,6 +168,7 @@ def test_pipeline_config_errors(tmp_path):
         run(RunConfig(checkpoint="minilm", layers="6", out=tmp_path, max_texts=8))
 
 
+@pytest.mark.slow  # a whole sweep on MiniLM; its plans are the main command's (tests/test_one_plan.py, default suite)
 def test_sweep_over_a_checkpoint(tmp_path):
     """``attn-export sweep --checkpoint minilm``: the same grid machinery, judged on held-out embeddings."""
     from attn_export.sweep import SweepConfig, run_sweep

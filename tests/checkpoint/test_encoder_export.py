@@ -112,6 +112,16 @@ def test_encoder_cli_command(tmp_path, minilm_dir, capsys):
     assert [s["name"] for s in report["stages"]] == ["onnx-fp32", "lowrank", "lowrank+distill", "lowrank-int8-dynamic"]
     assert report["model"]["layers"] == "5" and report["model"]["name"] == "minilm"
     assert report["stages"][0]["details"]["embedding"]["min_cosine"] > 0.99999
+    # one layer exported and compressed alone, judged inside the encoder (what the slow
+    # test_pipeline_on_one_layer_writes_the_encoder_metrics checks through runner.run)
+    assert "held-out texts" in report["inputs"]["accuracy_data"]
+    for stage in report["stages"]:
+        emb = stage["details"]["embedding"]
+        assert {"mean_cosine", "min_cosine", "top1_neighbor_agreement"} <= set(emb)
+        assert stage["accuracy"]["cosine"] == pytest.approx(emb["mean_cosine"], abs=1e-6)  # unit vectors
+        assert stage["details"]["layer_accuracy"]["cosine"] > 0.99 and stage["latency_ms"]["artifact"]["p50"] > 0
+    assert all((tmp_path / f).is_file() for f in ("model.onnx", "model.lowrank.onnx", "model.int8.onnx", "report.html"))
+    assert report["selection"]["int8"]["route"] == "dynamic"
     assert main(["encoder", "--checkpoint", str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert "checkpoint directory" in err and len(err.splitlines()) == 1
