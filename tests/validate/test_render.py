@@ -181,7 +181,14 @@ def rendered(tmp_path_factory):
     return get
 
 
-@pytest.mark.parametrize(("layer", "mask"), LAYER_MASKS, ids=[f"{layer}-{mask}" for layer, mask in LAYER_MASKS])
+# every layer, and every mask once, in the default suite; the other pairs are slow (each exports a model)
+DEFAULT_RENDERS = {("transformer", "padding"), ("transformer", "window"), ("mha", "causal"), ("self-attention", "none"),
+                   ("block-sparse", "padding"), ("linear", "causal")}  # fmt: skip
+RENDER_CASES = [pytest.param(layer, mask, id=f"{layer}-{mask}", marks=() if (layer, mask) in DEFAULT_RENDERS else pytest.mark.slow)
+                for layer, mask in LAYER_MASKS]  # fmt: skip
+
+
+@pytest.mark.parametrize(("layer", "mask"), RENDER_CASES)
 def test_every_layer_and_mask_renders_markdown_and_html(layer, mask, rendered):
     files = rendered(layer, mask)
     md, page = files["report.md"].read_text(), files["report.html"].read_text()
