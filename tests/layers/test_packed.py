@@ -219,3 +219,23 @@ def test_fp16_packed_export_equals_the_padded_fp16_export(encoder: SentenceEncod
         assert h.dtype == np.float16 and e.dtype == np.float32 and np.isfinite(e).all()
         err = float(np.abs(e - ref_e).max())
         assert err <= 2e-3, f"{name}: fp16 packed sentence_embedding differs from the padded fp16 export by {err:.3g}"
+
+
+
+@pytest.fixture(scope="module")
+def packed_for_tensorrt(encoder: SentenceEncoder, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The packed form as a TensorRT target would take it: decomposed attention (MultiHeadAttention is ONNX Runtime's)."""
+    path = tmp_path_factory.mktemp("packed-trt") / "packed_decomposed.onnx"
+    export_encoder(encoder, path, ExportSpec(attention="decomposed", encoder_form="packed"))
+    return path
+
+
+@pytest.mark.parametrize("version", ["10.3", "10.14", "11.4"])
+def test_packed_decomposed_graph_passes_check_trt(packed_for_tensorrt: Path, version: str) -> None:
+    """Its index math uses dtypes TensorRT's parser takes (NonZero/CumSum on float, no int64 Clip), so check-trt finds no
+    error for each release. Whether TensorRT builds its data-dependent shapes (NonZero -> T rows) needs a GPU."""
+    from attn_export.checks.trt_compat import check_trt_compat
+    from attn_export.runtime.tensorrt.spec import ShapeProfile
+
+    report = check_trt_compat(packed_for_tensorrt, version, ShapeProfile((1, 1), (8, 128), (32, 512)), "fp32")
+    assert report and not report.errors, str(report)
