@@ -30,6 +30,14 @@ __all__ = [
 ]
 
 
+def _pad_below_vocab(cls: type, v: int | None, info: ValidationInfo) -> int | None:
+    """``pad_token_id`` is a token id: below ``vocab_size`` (every family's config names both)."""
+    vocab = info.data.get("vocab_size")
+    if v is not None and isinstance(vocab, int) and v >= vocab:
+        raise expected_error(f"an id < vocab_size ({vocab})")
+    return v
+
+
 # --- checkpoint config.json ---------------------------------------------------------------------
 # Upper bounds well above any BERT-family encoder (XLM-R: vocab 250k; BERT-large: hidden 1024,
 # 24 layers), far below what would exhaust memory: refused before anything is allocated.
@@ -46,13 +54,7 @@ class BertConfigSchema(StrictSchema):
     position_embedding_type: str = "absolute"
     pad_token_id: NonNegInt | None = 0
 
-    @field_validator("pad_token_id")
-    @classmethod
-    def _pad_in_vocab(cls, v: int | None, info: ValidationInfo) -> int | None:
-        vocab = info.data.get("vocab_size")
-        if v is not None and isinstance(vocab, int) and v >= vocab:
-            raise expected_error(f"an id < vocab_size ({vocab})")
-        return v
+    _pad_in_vocab = field_validator("pad_token_id")(_pad_below_vocab)
 
 
 class RobertaConfigSchema(BertConfigSchema):
@@ -78,13 +80,7 @@ class DistilBertConfigSchema(StrictSchema):
     sinusoidal_pos_embds: bool = False  # the table is saved either way; only its initialisation differs
     pad_token_id: NonNegInt | None = 0
 
-    @field_validator("pad_token_id")
-    @classmethod
-    def _pad_in_vocab(cls, v: int | None, info: ValidationInfo) -> int | None:
-        vocab = info.data.get("vocab_size")
-        if v is not None and isinstance(vocab, int) and v >= vocab:
-            raise expected_error(f"an id < vocab_size ({vocab})")
-        return v
+    _pad_in_vocab = field_validator("pad_token_id")(_pad_below_vocab)
 
 
 # --- sentence-transformers files (modules.json, 1_Pooling/config.json, ...) ----------------------
