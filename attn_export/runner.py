@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from attn_export.artifacts import Artifact
 from attn_export.errors import ConfigError
+from attn_export.interrupts import raise_if_interrupted
 from attn_export.plan import ExportStep, Plan, Step, make_plan
 from attn_export.validate.latency import TimingPoint, TimingResult
 from attn_export.validate.report import Report, Stage
@@ -332,7 +333,5 @@ def run(cfg: RunConfig, progress: Progress | None = None) -> RunResult:
         # run is committed, so their finalizers run (and an interrupt landing in one surfaces) while the
         # run can still be rolled back, not at interpreter exit after the signal handlers are gone.
         gc.collect()
-        from attn_export.cli._signals import raise_if_interrupted
-
         raise_if_interrupted()  # an interrupt a finalizer swallowed in that collection: before the commit, not after
     return result

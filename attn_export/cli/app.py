@@ -107,14 +107,14 @@ _USER_OS_ERRORS = {errno.ENOSPC: "free some disk space or pass another --out", e
 
 
 def _interrupted(signum: int) -> int:
-    from attn_export.cli._signals import announce
+    from attn_export.interrupts import announce
 
     return announce(signum)  # one line per command, however many times the interrupt surfaces
 
 
 def main(argv: list[str] | None = None) -> int:
     """Console entry point; see the module docstring for the exit codes."""
-    from attn_export.cli._signals import Terminated, interrupt_signals, received
+    from attn_export.interrupts import Terminated, interrupt_signals, received
     from attn_export.paths import COMMAND_LINE
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(argv: list[str]) -> int:
     """Parse and run one command; usage and input errors become one line and exit 2."""
-    from attn_export.cli._signals import received
+    from attn_export.interrupts import received
     from attn_export.process import ProcessSettings, process_settings
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

@@ -111,7 +111,7 @@ def config_from_options(options: dict[str, Any]) -> Any:
 def run_main(options: dict[str, Any]) -> int:
     """Validate, run, print the summary; returns the exit code (1 when a required stage failed)."""
     from attn_export.cli._common import err_console, progress_lines
-    from attn_export.cli._signals import raise_if_interrupted
+    from attn_export.interrupts import raise_if_interrupted
 
     cfg = config_from_options(options)
     quiet, as_json = options["quiet"], options["as_json"]

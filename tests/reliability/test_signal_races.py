@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from rel_helpers import REPO, TINY, Proc
 
-from attn_export.cli._signals import Terminated, announce, interrupt_signals, received
+from attn_export.interrupts import Terminated, announce, interrupt_signals, received
 
 RENDERING = "rendering report"
 _SHIM = '''"""The first matplotlib Figure freed sends SIGTERM to this process from inside its finalizer."""
@@ -107,6 +107,27 @@ def test_c19_an_interrupt_a_finalizer_swallowed_is_raised_again_in_the_main_flow
         assert received() == signal.SIGTERM
     err = capsys.readouterr().err
     assert "Exception ignored" not in err and "Traceback" not in err, err
+
+
+def test_c19_a_swallowed_interrupt_raised_in_the_main_flow_is_not_delivered_again_into_its_clean_up() -> None:
+    """The finalizer swallows SIGTERM; ``raise_if_interrupted`` raises it before the commit; the
+    clean-up that follows (removing the half run) must not be hit by the pending re-delivery."""
+    from attn_export.interrupts import raise_if_interrupted
+
+    cleaned = []
+    with interrupt_signals():
+        obj = _Freed()
+        weakref.finalize(obj, lambda: [signal.raise_signal(signal.SIGTERM), sum(range(1000))])
+        del obj  # swallowed here: a re-delivery is scheduled
+        try:
+            raise_if_interrupted()  # the main flow takes it first (runner.run before the commit)
+        except Terminated:
+            deadline = time.monotonic() + 0.5  # 100x the re-delivery delay: the clean-up runs its course
+            while time.monotonic() < deadline:
+                time.sleep(0.001)
+            cleaned.append(True)
+        assert received() == signal.SIGTERM
+    assert cleaned == [True]
 
 
 def test_c19_a_second_signal_during_the_clean_up_does_not_interrupt_it(capsys: pytest.CaptureFixture[str]) -> None:

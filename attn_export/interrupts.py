@@ -7,7 +7,7 @@ ordinary exception (``torch.onnx.export`` turns it into a ``TorchExportError``, 
 ``Exit(130)``), so the handlers also *record* the signal: ``main()`` reports "interrupted"
 with 130 or 143 whenever a signal arrived, whatever exception came out.
 
-Two races are closed here:
+Three races are closed here:
 
 * **A signal inside a finalizer.** Python runs a signal handler at the next bytecode of the
   main thread, which may be a ``__del__`` or a weakref callback run by the garbage collector
@@ -17,6 +17,10 @@ Two races are closed here:
   "interrupted". While ``interrupt_signals()`` is active, ``sys.unraisablehook`` takes such an
   interrupt silently and delivers it again a moment later (``_thread.interrupt_main``), in the
   main flow, where it unwinds the run like any other interrupt.
+* **A re-delivery racing the clean-up.** When the main flow takes a swallowed interrupt first
+  (``raise_if_interrupted``, which ``runner.run`` calls before the commit), the pending
+  re-delivery is cancelled; it used to land 5 ms later inside the removal of the half run and
+  leave part of it behind (1 run in ~20 under load).
 * **A second signal during the clean-up of the first.** Only the first signal raises (and a
   re-delivery); later ones are recorded, so the ``finally`` blocks that remove a half run are
   not themselves interrupted halfway.
@@ -87,9 +91,15 @@ def received() -> int | None:
 
 
 def raise_if_interrupted() -> None:
-    """Raise the interrupt again if a library swallowed it (some ``import`` paths catch everything)."""
+    """Raise the interrupt again if a library swallowed it (some ``import`` paths catch everything).
+
+    A re-delivery still pending for an interrupt a finalizer swallowed is cancelled: the main flow
+    has the interrupt now, and a second one landing a moment later would cut short the clean-up it
+    unwinds into (a half-removed run left behind).
+    """
     signum = received()
     if signum is not None:
+        _redeliver.clear()
         raise _interrupt(signum)
 
 
