@@ -27,6 +27,7 @@ from attn_export.errors import ExportError
 from attn_export.export.inspect import GraphSummary, summarize_graph
 from attn_export.export.linear_gemm import gemm_to_linear, linear_to_gemm
 from attn_export.export.long_seq import LongSeqLowering, lower_long_seq
+from attn_export.export.mask_free_attention import mask_free_attention
 from attn_export.export.row_layernorm import layernorm_on_rows
 from attn_export.export.spec import ExportSpec
 from attn_export.layers.projections import fuse_qkv_, set_attention_form_
@@ -55,6 +56,7 @@ class ExportResult:
     attention_kernels: dict[str, int] = field(default_factory=dict)  # long-seq: kernel -> blocks
     linear_gemms: int = 0  # row-wise Linears written as 2-D Gemm (export.linear_gemm)
     layernorm_rows: int = 0  # residual Add + LayerNorm pairs run on 2-D rows (export.row_layernorm)
+    mask_free_attention: int = 0  # MultiHeadAttentions masked through Q/K channels (export.mask_free_attention)
     summary: GraphSummary | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -72,6 +74,7 @@ class ExportResult:
             + (f"lowered to {kernels}, " if kernels else "")
             + (f"{self.linear_gemms} Linears as Gemm, " if self.linear_gemms else "")
             + (f"{self.layernorm_rows} Add+LayerNorm on rows, " if self.layernorm_rows else "")
+            + (f"{self.mask_free_attention} attentions mask-free (flash), " if self.mask_free_attention else "")
             + f"QKV fused in {self.qkv_fused}, islands: {islands or 'none'}{more}"
         )
 
@@ -156,6 +159,7 @@ def export_module(
             if not spec.resolved_linear_gemm:
                 gemm_to_linear(program.model)  # 2-D Linears (packed rows) as MatMul + Add: what the int8 quantizer reads
             rows = layernorm_on_rows(program.model) if spec.layernorm_rows else 0  # no SkipLayerNormalization in a plain ORT CPU session
+            mask_free = mask_free_attention(program.model) if spec.mask_free_attention and spec.attention == "ort-contrib" else 0
             program.save(str(tmp), external_data=False)
             proto = onnx.load(str(tmp))
             proto.producer_name = "attn-export"
@@ -196,6 +200,7 @@ def export_module(
         attention_kernels=dict(lowering.kernels) if lowering is not None else {},
         linear_gemms=linear_gemms,
         layernorm_rows=rows,
+        mask_free_attention=mask_free,
         summary=summary,
     )
     if spec.attention not in ("decomposed", "long-seq") and result.fused_attention == 0 and result.attention_blocks:

@@ -34,7 +34,9 @@ class ExportSpec:
     off, 2-D Linears are written as MatMul + Add too (``export.linear_gemm.gemm_to_linear``).
     ``encoder_form`` applies to whole encoders (``checkpoint.export``): ``"padded"`` runs the
     (B, S) grid, ``"packed"`` only the real tokens (``layers.packed``), with the attention
-    form ``decomposed`` or ``ort-contrib``.
+    form ``decomposed`` or ``ort-contrib``. ``mask_free_attention`` moves the packed form's
+    key-length mask of ``ort-contrib`` into one Q/K channel per head, so ONNX Runtime's CPU flash
+    kernel runs it (``export.mask_free_attention``).
     """
 
     attention: str = "decomposed"
@@ -50,6 +52,7 @@ class ExportSpec:
     linear_gemm: bool | None = None
     encoder_form: str = "padded"
     layernorm_rows: bool = False  # residual Add + LayerNorm on 2-D rows: no SkipLayerNormalization in a plain ORT CPU session
+    mask_free_attention: bool = False  # the packed form's MultiHeadAttention masked through Q/K channels: ORT CPU's flash kernel
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTION_FORMS:

@@ -60,6 +60,9 @@ class Target:
     # Export residual Add + LayerNorm on 2-D rows (export/row_layernorm.py): ONNX Runtime CPU's
     # SkipLayerNormalization fusion cannot match them, so the graph is fast in a plain session.
     layernorm_rows: bool = False
+    # The packed form's MultiHeadAttention without key_padding_mask (export/mask_free_attention.py):
+    # ONNX Runtime's CPU kernel runs flash attention only then; CUDA's kernels take the mask.
+    mask_free_attention: bool = False
 
     def __post_init__(self) -> None:
         if self.fp16_mode not in FP16_MODES:
@@ -100,6 +103,7 @@ TARGETS: dict[str, Target] = {
         # weight-only (opt-in) keeps activations float: smallest accuracy cost, not the fastest
         route_preference={"int8": ("dynamic", "static", "weight-only")},
         layernorm_rows=True,
+        mask_free_attention=True,
     ),
     "ort-cuda": Target(
         name="ort-cuda",
@@ -153,7 +157,8 @@ def export_spec_for(target: Target | str, precision: str = "fp32", **overrides: 
     """
     tgt = get_target(target) if isinstance(target, str) else target
     graph_precision = tgt.graph_precision(precision)
-    fields: dict[str, object] = {"attention": tgt.attention, "opset": tgt.opset, "precision": graph_precision, "layernorm_rows": tgt.layernorm_rows}
+    fields: dict[str, object] = {"attention": tgt.attention, "opset": tgt.opset, "precision": graph_precision, "layernorm_rows": tgt.layernorm_rows,
+                                 "mask_free_attention": tgt.mask_free_attention}
     fields.update(overrides)  # an explicit --attention/--opset wins over the target's choice
     spec = ExportSpec(**fields)  # type: ignore[arg-type]
     log.debug("target %s, %s -> %s", tgt.name, precision, spec)

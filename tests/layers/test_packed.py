@@ -113,12 +113,21 @@ def test_index_addresses_every_real_token_once() -> None:
     assert index.back[t] == index.back[0], "the spare row reads what the first real token reads"
 
 
-@pytest.fixture(scope="module", params=["decomposed", "ort-contrib"])
+FORMS = {  # the packed graph's attention: decomposed (TensorRT), ORT's MHA with the key-count mask (CUDA), mask-free (CPU flash)
+    "decomposed": ExportSpec(attention="decomposed", encoder_form="packed"),
+    "ort-contrib": ExportSpec(attention="ort-contrib", encoder_form="packed"),
+    "ort-contrib-mask-free": ExportSpec(attention="ort-contrib", encoder_form="packed", mask_free_attention=True),
+    "ort-contrib-mask-free-unfused": ExportSpec(attention="ort-contrib", encoder_form="packed", mask_free_attention=True, fuse_qkv=False),
+}
+
+
+@pytest.fixture(scope="module", params=list(FORMS))
 def exported(request: pytest.FixtureRequest, encoder: SentenceEncoder, tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("packed") / f"packed_{request.param}.onnx"
-    result = export_encoder(encoder, path, ExportSpec(attention=request.param, encoder_form="packed"))
+    result = export_encoder(encoder, path, FORMS[request.param])
     assert result.input_names == ["input_ids", "attention_mask"]
     assert result.output_names == ["last_hidden_state", "sentence_embedding"]
+    assert result.mask_free_attention == (CONFIG.num_hidden_layers if "mask-free" in request.param else 0)
     return path
 
 
@@ -151,13 +160,47 @@ def test_exported_packed_graph_runs_rows_and_stays_plain(exported: Path, tmp_pat
     fused = [n.op_type for n in onnx.load(str(optimized)).graph.node]
     assert "SkipLayerNormalization" not in fused, "a plain ORT session fused SkipLayerNormalization into the packed graph"
     assert ("MultiHeadAttention" in fused) == ("ort-contrib" in exported.stem)
+    mha_inputs = [len([i for i in n.input if i]) for n in onnx.load(str(optimized)).graph.node if n.op_type == "MultiHeadAttention"]
+    if "ort-contrib" in exported.stem:  # q, k, v and the key counts; mask-free: q, k, v only (what the CPU flash kernel needs)
+        assert mha_inputs == [3 if "mask-free" in exported.stem else 4] * CONFIG.num_hidden_layers, mha_inputs
 
 
-def test_int8_dynamic_route_quantizes_the_packed_rows(encoder: SentenceEncoder, tmp_path: Path) -> None:
+def test_mask_free_attention_widens_q_and_k_only_and_masks_keys_through_an_appended_row(encoder: SentenceEncoder, tmp_path: Path) -> None:
+    """Per head one Q channel at 1 and one K channel at 0; the padded key slots read the appended row (-10000 there)."""
+    from attn_export.export.mask_free_attention import MASKED_KEY
+
+    path = tmp_path / "mask_free.onnx"
+    export_encoder(encoder, path, FORMS["ort-contrib-mask-free-unfused"])
+    graph = onnx.load(str(path)).graph
+    weights = {i.name: onnx.numpy_helper.to_array(i) for i in graph.initializer}
+    d, heads = CONFIG.hidden_size, CONFIG.num_attention_heads
+    dh = d // heads
+    q_w, k_w, v_w = (weights[f"encoder.layers.0.self_attn.w_{p}.weight"] for p in "qkv")  # MatMul (K, N) after gemm_to_linear
+    q_b, k_b = weights["encoder.layers.0.self_attn.w_q.bias"], weights["encoder.layers.0.self_attn.w_k.bias"]
+    assert q_w.shape == k_w.shape == (d, heads * (dh + 1)) and v_w.shape == (d, d)
+    extra = np.arange(heads) * (dh + 1) + dh
+    assert not q_w[:, extra].any() and not k_w[:, extra].any()
+    assert np.all(q_b[extra] == 1.0) and not k_b[extra].any()
+    np.testing.assert_array_equal(np.delete(q_w, extra, axis=1), encoder.layers[0].self_attn.w_q.weight.detach().numpy().T)
+    masked = [a for n, a in weights.items() if n.endswith("_masked_key")]
+    assert len(masked) == CONFIG.num_hidden_layers and all(np.all(m[0, extra] == MASKED_KEY) and np.count_nonzero(m) == heads for m in masked)
+    mha = [n for n in graph.node if n.op_type == "MultiHeadAttention"]
+    scale = [a.f for n in mha for a in n.attribute if a.name == "scale"]
+    assert scale == pytest.approx([1 / np.sqrt(dh)] * CONFIG.num_hidden_layers), "the scale stays 1/sqrt(Dh), not 1/sqrt(Dh + 1)"
+
+
+def test_mask_free_attention_leaves_a_padded_graphs_attention_alone(encoder: SentenceEncoder, tmp_path: Path) -> None:
+    """The padded form's MHA reads (B, S) projections, not row Gathers: nothing to rewrite, the mask stays."""
+    result = export_encoder(encoder, tmp_path / "padded.onnx", ExportSpec(attention="ort-contrib", mask_free_attention=True))
+    assert result.mask_free_attention == 0
+
+
+@pytest.mark.parametrize("mask_free", [False, True], ids=["masked", "mask-free"])
+def test_int8_dynamic_route_quantizes_the_packed_rows(encoder: SentenceEncoder, tmp_path: Path, mask_free: bool) -> None:
     from attn_export.compress.quant_onnx import quantize_dynamic_onnx
 
     fp32 = tmp_path / "packed.onnx"
-    export_encoder(encoder, fp32, ExportSpec(attention="ort-contrib", encoder_form="packed", fuse_qkv=False, linear_gemm=False))
+    export_encoder(encoder, fp32, ExportSpec(attention="ort-contrib", encoder_form="packed", fuse_qkv=False, linear_gemm=False, mask_free_attention=mask_free))
     out = tmp_path / "packed.int8.onnx"
     result = quantize_dynamic_onnx(fp32, out, per_channel=True, quantize_embeddings=True, fuse=True)
     ops = [n.op_type for n in onnx.load(str(out)).graph.node]
