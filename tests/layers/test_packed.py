@@ -189,6 +189,20 @@ def test_mask_free_attention_widens_q_and_k_only_and_masks_keys_through_an_appen
     assert scale == pytest.approx([1 / np.sqrt(dh)] * CONFIG.num_hidden_layers), "the scale stays 1/sqrt(Dh), not 1/sqrt(Dh + 1)"
 
 
+def test_mask_free_attention_is_exact_without_the_flash_kernel_too(encoder: SentenceEncoder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where ONNX Runtime does not take its flash path (no L2 size known, or turned off), the unmasked kernel reads the same channels."""
+    path = tmp_path / "mask_free.onnx"
+    export_encoder(encoder, path, FORMS["ort-contrib-mask-free"])
+    monkeypatch.setenv("ORT_DISABLE_FLASH_ATTENTION", "1")  # read when the kernel is built (contrib_ops/cpu/bert/multihead_attention.cc)
+    sess = _session(path)
+    for name in ("right padding", "holes", "all rows padded but one token", "a row with no token", "no real token at all"):
+        mask = MASKS[name]
+        ids = _ids(mask)
+        ref_h, ref_e = _padded(encoder, ids, mask)
+        h, e = sess.run(None, {"input_ids": ids, "attention_mask": mask})
+        _check(f"no flash: {name}", h, e, ref_h, ref_e, mask)
+
+
 def test_mask_free_attention_leaves_a_padded_graphs_attention_alone(encoder: SentenceEncoder, tmp_path: Path) -> None:
     """The padded form's MHA reads (B, S) projections, not row Gathers: nothing to rewrite, the mask stays."""
     result = export_encoder(encoder, tmp_path / "padded.onnx", ExportSpec(attention="ort-contrib", mask_free_attention=True))
