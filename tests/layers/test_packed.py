@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -201,6 +205,42 @@ def test_mask_free_attention_is_exact_without_the_flash_kernel_too(encoder: Sent
         ref_h, ref_e = _padded(encoder, ids, mask)
         h, e = sess.run(None, {"input_ids": ids, "attention_mask": mask})
         _check(f"no flash: {name}", h, e, ref_h, ref_e, mask)
+
+
+_AVX2_RUN = """
+import sys, numpy as np, onnxruntime as ort
+so = ort.SessionOptions(); so.intra_op_num_threads = 2
+s = ort.InferenceSession(sys.argv[1], so, providers=["CPUExecutionProvider"])
+d = np.load(sys.argv[2])
+out = {}
+for k in [k for k in d if k.startswith("ids")]:
+    i = k[3:]
+    out["h" + i], out["e" + i] = s.run(None, {"input_ids": d[k], "attention_mask": d["mask" + i]})
+np.savez(sys.argv[3], **out)
+"""
+
+
+@pytest.mark.skipif(shutil.which("qemu-x86_64") is None, reason="qemu-user is not installed (apt-get install qemu-user)")
+def test_mask_free_attention_is_exact_on_avx2_kernels_under_qemu(encoder: SentenceEncoder, tmp_path: Path) -> None:
+    """ONNX Runtime's AVX2 kernels (qemu -cpu Haswell: no AVX-512) run the mask-free graph to the same tolerance."""
+    path = tmp_path / "mask_free.onnx"
+    export_encoder(encoder, path, FORMS["ort-contrib-mask-free"])
+    names = ("right padding", "holes", "a row with no token", "no real token at all", "B=1, one token")
+    feeds = {}
+    for i, name in enumerate(names):
+        feeds[f"ids{i}"], feeds[f"mask{i}"] = _ids(MASKS[name]), MASKS[name]
+    np.savez(tmp_path / "feeds.npz", **feeds)
+    (tmp_path / "run.py").write_text(_AVX2_RUN)
+    proc = subprocess.run(["qemu-x86_64", "-cpu", "Haswell", os.path.realpath(sys.executable), str(tmp_path / "run.py"), str(path), str(tmp_path / "feeds.npz"),
+                           str(tmp_path / "out.npz")], capture_output=True, text=True, timeout=300)  # fmt: skip
+    if proc.returncode != 0 and "qemu" in proc.stderr and not (tmp_path / "out.npz").exists():
+        pytest.skip(f"qemu could not run Python here: {proc.stderr.strip().splitlines()[-1:]}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = np.load(tmp_path / "out.npz")
+    for i, name in enumerate(names):
+        mask = MASKS[name]
+        ref_h, ref_e = _padded(encoder, feeds[f"ids{i}"], mask)
+        _check(f"AVX2: {name}", out[f"h{i}"], out[f"e{i}"], ref_h, ref_e, mask)
 
 
 def test_mask_free_attention_leaves_a_padded_graphs_attention_alone(encoder: SentenceEncoder, tmp_path: Path) -> None:
