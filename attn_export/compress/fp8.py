@@ -41,6 +41,7 @@ from attn_export.compress.qdq import QdqSummary, inspect_qdq, is_constant
 from attn_export.compress.quant_onnx import STATIC_ON_CPU, ActivationLike, save_model_atomic
 from attn_export.compress.quant_static import StaticQuantSpec, quantize_static_onnx
 from attn_export.errors import ConfigError, ExportError
+from attn_export.export.graph_constants import typed_initializer
 from attn_export.vocabulary import CALIB_CHOICES
 
 __all__ = ["E4M3_MAX", "FP8_MIN_OPSET", "SIMULATION", "Fp8Result", "Fp8Spec", "Int8ToFp8Pass", "fp8_weight", "quantize_fp8_onnx"]
@@ -150,16 +151,8 @@ def fp8_weight(w: np.ndarray, axis: int | None) -> tuple[np.ndarray, np.ndarray]
     return codes, scale
 
 
-def _const(graph: ir.Graph, name: str, array: np.ndarray) -> ir.Value:
-    """A registered initializer whose value also carries its type and shape (inspect_qdq reads them)."""
-    t = ir.tensor(np.asarray(array), name=name)
-    value = ir.Value(name=name, const_value=t, type=ir.TensorType(t.dtype), shape=ir.Shape(list(t.shape)))
-    graph.register_initializer(value)
-    return value
-
-
 def _f8_zero(graph: ir.Graph, shape: tuple[int, ...], name: str) -> ir.Value:
-    return _const(graph, name, np.zeros(shape, dtype=ml_dtypes.float8_e4m3fn))
+    return typed_initializer(graph, name, np.zeros(shape, dtype=ml_dtypes.float8_e4m3fn))
 
 
 class Int8ToFp8Pass(ir.passes.InPlacePass):
@@ -195,7 +188,7 @@ class Int8ToFp8Pass(ir.passes.InPlacePass):
             raise ExportError(f"{q.name}: expected a constant per-tensor int8 activation scale, got {q.inputs[1]}")
         amax = float(scale.numpy().ravel()[0]) * _INT8_MAX
         base = q.outputs[0].name or q.name
-        s = _const(graph, f"{base}_fp8_scale", np.asarray(amax / E4M3_MAX, dtype=np.float32))
+        s = typed_initializer(graph, f"{base}_fp8_scale", np.asarray(amax / E4M3_MAX, dtype=np.float32))
         z = _f8_zero(graph, (), f"{base}_fp8_zero_point")
         q.replace_input_with(1, s)
         q.replace_input_with(2, z)
@@ -221,8 +214,8 @@ class Int8ToFp8Pass(ir.passes.InPlacePass):
         axis = (attr.as_int() if attr is not None else 1) if per_channel else None
         codes, scale = fp8_weight(w.const_value.numpy(), axis)
         base = w.name or user.name
-        wq = _const(graph, f"{base}_fp8", codes)
-        s = _const(graph, f"{base}_fp8_scale", scale)
+        wq = typed_initializer(graph, f"{base}_fp8", codes)
+        s = typed_initializer(graph, f"{base}_fp8_scale", scale)
         z = _f8_zero(graph, scale.shape, f"{base}_fp8_zero_point")
         for i, v in enumerate((wq, s, z)):
             dq.replace_input_with(i, v)

@@ -41,6 +41,7 @@ from attn_export.compress.smoothquant_alpha import (
     smoothing_scale_from_max,
 )
 from attn_export.errors import ConfigError
+from attn_export.export.graph_constants import typed_initializer
 
 __all__ = ["SmoothGroup", "SmoothQuantPass", "activation_absmax", "search_alphas", "smooth_onnx", "smoothable_groups"]
 
@@ -146,14 +147,6 @@ def search_alphas(
     return out
 
 
-def _initializer(graph: ir.Graph, name: str, array: np.ndarray) -> ir.Value:
-    """A typed initializer (passes that look for float weights check the dtype)."""
-    t = ir.tensor(array)
-    v = ir.Value(name=name, const_value=t, type=ir.TensorType(t.dtype), shape=ir.Shape(array.shape))
-    graph.register_initializer(v)
-    return v
-
-
 def _value_projection(act: ir.Value) -> tuple[ir.Node, int, ir.Node | None] | None:
     """(MatMul with the value weight, first column, bias Add) when ``act`` is attention's context.
 
@@ -232,13 +225,13 @@ def _fold_into_value_projection(graph: ir.Graph, act: ir.Value, inv_s: np.ndarra
     if wv[:, cols].shape[1] != len(inv_s):
         return False
     wv[:, cols] *= inv_s[None, :]
-    matmul.replace_input_with(1, _initializer(graph, f"{w.name}_smoothed_v", wv))
+    matmul.replace_input_with(1, typed_initializer(graph, f"{w.name}_smoothed_v", wv))
     if bias is not None:
         b = bias.inputs[1].const_value.numpy().copy()
         if b.shape[-1] < offset + len(inv_s):
             return False
         b[..., cols] *= inv_s
-        bias.replace_input_with(1, _initializer(graph, f"{bias.inputs[1].name}_smoothed_v", b))
+        bias.replace_input_with(1, typed_initializer(graph, f"{bias.inputs[1].name}_smoothed_v", b))
     return True
 
 
@@ -298,7 +291,7 @@ class SmoothQuantPass(ir.passes.InPlacePass):
                 smoothed_act = act
                 self.folded.append(group.activation)
             else:
-                inv = _initializer(graph, f"{group.activation}_smooth_inv_scale", (1.0 / s).astype(np.float32))
+                inv = typed_initializer(graph, f"{group.activation}_smooth_inv_scale", (1.0 / s).astype(np.float32))
                 mul = ir.node("Mul", [act, inv], name=f"{group.activation}_smooth_mul")
                 mul.outputs[0].name = f"{group.activation}_smoothed"
                 mul.outputs[0].type = act.type
@@ -306,7 +299,7 @@ class SmoothQuantPass(ir.passes.InPlacePass):
                 graph.insert_before(matmuls[0], mul)
                 smoothed_act = mul.outputs[0]
             for node, w in zip(matmuls, weights):
-                scaled = _initializer(graph, f"{w.name}_smoothed", w.const_value.numpy() * s[:, None])
+                scaled = typed_initializer(graph, f"{w.name}_smoothed", w.const_value.numpy() * s[:, None])
                 if smoothed_act is not act:
                     node.replace_input_with(0, smoothed_act)
                 node.replace_input_with(1, scaled)

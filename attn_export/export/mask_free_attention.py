@@ -39,6 +39,8 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
+from attn_export.export.graph_constants import typed_initializer
+
 __all__ = ["MASKED_KEY", "mask_free_attention"]
 
 log = logging.getLogger(__name__)
@@ -112,18 +114,11 @@ def _widen(block: np.ndarray, heads: int, fill: float) -> np.ndarray:
     return np.concatenate([per_head, extra], axis=-1).reshape(*lead, -1)
 
 
-def _initializer(graph: ir.Graph, name: str, array: np.ndarray) -> ir.Value:
-    t = ir.tensor(array)
-    value = ir.Value(name=name, const_value=t, type=ir.TensorType(t.dtype), shape=ir.Shape(array.shape))
-    graph.register_initializer(value)
-    return value
-
-
 def _replace_constant(graph: ir.Graph, node: ir.Node, index: int, array: np.ndarray, tag: str) -> None:
     """Input ``index`` of ``node`` becomes ``array``, under the old initializer's name when nothing else reads it."""
     old = node.inputs[index]
     assert old is not None
-    new = _initializer(graph, f"{tag}_{index}_{old.name}", array)
+    new = typed_initializer(graph, f"{tag}_{index}_{old.name}", array)
     node.replace_input_with(index, new)
     if not old.uses() and old.name in graph.initializers:
         graph.initializers.pop(old.name)
@@ -153,7 +148,7 @@ def _rewrite_projection(graph: ir.Graph, proj: _Projection, fills: dict[int, flo
         value.shape = None  # widened: the exporter's annotation no longer holds (shape inference redoes it)
     if proj.split is not None:
         split = proj.split
-        sizes_value = _initializer(graph, f"{tag}_split_sizes", np.array(sizes, np.int64))
+        sizes_value = typed_initializer(graph, f"{tag}_split_sizes", np.array(sizes, np.int64))
         if len(split.inputs) > 1:
             split.replace_input_with(1, sizes_value)
         else:
@@ -232,7 +227,7 @@ def mask_free_attention(model: ir.Model) -> int:
         # K rows + the masked row; padded key slots read it
         row = np.zeros((1, heads * (d // heads + 1)), dtype=_const(pk.add.inputs[1]).dtype)  # type: ignore[union-attr]
         row[0, d // heads :: d // heads + 1] = MASKED_KEY
-        masked_row = _initializer(graph, f"mask_free_{done}_masked_key", row)
+        masked_row = typed_initializer(graph, f"mask_free_{done}_masked_key", row)
         concat = ir.node("Concat", [gk.inputs[0], masked_row], attributes={"axis": 0}, name=f"mask_free_{done}_key_rows")
         concat.outputs[0].name = f"mask_free_{done}_key_rows_out"
         graph.insert_before(gk, concat)
