@@ -3,9 +3,10 @@
 Why: ``com.microsoft.MultiHeadAttention`` on CPU runs MLAS flash attention only when it has no
 ``key_padding_mask`` and no ``attention_bias`` (contrib_ops/cpu/bert/multihead_attention.cc);
 the packed encoder form (``layers.packed``) passes each sequence's key count as that mask, so it
-ran the unfused path. Measured on all-MiniLM-L6-v2 int8 (ORT 1.32, 2 threads, real batches of
-8): the same graph with the mask simply dropped (wrong, for timing) is 6.5% faster; this pass
-keeps the masking and recovers about half of that (docs/encoder.md).
+ran the unfused path. On all-MiniLM-L6-v2 int8 (ORT 1.32, 2 threads, the test split's real
+batches of 8) ``bench/real_text.py`` measured the shipped model against the best peer at 1.18x
+wall / 1.24x CPU before this pass and 1.20x / 1.27x after it (docs/benchmark.md); at 512 tokens
+the packed model's peak memory about halves (``bench/packed_memory.py``: no (W, W) scores).
 
 How: the mask moves into one extra channel per head of Q and K. Q's is 1 and K's is 0 for
 every real key, so every real score is unchanged; a padded key slot reads a row whose K channels
@@ -127,12 +128,11 @@ def _replace_constant(graph: ir.Graph, node: ir.Node, index: int, array: np.ndar
         graph.register_initializer(new)
 
 
-def _rewrite_projection(graph: ir.Graph, proj: _Projection, fills: dict[int, float], heads: int, tag: str) -> None:
-    """Widen the Split parts in ``fills`` (part -> the extra channel's bias) of one projection."""
+def _rewrite_projection(graph: ir.Graph, proj: _Projection, chunks: list[int], fills: dict[int, float], heads: int, tag: str) -> None:
+    """Widen the parts (``chunks``: their column widths) in ``fills`` (part -> the extra channel's bias) of one projection."""
     weight = _const(proj.matmul.inputs[1])
     bias = _const(proj.add.inputs[1])
     assert weight is not None and bias is not None
-    chunks = _chunks(proj, weight.shape[1]) or [weight.shape[1]]
     starts = np.cumsum([0, *chunks])
     new_w, new_b, sizes = [], [], []
     for part, (lo, hi) in enumerate(zip(starts[:-1], starts[1:])):
@@ -185,7 +185,7 @@ def mask_free_attention(model: ir.Model) -> int:
     graph = model.graph
     done = 0
     slots: dict[tuple[int, int], ir.Value] = {}
-    rewritten: dict[int, set[int]] = {}  # projection MatMul -> parts already widened (a fused QKV is shared by q and k)
+    rewritten: set[int] = set()  # projection MatMuls already widened (a fused QKV is shared by q and k)
     for mha in [n for n in graph if n.op_type == "MultiHeadAttention" and n.domain == "com.microsoft"]:
         ins = list(mha.inputs)
         heads_attr = mha.attributes.get("num_heads")
@@ -216,14 +216,14 @@ def mask_free_attention(model: ir.Model) -> int:
         scale = scale_attr.as_float() if scale_attr is not None else 0.0
         scale = scale or 1.0 / math.sqrt(d // heads)
         # the projections: Q's extra channel 1, K's 0 (q and k may share one fused MatMul)
-        plan: dict[int, tuple[_Projection, dict[int, float]]] = {}
-        for proj, fill in ((pq, 1.0), (pk, 0.0)):
-            plan.setdefault(id(proj.matmul), (proj, {}))[1][proj.part] = fill
-        if any(rewritten.get(key) for key in plan):
+        plan: dict[int, tuple[_Projection, list[int], dict[int, float]]] = {}
+        for proj, chunks, fill in ((pq, chunks_q, 1.0), (pk, chunks_k, 0.0)):
+            plan.setdefault(id(proj.matmul), (proj, chunks, {}))[2][proj.part] = fill
+        if rewritten & plan.keys():
             continue  # a projection already widened for another attention: leave this one masked
-        for key, (proj, fills) in plan.items():
-            _rewrite_projection(graph, proj, fills, heads, f"mask_free_{done}_{len(rewritten)}")
-            rewritten[key] = set(fills)
+        for key, (proj, chunks, fills) in plan.items():
+            _rewrite_projection(graph, proj, chunks, fills, heads, f"mask_free_{done}_{len(rewritten)}")
+            rewritten.add(key)
         # K rows + the masked row; padded key slots read it
         row = np.zeros((1, heads * (d // heads + 1)), dtype=_const(pk.add.inputs[1]).dtype)  # type: ignore[union-attr]
         row[0, d // heads :: d // heads + 1] = MASKED_KEY
