@@ -1,4 +1,4 @@
-"""Tabulate the reliability suite by class of defect: issue 13's ten, and issue 20's (11-14).
+"""Tabulate the reliability suite by class of defect: issue 13's ten, issue 20's (11-20) and round four's (21-29).
 
     python tests/reliability/summary.py            # runs tests/reliability, prints a Markdown table
 
@@ -40,6 +40,15 @@ CLASSES = {
     18: "numbers beyond int64 or a stated bound",
     19: "a signal where an exception cannot propagate (finalizers, clean-up)",
     20: "stale flag names, wrong help, unbounded or empty work",
+    21: "a user's files in --out, --bundle, --triton or --junit overwritten or deleted",
+    22: "a tokenizer, config or weights that disagree with each other end in a traceback or a wrong message",
+    23: "sentence-transformers settings ignored (prompts, max_seq_length, modules.json)",
+    24: "tolerance flags dropped or malformed without a word",
+    25: "texts judged as held out or meaningful when they are not",
+    26: "TensorRT releases and target combinations that do not exist",
+    27: "the headline path crashes on a supported input",
+    28: "memory limits, closed or full standard streams, library output under --quiet",
+    29: "misleading messages and unbounded value lists",
 }
 
 
