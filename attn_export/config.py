@@ -298,7 +298,7 @@ class RunConfig:
             overrides["opset"] = self.opset
         if "attention" in overrides and "opset" not in overrides:
             overrides["opset"] = None  # let the form pick its opset
-        return export_spec_for(self.target_info, precision or self.precision, **overrides)
+        return export_spec_for(self.target_info, precision or self.precision, trt_version=self.resolved_trt_version, **overrides)
 
     def engine_spec(self):  # type: ignore[no-untyped-def]
         """The engine options; the default profile covers 1x1 .. 4x the run's shapes."""

@@ -77,6 +77,8 @@ def check_combinations(cfg: Any) -> None:
         raise ConfigError(f"--build-engine needs a TensorRT target; use --target tensorrt or jetson (got {cfg.target})")
     if cfg.trt_version is not None and not target.is_tensorrt:
         raise ConfigError(f"--trt-version applies to TensorRT targets; use --target tensorrt or jetson (got {cfg.target})")
+    if target.is_tensorrt:
+        _check_release(cfg, target)
     if cfg.gpu_arch is not None and not target.is_tensorrt:
         raise ConfigError(f"--gpu-arch names the GPU a TensorRT engine is built for; use --target tensorrt or jetson (got {target.name})")
     if cfg.gpu_arch is not None:
@@ -94,6 +96,14 @@ def check_combinations(cfg: Any) -> None:
 
         if cfg.engine != EngineSpec(precision=cfg.engine.precision):
             raise ConfigError(f"the TensorRT engine options apply to --target tensorrt or jetson (got --target {cfg.target})")
+
+
+def _check_release(cfg: Any, target: Any) -> None:
+    """``--trt-version``: a release the toolkit's tables know and the target has a build of; an explicit ``--opset`` its parser reads."""
+    row = target.release(cfg.trt_version)
+    if cfg.opset is not None and cfg.opset > row.max_opset:
+        raise ConfigError(f"expected --opset <= {row.max_opset} for TensorRT {row.version} (its ONNX parser takes at most opset {row.max_opset}), "
+                          f"got --opset {cfg.opset}; use --opset {row.max_opset} or a newer --trt-version")  # fmt: skip
 
 
 def _check_precision(cfg: Any, target: Any) -> None:

@@ -71,7 +71,7 @@ TABLE: dict[str, tuple[object, dict[str, object], str]] = {
     "int8_qat": (50, {"quantize": "int8"}, "plan"),
     "int8_qat_scales": ("frozen", {"quantize": "int8", "int8_qat": 50}, "plan"),
     "target": ("jetson", {}, "plan"),
-    "trt_version": ("10.8", {"target": "jetson"}, "config:resolved_trt_version"),
+    "trt_version": ("10.8", {"target": "tensorrt"}, "config:resolved_trt_version"),
     "gpu_arch": ("sm89", {"target": "tensorrt"}, "config:resolved_gpu_arch"),
     "min_shape": ("2x8", {"target": "jetson"}, "engine"),
     "opt_shape": ("4x64", {"target": "jetson"}, "engine"),

@@ -25,9 +25,10 @@ import onnx.numpy_helper
 import onnx_ir as ir
 
 from attn_export.checks.trt_attention import attention_findings, mha_fusion_findings
-from attn_export.checks.trt_support import MIN_OPSET, OP_SUPPORT, Finding, max_opset
+from attn_export.checks.trt_support import MIN_OPSET, OP_SUPPORT, Finding, escape_text, max_opset
 from attn_export.errors import CompatibilityError, ConfigError
-from attn_export.runtime.tensorrt.spec import ShapeProfile, TrtVersion, parse_trt_version
+from attn_export.runtime.tensorrt.releases import release
+from attn_export.runtime.tensorrt.spec import ShapeProfile, TrtVersion
 
 __all__ = ["Finding", "CompatReport", "check_trt_compat", "const_array", "report_dict", "SEVERITIES"]
 
@@ -87,12 +88,7 @@ def check_trt_compat(
     (float8 Q/DQ -> fp8, other Q/DQ -> int8, fp16 MatMuls -> fp16, else fp32). gpu_arch
     (e.g. "sm90"): FP8 is checked against it (``trt_fp8``); None warns that it is unchecked.
     """
-    version = parse_trt_version(trt_version)
-    if version.major not in SUPPORTED_MAJORS:
-        raise ConfigError(
-            f"unknown TensorRT version {trt_version}: the support table covers TensorRT 10.x and 11.x (checked against the bindings of "
-            "10.3 to 11.4); pass e.g. --trt 10.3 (JetPack 6) or --trt 10.14"
-        )
+    version = release(trt_version, "--trt").version  # the tables below are written for the known releases only
     proto, name = _load(model_or_path)
     structural = _structural_findings(proto)
     if structural:  # nothing else can be trusted on a graph ONNX itself rejects: bad input, not a TensorRT verdict
@@ -108,7 +104,7 @@ def check_trt_compat(
     precision = precision or _infer_precision(model)
     if precision not in ("fp32", "fp16", "int8", "fp8"):
         raise ConfigError(f"expected precision fp32, fp16, int8 or fp8, got {precision!r}")
-    report = CompatReport(str(trt_version), name, opset, precision)
+    report = CompatReport(str(trt_version).strip(), name, opset, precision)
     add = report.findings.append
 
     hi = max_opset(version)
@@ -136,7 +132,6 @@ def check_trt_compat(
     return report
 
 
-SUPPORTED_MAJORS = (10, 11)
 _MAX_VOLUME = 2**40  # elements: far beyond any tensor a GPU holds (TensorRT's own limits are lower)
 
 
@@ -200,14 +195,15 @@ def _structural_findings(proto: onnx.ModelProto) -> list[Finding]:
 
 def _load(model_or_path: onnx.ModelProto | str | os.PathLike[str]) -> tuple[onnx.ModelProto, str]:
     if isinstance(model_or_path, onnx.ModelProto):
-        return model_or_path, model_or_path.graph.name or "<model>"
+        return model_or_path, escape_text(model_or_path.graph.name) or "<model>"
     path = os.fspath(model_or_path)
+    shown = escape_text(path)  # the name printed: one line whatever the file is called
     if not os.path.isfile(path):
-        raise ConfigError(f"ONNX model {path} does not exist; export it first or pass the right path")
+        raise ConfigError(f"ONNX model {shown} does not exist; export it first or pass the right path")
     try:
-        return onnx.load(path), path
+        return onnx.load(path), shown
     except Exception as err:  # protobuf DecodeError and friends
-        raise ConfigError(f"{path} is not a readable ONNX model ({type(err).__name__}); re-export it") from err
+        raise ConfigError(f"{shown} is not a readable ONNX model ({type(err).__name__}); re-export it") from err
 
 
 def _infer_precision(model: ir.Model) -> str:

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from attn_export.runtime.tensorrt.releases import RELEASES
+from attn_export.runtime.tensorrt.releases import SOURCES as RELEASE_SOURCES
 from attn_export.runtime.tensorrt.spec import TrtVersion
 
-__all__ = ["Finding", "OpSupport", "OP_SUPPORT", "max_opset", "MIN_OPSET", "OPERATORS_MD", "OPSET_SOURCES", "CHANGELOG"]
+__all__ = ["escape_text", "Finding", "OpSupport", "OP_SUPPORT", "max_opset", "MIN_OPSET", "OPERATORS_MD", "OPSET_SOURCES", "CHANGELOG"]
 
 F = frozenset({"FLOAT", "FLOAT16", "BFLOAT16"})
 FI = F | {"INT32", "INT64"}
@@ -38,6 +40,15 @@ TABLE_CHECKED = TrtVersion(10, 15)
 CHANGELOG = "NVIDIA/TensorRT CHANGELOG.md"
 
 
+def escape_text(text: str) -> str:
+    """``text`` with every character ``repr`` would escape (control, format and line-separator characters) written as ``repr``
+    writes it (``\\n``, ``\\x1b``, ``\\u2028``), the rest as is: one line, whatever a name in the file holds."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
 @dataclass(frozen=True)
 class Finding:
     """One result of the static check, printed as one line with the node name."""
@@ -46,6 +57,12 @@ class Finding:
     node: str
     op: str
     message: str
+
+    def __post_init__(self) -> None:
+        # node names, op types and the names quoted in messages come from the user's ONNX file: a name with a
+        # newline (or a terminal code) must not start a line of its own, so one finding stays one line
+        for name in ("node", "op", "message"):
+            object.__setattr__(self, name, escape_text(getattr(self, name)))
 
     def __str__(self) -> str:
         return f"{self.severity.upper():7s} {self.node or '<graph>'} ({self.op or '-'}): {self.message}"
@@ -166,16 +183,12 @@ OP_SUPPORT: dict[str, OpSupport] = {
 }
 
 
-# First release of each row -> (the highest default-domain opset its parser accepts, the source).
-OPSET_SOURCES: dict[TrtVersion, tuple[int, str]] = {
-    TrtVersion(11, 0): (25, "TensorRT 11.x ONNX opset guide: opset 25"),
-    TrtVersion(10, 13): (24, f"{OPERATORS_MD}: opset 9-24"),
-    TrtVersion(10, 9): (22, "onnx-tensorrt docs/operators.md (release/10.9): opset 9-22"),
-    TrtVersion(10, 0): (20, "onnx-tensorrt docs/operators.md (release/10.3): opset 9-20"),  # 10.0-10.8, JetPack 6's 10.3 included
-}
+# Each release -> (the highest default-domain opset its parser accepts, the source): the release table's column
+# (runtime/tensorrt/releases.py), which the exporter's default opset follows as well.
+OPSET_SOURCES: dict[TrtVersion, tuple[int, str]] = {v: (r.max_opset, RELEASE_SOURCES[r.opset_source]) for v, r in RELEASES.items()}
 
 
 def max_opset(version: TrtVersion) -> int:
-    """Highest default-domain opset the parser of ``version`` accepts (the newest ``OPSET_SOURCES`` row at or below it)."""
+    """Highest default-domain opset the parser of ``version`` accepts (the newest ``RELEASES`` row at or below it)."""
     rows = [first for first in OPSET_SOURCES if first <= version]
     return OPSET_SOURCES[max(rows)][0] if rows else min(v[0] for v in OPSET_SOURCES.values())

@@ -22,7 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from attn_export.errors import ConfigError
-from attn_export.export.spec import ExportSpec
+from attn_export.export.spec import DEFAULT_OPSET, MIN_OPSET, ExportSpec
+from attn_export.runtime.tensorrt.releases import Release, release_for_target
 
 __all__ = ["FP16_MODES", "INT8_MODES", "Target", "TARGETS", "DEFAULT_TARGET", "get_target", "export_spec_for"]
 
@@ -30,6 +31,9 @@ log = logging.getLogger(__name__)
 
 FP16_MODES: tuple[str, ...] = ("graph", "builder-flag")
 INT8_MODES: tuple[str, ...] = ("qdq-strong", "qdq+flag")
+# The attention form every TensorRT release parses and builds (MatMul/Softmax/MatMul, opset 17+): what a
+# TensorRT target exports when its own form needs a newer opset than the release's parser reads.
+ANY_RELEASE_FORM = "decomposed"
 TARGET_PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
 
 
@@ -63,6 +67,8 @@ class Target:
     # The packed form's MultiHeadAttention without key_padding_mask (export/mask_free_attention.py):
     # ONNX Runtime's CPU kernel runs flash attention only then; CUDA's kernels take the mask.
     mask_free_attention: bool = False
+    # The target runs on a Jetson: only the TensorRT releases a JetPack ships (runtime/tensorrt/releases.py) can be deployed.
+    needs_jetpack: bool = False
 
     def __post_init__(self) -> None:
         if self.fp16_mode not in FP16_MODES:
@@ -73,6 +79,12 @@ class Target:
     @property
     def is_tensorrt(self) -> bool:
         return self.trt_version is not None
+
+    def release(self, trt_version: str | None = None, flag: str = "--trt-version") -> Release:
+        """The TensorRT release this target is held to (``trt_version`` or its own): one the toolkit knows and the target has a build of."""
+        if not self.is_tensorrt:
+            raise ConfigError(f"{flag} applies to TensorRT targets; use --target tensorrt or jetson (got {self.name})")
+        return release_for_target(self.name, self.needs_jetpack, trt_version or str(self.trt_version), flag)
 
     @property
     def strongly_typed(self) -> bool:
@@ -137,6 +149,7 @@ TARGETS: dict[str, Target] = {
         quantize_attention_bmm=False,
         description="JetPack 6.x (TensorRT 10.3): decomposed attention at opset 18, --fp16/--int8 flags",
         route_preference={"int8": ("static",)},
+        needs_jetpack=True,
     ),
 }
 DEFAULT_TARGET = "ort-cpu"
@@ -149,17 +162,40 @@ def get_target(name: str) -> Target:
     return TARGETS[name]
 
 
-def export_spec_for(target: Target | str, precision: str = "fp32", **overrides: object) -> ExportSpec:
+def export_spec_for(target: Target | str, precision: str = "fp32", *, trt_version: str | None = None, **overrides: object) -> ExportSpec:
     """The ``ExportSpec`` that produces the right ONNX for ``target`` at ``precision``.
 
     int8 returns the float graph the Q/DQ quantizer starts from; ``overrides`` (e.g.
-    ``dynamic_batch=False``) pass through to ``ExportSpec``.
+    ``dynamic_batch=False``) pass through to ``ExportSpec``. On a TensorRT target the opset is
+    decided by the release (``trt_version``, else the target's) before anything is exported: the
+    default follows the release's parser (the target's opset, lowered to the release's maximum),
+    and an explicit ``opset`` or ``attention`` the release's parser cannot read is refused.
     """
     tgt = get_target(target) if isinstance(target, str) else target
     graph_precision = tgt.graph_precision(precision)
     fields: dict[str, object] = {"attention": tgt.attention, "opset": tgt.opset, "precision": graph_precision, "layernorm_rows": tgt.layernorm_rows,
                                  "mask_free_attention": tgt.mask_free_attention}
     fields.update(overrides)  # an explicit --attention/--opset wins over the target's choice
+    if tgt.is_tensorrt:
+        fields.update(_fit_release(tgt.release(trt_version), fields, overrides))
     spec = ExportSpec(**fields)  # type: ignore[arg-type]
     log.debug("target %s, %s -> %s", tgt.name, precision, spec)
     return spec
+
+
+def _fit_release(row: Release, fields: dict[str, object], overrides: dict[str, object]) -> dict[str, object]:
+    """The attention form and opset of ``fields`` that release ``row``'s ONNX parser reads (its ``max_opset`` column)."""
+    attention, opset = str(fields["attention"]), fields["opset"]
+    if attention in MIN_OPSET and MIN_OPSET[attention] > row.max_opset:
+        if "attention" in overrides:
+            raise ConfigError(f"--attention {attention} needs opset >= {MIN_OPSET[attention]}, but TensorRT {row.version}'s ONNX parser takes at "
+                              f"most opset {row.max_opset}; use --attention {ANY_RELEASE_FORM} or a newer --trt-version")  # fmt: skip
+        attention = ANY_RELEASE_FORM  # the target's own form is newer than this release's parser
+    if opset is None:
+        opset = min(DEFAULT_OPSET.get(attention, row.max_opset), row.max_opset)
+    elif isinstance(opset, int) and opset > row.max_opset:
+        if overrides.get("opset") is not None:
+            raise ConfigError(f"expected --opset <= {row.max_opset} for TensorRT {row.version} (its ONNX parser takes at most opset "
+                              f"{row.max_opset}), got --opset {opset}; use --opset {row.max_opset} or a newer --trt-version")  # fmt: skip
+        opset = row.max_opset
+    return {"attention": attention, "opset": opset}

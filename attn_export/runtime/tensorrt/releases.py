@@ -1,0 +1,109 @@
+"""The TensorRT releases the toolkit knows, as data: each release's ONNX parser opset ceiling and its JetPack.
+
+Every table of the toolkit (the operator table behind ``check-trt``, the GPU architectures,
+the build plans) is written for these releases only, so a ``--trt-version`` (or check-trt's
+``--trt``) that names none of them is refused, listing them, rather than checked against
+rules that were never written for it. ``release("10.3")`` is the row; ``release_for_target``
+also holds a target to the releases it has a build of (``--target jetson``: the ones a
+JetPack ships).
+
+Columns, each with its source (``SOURCES``):
+
+* ``max_opset``: the highest default-domain opset the release's ONNX parser accepts. The
+  exporter's default opset is capped by it and an explicit ``--opset`` above it is refused
+  (``export.targets.export_spec_for``), so a graph is never exported for a parser that
+  cannot read it.
+* ``jetpack``: the JetPack that ships the release for Jetson Orin, or None when no JetPack
+  does (the 10.x server releases; 11.0-11.3, which have no JetPack build at all).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from attn_export.errors import ConfigError
+from attn_export.runtime.tensorrt.spec import TrtVersion, parse_trt_version
+
+__all__ = ["RELEASES", "SOURCES", "Release", "known_releases", "release", "release_for_target"]
+
+SOURCES: dict[str, str] = {
+    "ops-10.0": "onnx-tensorrt docs/operators.md (release/10.0-GA and 10.1-GA): 'TensorRT 10.0 supports operators in the "
+    "inclusive range of opset 9 to opset 20'; unchanged for 10.3 (release/10.3)",
+    "ops-10.9": "onnx-tensorrt docs/operators.md (release/10.9): opset 9-22 (the ONNX 1.17 submodule arrived in 10.6, docs/Changelog.md; "
+    "10.6-10.8 are held to 20 until their operators.md is read)",
+    "onnx-1.18": "onnx-tensorrt docs/Changelog.md, 10.11 GA: 'Updated ONNX version to 1.18' (opset 23); no later ONNX update is "
+    "listed before 10.15, whose operators.md is the first read that says 24",
+    "ops-10.15": "onnx-tensorrt docs/operators.md (release/10.15): 'TensorRT 10.15 supports operators in the inclusive range "
+    "of opset 9 to opset 24'",
+    "parser-11.5": "onnx-tensorrt release/11.5-GA and NVIDIA/TensorRT v11.5 release notes, Parsers: 'Added support for ONNX "
+    "opset 25' (so 11.0-11.4 parse at most 24); TensorRT ONNX Opset Guide (11.x): maximum opset 25",
+    "jetpack6": "JetPack 6.1 ships CUDA 12.6 and TensorRT 10.3 (https://docs.pytorch.org/TensorRT/v2.6.1/_sources/getting_started/jetpack.rst.txt)",
+    "jetson-11": "TensorRT 10.x -> 11.x migration guide, Jetson/JetPack (11.3.0 and 11.4.1 editions): 11.0-11.3 do not support "
+    "JetPack; 11.4.1 supports JetPack 7.2.2+ on Jetson AGX Orin and Thor",
+}
+
+
+@dataclass(frozen=True)
+class Release:
+    """One TensorRT release (major.minor): its parser's opset ceiling and the JetPack that ships it."""
+
+    version: TrtVersion
+    max_opset: int
+    opset_source: str  # a key of SOURCES
+    jetpack: str | None = None  # e.g. "JetPack 6.1+"; None: no JetPack ships this release
+    jetpack_source: str | None = None
+
+    def __str__(self) -> str:
+        return str(self.version)
+
+    @property
+    def label(self) -> str:
+        return f"{self.version} ({self.jetpack})" if self.jetpack else str(self.version)
+
+
+def _r(major: int, minor: int, max_opset: int, source: str, jetpack: str | None = None, jetpack_source: str | None = None) -> Release:
+    return Release(TrtVersion(major, minor), max_opset, source, jetpack, jetpack_source)
+
+
+RELEASES: dict[TrtVersion, Release] = {r.version: r for r in (
+    _r(10, 0, 20, "ops-10.0"), _r(10, 1, 20, "ops-10.0"), _r(10, 2, 20, "ops-10.0"),
+    _r(10, 3, 20, "ops-10.0", "JetPack 6.1+", "jetpack6"),
+    _r(10, 4, 20, "ops-10.0"), _r(10, 5, 20, "ops-10.0"), _r(10, 6, 20, "ops-10.0"), _r(10, 7, 20, "ops-10.0"), _r(10, 8, 20, "ops-10.0"),
+    _r(10, 9, 22, "ops-10.9"), _r(10, 10, 22, "ops-10.9"),
+    _r(10, 11, 23, "onnx-1.18"), _r(10, 12, 23, "onnx-1.18"), _r(10, 13, 23, "onnx-1.18"), _r(10, 14, 23, "onnx-1.18"),
+    _r(10, 15, 24, "ops-10.15"),
+    _r(11, 0, 24, "parser-11.5"), _r(11, 1, 24, "parser-11.5"), _r(11, 2, 24, "parser-11.5"), _r(11, 3, 24, "parser-11.5"),
+    _r(11, 4, 24, "parser-11.5", "JetPack 7.2.2+", "jetson-11"),
+    _r(11, 5, 25, "parser-11.5"),
+)}  # fmt: skip
+
+
+def known_releases() -> str:
+    """'10.0-10.15, 11.0-11.5': the releases of ``RELEASES``, one range per major."""
+    majors: dict[int, list[TrtVersion]] = {}
+    for v in RELEASES:
+        majors.setdefault(v.major, []).append(v)
+    return ", ".join(f"{min(vs)}-{max(vs)}" if len(vs) > 1 else str(vs[0]) for vs in majors.values())
+
+
+def release(text: str | TrtVersion, flag: str = "--trt-version") -> Release:
+    """The row of a TensorRT version (``10.3``, ``10.14.1.48.post1``, ``11``); a release not in ``RELEASES`` is a ConfigError listing them."""
+    version = text if isinstance(text, TrtVersion) else parse_trt_version(str(text))
+    if version not in RELEASES:
+        raise ConfigError(
+            f"expected {flag} to name a TensorRT release the toolkit's tables cover ({known_releases()}), got {str(text).strip()!r} "
+            f"(TensorRT {version} is not one of them); use one of those, e.g. {flag} 10.3 (JetPack 6), 10.14 or 11.4"
+        )
+    return RELEASES[version]
+
+
+def release_for_target(target_name: str, needs_jetpack: bool, text: str | TrtVersion, flag: str = "--trt-version") -> Release:
+    """``release(text)``, refused when ``--target`` has no build of it (a Jetson target: no JetPack ships it)."""
+    row = release(text, flag)
+    if needs_jetpack and row.jetpack is None:
+        builds = ", ".join(r.label for r in RELEASES.values() if r.jetpack)
+        raise ConfigError(
+            f"--target {target_name} has no build of TensorRT {row.version}: no JetPack ships it; the JetPack releases are "
+            f"TensorRT {builds}; use {flag} with one of those"
+        )
+    return row
