@@ -103,7 +103,7 @@ def release_for_target(target_name: str, needs_jetpack: bool, text: str | TrtVer
     if needs_jetpack and row.jetpack is None:
         builds = ", ".join(r.label for r in RELEASES.values() if r.jetpack)
         raise ConfigError(
-            f"--target {target_name} has no build of TensorRT {row.version}: no JetPack ships it; the JetPack releases are "
+            f"--target {target_name} has no build of TensorRT {row.version}: the release table names no JetPack that ships it; the JetPack releases are "
             f"TensorRT {builds}; use {flag} with one of those"
         )
     return row
