@@ -304,9 +304,9 @@ def _notes(plan: Plan, stages: dict[str, Stage], report: Report, timing: TimingR
 
 def run(cfg: RunConfig, progress: Progress | None = None) -> RunResult:
     """Run ``cfg`` (a ``RunConfig``): every stage, side-by-side timing, judging, selection, deploy, report."""
+    from attn_export.deploy.folder import claim_deploy_folders
     from attn_export.extras import check_extras
     from attn_export.process import ProcessSettings, process_settings
-    from attn_export.deploy.folder import claim_deploy_folders
     from attn_export.run_dir import claim_output
     from attn_export.subjects import make_subject
 

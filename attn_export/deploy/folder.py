@@ -109,7 +109,10 @@ def foreign_entries(folder: Path) -> list[str]:
             if not rel and _reserved(e.name):
                 continue
             if e.is_dir(follow_symlinks=False):
-                inner, has = walk(sub)
+                try:
+                    inner, has = walk(sub)
+                except OSError:  # a folder we cannot list holds nothing we wrote
+                    inner, has = [sub], False
                 foreign.extend(inner if has else [sub])
                 ours |= has
             elif e.is_file(follow_symlinks=False) and sub in owned and _sha256(folder / sub) in owned[sub]:
@@ -118,7 +121,10 @@ def foreign_entries(folder: Path) -> list[str]:
                 foreign.append(sub)
         return foreign, ours
 
-    return walk("")[0]
+    try:
+        return walk("")[0]
+    except OSError as err:
+        raise ConfigError(f"{folder}: cannot list the folder ({err.strerror or err}); pass a folder attn-export can read and write") from None
 
 
 def _aside_name(folder: Path) -> Path:
@@ -154,8 +160,12 @@ def move_aside(folder: Path, flag: str) -> Path | None:
         except OSError as err:
             raise ConfigError(f"{flag} {folder}: cannot create {aside} for --force ({err.strerror or err}); move the files away yourself") from None
     for rel in foreign:
-        (aside / rel).parent.mkdir(parents=True, exist_ok=True)
-        os.rename(folder / rel, aside / rel)  # a rename: the bytes, the mode and the times stay as they were
+        try:
+            (aside / rel).parent.mkdir(parents=True, exist_ok=True)
+            os.rename(folder / rel, aside / rel)  # a rename: the bytes, the mode and the times stay as they were
+        except OSError as err:
+            raise ConfigError(f"{flag} {folder}: cannot move {rel} into {aside} ({err.strerror or err}); the entries moved so far are there: "
+                              f"move the rest away yourself or pass another {flag}") from None
     return aside
 
 
@@ -167,7 +177,11 @@ def check_deploy_paths(out: Path, folders: list[tuple[str, Path]], force: bool) 
     """Before any work: a deployment folder is neither ``--out`` nor above it, nor the current directory or above
     it, nor inside ``--out``'s bookkeeping, nor the other deployment folder; and it holds nothing foreign
     (``refuse_foreign``) unless ``force``."""
-    out_real, cwd = os.path.realpath(out), os.path.realpath(os.getcwd())
+    out_real = os.path.realpath(out)
+    try:
+        cwd = os.path.realpath(os.getcwd())
+    except OSError:  # the current directory was removed: nothing can be above it
+        cwd = "\0"
     for flag, path in folders:
         real = os.path.realpath(path)
         own = f"pass a folder of its own (e.g. {flag} {Path(out) / flag[2:]})"
