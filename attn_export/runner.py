@@ -317,7 +317,7 @@ def run(cfg: RunConfig, progress: Progress | None = None) -> RunResult:
     # the run holds its --bundle/--triton folders (lock; --force moves foreign files aside) for as long as
     # it owns --out (lock, earlier run's files aside, run.json; cleaned up on failure): run.json describes them
     with claim_deploy_folders(cfg) as deploy_claims, claim_output(cfg) as owner, process_settings(ProcessSettings(threads=threads)):
-        moved = [f"{c.flag} {c.folder}: moved what attn-export did not write into {c.aside}" for c in deploy_claims if c.aside is not None]
+        moved = [f"{c.flag} {c.folder}: moved what attn-export did not write into {aside}" for c in deploy_claims if (aside := c.make_room(cfg.force))]
         for note in moved:
             say(note)
         say(f"building the subject ({cfg.kind.name}: {cfg.checkpoint or cfg.resolved_layer})")

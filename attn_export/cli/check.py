@@ -45,7 +45,8 @@ def run_check(
         raise ConfigError("--prune only applies with --update-baseline; add --update-baseline or drop --prune")
     if junit is not None:
         check_output_file(junit, "--junit")
-        check_junit_target(junit, {"report": report, "--baseline": baseline}, force)  # never over an input or a user's file
+        inputs = {"report": report, "--baseline": baseline, "run manifest": report.parent / "run.json"}
+        check_junit_target(junit, inputs, force)  # never over an input or a user's file
     if update_baseline:
         check_output_file(baseline, "--baseline")
     data = load_report(report)

@@ -266,7 +266,7 @@ def publish(staged: Path, final: Path, flag: str, kind: str) -> Path:
 
 
 class DeployClaim:
-    """A run's hold on one deployment folder: the lock (outside ``--out``) and ``--force``'s aside folder."""
+    """A run's hold on one deployment folder: the lock (outside ``--out``), then ``make_room`` (``--force``'s aside folder)."""
 
     def __init__(self, folder: Path, flag: str, out: Path) -> None:
         self.folder, self.flag = Path(folder), flag
@@ -292,11 +292,17 @@ class DeployClaim:
             for name in os.listdir(self.folder):  # a killed run's staging folder (we hold the lock: nobody writes there)
                 if name.startswith(STAGING_PREFIX):
                     shutil.rmtree(self.folder / name, ignore_errors=True)
-        if force:
-            self.aside = move_aside(self.folder, self.flag)
-        else:
+        if not force:
             refuse_foreign(self.folder, self.flag)
+        elif self.inside_out:  # before --out is claimed, so the aside folder is not taken for the run's own output
+            self.aside = move_aside(self.folder, self.flag)
         return self
+
+    def make_room(self, force: bool) -> Path | None:
+        """With ``force``, move the foreign entries aside (once --out is held too); returns where they went, or None."""
+        if force and self.aside is None:
+            self.aside = move_aside(self.folder, self.flag)
+        return self.aside
 
     def release(self) -> None:
         published = (self.folder / MANIFEST_NAME).is_file()

@@ -83,6 +83,21 @@ def test_c21_force_moves_the_users_files_aside_byte_for_byte_and_a_rerun_replace
     assert files_of(bundle)["reference.npz"] != first["reference.npz"] and files_of(aside) == before
 
 
+def test_c21_force_on_a_bundle_inside_out_keeps_the_aside_folder_out_of_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The aside folder of a bundle inside --out is made before --out is claimed: run.json never lists the
+    user's files as the run's own (the next run would discard them, a failed one delete them)."""
+    import json
+
+    out = tmp_path / "out"
+    before = _users_folder(out / "b")
+    o = run_cli([*JETSON, "--bundle", out / "b", "--out", out, "--force", "--quiet"], capsys, tmp_path)
+    assert o.code == 0, o.err
+    (aside,) = [p for p in out.iterdir() if p.name.startswith("b.attn-export-aside-")]
+    assert files_of(aside) == before
+    listed = json.loads((out / "run.json").read_text())["artifacts"]
+    assert (out / "b" / "bundle.json").is_file() and not [rel for rel in listed if rel.startswith(aside.name)]
+
+
 def test_c21_our_own_file_edited_by_the_user_is_not_ours_any_more(tmp_path: Path) -> None:
     """The manifest vouches for bytes, not names: an edited README is the user's and is refused."""
     from attn_export.deploy.folder import foreign_entries, publish, staging
@@ -179,10 +194,10 @@ def gate(tmp_path: Path) -> tuple[Path, Path]:
     return report, baseline
 
 
-@pytest.mark.parametrize("case", ["baseline", "report", "hard-link-to-baseline", "symlink-to-report"])
+@pytest.mark.parametrize("case", ["baseline", "report", "run-json", "hard-link-to-baseline", "symlink-to-report"])
 def test_c21_junit_onto_an_input_file_is_refused(case: str, gate: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     report, baseline = gate
-    junit = {"baseline": baseline, "report": report}.get(case, tmp_path / "ci" / "junit.xml")
+    junit = {"baseline": baseline, "report": report, "run-json": report.parent / "run.json"}.get(case, tmp_path / "ci" / "junit.xml")
     if case.startswith("hard-link"):
         junit.parent.mkdir()
         os.link(baseline, junit)
