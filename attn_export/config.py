@@ -100,6 +100,7 @@ class RunConfig:
     # output
     out: Path = field(default_factory=lambda: Path("attn-export-out"))
     render: bool = True
+    force: bool = False  # move files attn-export did not write out of --bundle/--triton (into a sibling folder) instead of refusing
     # resources: the memory budget the estimate is held to (None: what the machine has free)
     max_memory: int | None = None
 
@@ -146,11 +147,15 @@ class RunConfig:
         from attn_export.paths import check_input_file, check_output_dir, check_output_file
 
         check_output_dir(self.out, "--out")
-        for flag, path in (("--bundle", self.bundle), ("--triton", self.triton)):
-            if path is not None:
-                check_output_dir(Path(path), flag)
-                if Path(path).absolute() == self.out.absolute():
-                    raise ConfigError(f"{flag} {path} is the --out folder; pass a folder of its own (e.g. {Path(path) / flag[2:]})")
+        deploy = [(flag, Path(path)) for flag, path in (("--bundle", self.bundle), ("--triton", self.triton)) if path is not None]
+        for flag, path in deploy:
+            check_output_dir(path, flag)
+            if path.absolute() == self.out.absolute():
+                raise ConfigError(f"{flag} {path} is the --out folder; pass a folder of its own (e.g. {path / flag[2:]})")
+        if deploy:
+            from attn_export.deploy.folder import check_deploy_paths
+
+            check_deploy_paths(self.out, deploy, self.force)  # a folder of its own, holding only attn-export's files
         if self.calib is not None:
             check_input_file(Path(self.calib), "--calib", allow_dir=not self.is_checkpoint)
         timing_cache = getattr(self.engine, "timing_cache", None)

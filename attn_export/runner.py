@@ -304,6 +304,7 @@ def _notes(plan: Plan, stages: dict[str, Stage], report: Report, timing: TimingR
 
 def run(cfg: RunConfig, progress: Progress | None = None) -> RunResult:
     """Run ``cfg`` (a ``RunConfig``): every stage, side-by-side timing, judging, selection, deploy, report."""
+    from attn_export.deploy.folder import claim_deploy_folders
     from attn_export.extras import check_extras
     from attn_export.process import ProcessSettings, process_settings
     from attn_export.run_dir import claim_output
@@ -313,8 +314,12 @@ def run(cfg: RunConfig, progress: Progress | None = None) -> RunResult:
     cfg.preflight()  # flags, paths, sizes and memory, before anything is built or written
     check_extras(cfg)
     threads = cfg.resolved_threads
-    # the run owns --out (lock, earlier run's files aside, run.json; cleaned up on failure)
-    with claim_output(cfg) as owner, process_settings(ProcessSettings(threads=threads)):
+    # the run holds its --bundle/--triton folders (lock; --force moves foreign files aside) for as long as
+    # it owns --out (lock, earlier run's files aside, run.json; cleaned up on failure): run.json describes them
+    with claim_deploy_folders(cfg) as deploy_claims, claim_output(cfg) as owner, process_settings(ProcessSettings(threads=threads)):
+        moved = [f"{c.flag} {c.folder}: moved what attn-export did not write into {aside}" for c in deploy_claims if (aside := c.make_room(cfg.force))]
+        for note in moved:
+            say(note)
         say(f"building the subject ({cfg.kind.name}: {cfg.checkpoint or cfg.resolved_layer})")
         subject = make_subject(cfg)
         plan = make_plan(cfg)
@@ -322,6 +327,7 @@ def run(cfg: RunConfig, progress: Progress | None = None) -> RunResult:
             say(f"int8 weights for ONNX Runtime CPU: {plan.encoding.encoding} ({plan.encoding.reason})")
         say(f"data: {subject.describe_data()}")
         (result,) = run_plans([plan], subject, RunSettings(threads, say, warmup=cfg.warmup, repeats=cfg.repeats))
+        result.report.notes.extend(moved)
         owner.stamp(result.report)  # the sha256 of each artifact judged, checked by `attn-export check`
         result.report.write(cfg.out / "report.json")
         if cfg.render:

@@ -32,11 +32,12 @@ def run_check(
     latency_margin: float | None = None,
     quiet: bool = False,
     as_json: bool = False,
+    force: bool = False,
 ) -> int:
     """The ``check`` command: gate ``report`` against ``baseline`` (or update it); returns the exit code."""
     from attn_export.validate.gate import check_report, check_run_folder, verify_artifact_hashes
     from attn_export.validate.gate import update_baseline as record
-    from attn_export.validate.junit import write_junit
+    from attn_export.validate.junit import check_junit_target, write_junit
     from attn_export.validate.report import atomic_write_text, load_report
     from attn_export.validate.schema import read_json
 
@@ -44,6 +45,8 @@ def run_check(
         raise ConfigError("--prune only applies with --update-baseline; add --update-baseline or drop --prune")
     if junit is not None:
         check_output_file(junit, "--junit")
+        inputs = {"report": report, "--baseline": baseline, "run manifest": report.parent / "run.json"}
+        check_junit_target(junit, inputs, force)  # never over an input or a user's file
     if update_baseline:
         check_output_file(baseline, "--baseline")
     data = load_report(report)
@@ -87,12 +90,13 @@ def check(
     allow_empty: Annotated[bool, typer.Option("--allow-empty", metavar="", help="Accept a baseline with no stages (normally an error: it checks nothing).", show_default="off")] = False,
     junit: Annotated[Path | None, typer.Option("--junit", help="Also write JUnit XML here (one test case per stage/metric).", show_default="off")] = None,
     latency_margin: Annotated[float | None, typer.Option("--latency-margin", help="Also fail if speedup_vs_eager drops below baseline*(1-margin), e.g. 0.2.", show_default="off")] = None,
+    force: Annotated[bool, typer.Option("--force", metavar="", help="Replace an existing --junit file that attn-export did not write.", show_default="off")] = False,
     quiet: QuietFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Compare a report against a baseline; exit 1 on an accuracy (or latency-ratio) regression."""
     code = run_check(report, baseline, update_baseline=update_baseline, prune=prune, allow_empty=allow_empty, junit=junit,
-                     latency_margin=latency_margin, quiet=quiet, as_json=as_json)  # fmt: skip
+                     latency_margin=latency_margin, quiet=quiet, as_json=as_json, force=force)  # fmt: skip
     if code:
         raise typer.Exit(code=code)
 

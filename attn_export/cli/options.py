@@ -51,6 +51,7 @@ __all__ = [
     "OptLevelOpt",
     "OptShapeOpt",
     "OutOpt",
+    "ForceOpt",
     "PoolingOpt",
     "EncoderFormOpt",
     "PrecisionOpt",
@@ -102,6 +103,11 @@ AttentionImplOpt = Annotated[
 ]
 PrecisionOpt = Annotated[str, typer.Option("--precision", help="Export precision: fp32|fp16.", rich_help_panel=_EXPORT)]
 OutOpt = Annotated[Path, typer.Option("--out", help="Output directory.", rich_help_panel=_OUTPUT)]
+ForceOpt = Annotated[
+    bool,
+    typer.Option("--force", metavar="", help="Move files attn-export did not write out of the output folders (into DIR.attn-export-aside-TIME) instead of refusing.",
+                 show_default="off", rich_help_panel=_OUTPUT),
+]
 ThreadsOpt = Annotated[
     Optional[int], typer.Option("--threads", help="Threads for eager and ONNX Runtime (the same count for both).", show_default="all cores", rich_help_panel=_COMPARE)
 ]

@@ -13,8 +13,10 @@ everything needed there, and nothing that needs attn-export or torch:
 * ``bundle.json``            (schema 2) the model's inputs/outputs and their dims, a tolerance per
                              output, the profile and the build command; and ``README.md``.
 
-The static TensorRT check runs first and errors abort; the folder is written under a
-temporary name and renamed into place, so a half-written bundle never exists.
+The static TensorRT check runs first and errors abort. The files are written into a staging
+folder inside the bundle folder and renamed into place (``deploy.folder.publish``); only an
+earlier bundle's own files are replaced, and a folder holding anything else is refused.
+``bundle.json`` carries the ONNX's sha256, so the device check refuses a mixed bundle.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ import logging
 import os
 import shutil
 import stat
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ import numpy as np
 
 from attn_export.checks.trt_attention import find_attention_blocks
 from attn_export.checks.trt_compat import check_trt_compat, report_dict
+from attn_export.deploy.folder import publish, staging
 from attn_export.errors import DataError
 from attn_export.runtime.tensorrt.sidecar import sha256_file
 from attn_export.runtime.tensorrt.spec import EngineSpec
@@ -149,8 +151,12 @@ def write_jetson_bundle(
     reference_outputs: Mapping[str, np.ndarray],
     tolerances: Any,
     trt_version: str = "10.3",
+    flag: str = "--bundle",
 ) -> Path:
-    """Write the bundle for ``onnx_path`` into ``bundle_dir`` (replacing an older bundle).
+    """Write the bundle for ``onnx_path`` into ``bundle_dir`` (replacing an older bundle of ours).
+
+    ``bundle_dir`` holds only what attn-export wrote: a file in it that no earlier bundle of ours
+    wrote is refused (``ConfigError`` naming it and ``flag``), never deleted (``deploy.folder``).
 
     ``tolerances``: one ``Tolerance`` for every output, or output name -> ``Tolerance`` (or its
     dict) naming each of the model's outputs; ``validate_on_device.py`` holds each output to its own.
@@ -169,9 +175,7 @@ def write_jetson_bundle(
     cmd = trtexec_command("model.onnx", "model.engine", bundle_spec, trt_version, inputs=dims, graph_float=graph_float, has_qdq=has_qdq)
     blocks = len(find_attention_blocks(ir.serde.deserialize_model(proto)))
     final = Path(bundle_dir)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
-    try:
+    with staging(final) as tmp:  # written beside, then swapped in file by file: only our own earlier files are replaced
         shutil.copyfile(onnx_path, tmp / "model.onnx")
         script = 'set -euo pipefail\ncd "$(dirname "$0")"\nTRTEXEC="${TRTEXEC:-/usr/src/tensorrt/bin/trtexec}"\n'
         (tmp / "build_engine.sh").write_text("#!/usr/bin/env bash\n" + script + '"$TRTEXEC" ' + shell_line(cmd[1:]) + "\n")
@@ -193,16 +197,6 @@ def write_jetson_bundle(
         written = sorted(p.name for p in tmp.iterdir())
         if written != sorted(BUNDLE_FILES):  # what the device-side README and validator expect, nothing more
             raise DataError(f"the bundle would hold {written}, expected {sorted(BUNDLE_FILES)}; this is a bug in attn-export")
-        tmp.chmod(0o755)
-        old = None
-        if final.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old.", dir=final.parent))
-            os.replace(final, old / final.name)
-        os.replace(tmp, final)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        publish(tmp, final, flag, "jetson-bundle")
     log.info("wrote Jetson bundle %s (TensorRT %s, %s): %s", final, trt_version, spec.precision, shell_line(cmd))
     return final

@@ -18,6 +18,10 @@ backend only loads when the server runs with ``--backend-config=tensorrt,version
 (a server-wide option, not a model-config field: triton-inference-server/tensorrt_backend
 README). The repository's ``README.md`` says how to start the server, with that flag when
 the engine's sidecar says ``version_compatible``.
+
+The repository holds only what attn-export wrote (``deploy.folder``): it is staged inside the
+folder and swapped in file by file, replacing only an earlier repository's own files; a
+folder with anything else in it (another model, a user's file) is refused, never cleared.
 """
 
 from __future__ import annotations
@@ -25,13 +29,13 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import onnx
 
 from attn_export._lazy import require
+from attn_export.deploy.folder import publish, staging
 from attn_export.errors import ConfigError
 from attn_export.runtime.tensorrt.spec import ShapeProfile
 
@@ -69,7 +73,7 @@ def _engine_is_version_compatible(engine_path: str | os.PathLike[str]) -> bool:
     return read_sidecar(engine_path).version_compatible
 
 
-def _write_readme(repo: Path, model_name: str, engine: bool, version_compatible: bool) -> None:
+def _write_readme(staged: Path, repo: Path, model_name: str, engine: bool, version_compatible: bool) -> None:
     models = f"`{model_name}` (ONNX Runtime)" + (f" and `{model_name}_trt` (TensorRT plan)" if engine else "")
     vc = (
         f"\nThe TensorRT plan is version-compatible: it embeds TensorRT's lean runtime, and Triton's TensorRT backend "
@@ -84,9 +88,7 @@ Models: {models}.
 
     {server_command(repo, version_compatible)}
 {vc}"""
-    from attn_export.validate.report import atomic_write_text
-
-    atomic_write_text(repo / "README.md", text)
+    (staged / "README.md").write_text(text)
 
 
 def _io(values: Any, inits: set[str]) -> list[tuple[str, int, list[int | None]]]:
@@ -133,21 +135,13 @@ def _config(name: str, platform: str, inputs: list, outputs: list, mbs: int, dyn
 
 
 def _write_model(repo: Path, model: str, cfg: Any, artifact: str | os.PathLike[str], filename: str) -> Path:
+    """``repo/model/config.pbtxt`` and ``repo/model/1/<filename>`` (``repo`` is the staging folder)."""
     from google.protobuf import text_format
 
-    tmp = Path(tempfile.mkdtemp(prefix=f".{model}.", dir=repo))
-    try:
-        (tmp / "1").mkdir()
-        shutil.copyfile(artifact, tmp / "1" / filename)
-        (tmp / "config.pbtxt").write_text(text_format.MessageToString(cfg))
-        tmp.chmod(0o755)
-        final = repo / model
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    final = repo / model
+    (final / "1").mkdir(parents=True)
+    shutil.copyfile(artifact, final / "1" / filename)
+    (final / "config.pbtxt").write_text(text_format.MessageToString(cfg))
     return final
 
 
@@ -160,11 +154,14 @@ def write_triton_repo(
     dynamic_batching: bool = True,
     profiles: ShapeProfile | None = None,
     version_compatible: bool | None = None,
+    flag: str = "--triton",
 ) -> Path:
     """Write ``<repo>/<model_name>`` (ONNX Runtime) and, with an engine, ``<model_name>_trt``.
 
     version_compatible: whether the engine was built version-compatible; None reads the
     engine's sidecar. The repository README states the server flag such an engine needs.
+    ``repo_dir`` holds only what attn-export wrote: a file in it that no earlier repository of
+    ours wrote is refused (``ConfigError`` naming it and ``flag``), never deleted (``deploy.folder``).
     """
     if not model_name or "/" in model_name or model_name.startswith("."):
         raise ConfigError(f"expected a plain model name (no '/' or leading '.'), got {model_name!r}")
@@ -177,15 +174,16 @@ def write_triton_repo(
     inputs, outputs = _io(proto.graph.input, inits), _io(proto.graph.output, set())
     batch_dynamic = all(dims and dims[0] is None for _, _, dims in inputs + outputs)
     repo = Path(repo_dir)
-    repo.mkdir(parents=True, exist_ok=True)
     onnx_mbs = _resolve_batch(batch_dynamic, max_batch_size, dynamic_batching, profiles, engine=False)
-    _write_model(repo, model_name, _config(model_name, "onnxruntime_onnx", inputs, outputs, onnx_mbs, dynamic_batching, False), onnx_path, "model.onnx")
-    if engine_path is not None:
-        trt_mbs = _resolve_batch(batch_dynamic, max_batch_size, dynamic_batching, profiles, engine=True)
-        name = f"{model_name}_trt"
-        _write_model(repo, name, _config(name, "tensorrt_plan", inputs, outputs, trt_mbs, dynamic_batching, True), engine_path, "model.plan")
+    trt_mbs = _resolve_batch(batch_dynamic, max_batch_size, dynamic_batching, profiles, engine=True) if engine_path is not None else 0
     vc = engine_path is not None and (version_compatible if version_compatible is not None else _engine_is_version_compatible(engine_path))
-    _write_readme(repo, model_name, engine_path is not None, vc)
+    with staging(repo) as tmp:  # written beside, then swapped in file by file: only our own earlier files are replaced
+        _write_model(tmp, model_name, _config(model_name, "onnxruntime_onnx", inputs, outputs, onnx_mbs, dynamic_batching, False), onnx_path, "model.onnx")
+        if engine_path is not None:
+            name = f"{model_name}_trt"
+            _write_model(tmp, name, _config(name, "tensorrt_plan", inputs, outputs, trt_mbs, dynamic_batching, True), engine_path, "model.plan")
+        _write_readme(tmp, repo, model_name, engine_path is not None, vc)
+        publish(tmp, repo, flag, "triton-repository")
     if vc:
         log.warning("the TensorRT plan is version-compatible: start Triton with %s", VERSION_COMPATIBLE_FLAG)
     log.info("wrote Triton repository %s (%s%s)", repo, model_name, f", {model_name}_trt" if engine_path else "")
