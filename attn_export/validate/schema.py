@@ -347,8 +347,12 @@ def validate(
         raise error(one_line(source, err, data, fix)) from None
 
 
-def read_json(path: str | os.PathLike[str], what: str, fix: str, error: type[AttnExportError] = DataError) -> Any:
-    """Parse a JSON file; a missing, unreadable, non-UTF-8 or malformed file is one line."""
+JSON_MAX_BYTES = 64 * 2**20  # a report, a baseline, a config: kilobytes; a bound so a 4 GiB file is refused unread
+
+
+def read_json(path: str | os.PathLike[str], what: str, fix: str, error: type[AttnExportError] = DataError,
+              max_bytes: int = JSON_MAX_BYTES) -> Any:  # fmt: skip
+    """Parse a JSON file; a missing, unreadable, oversized (``fstat``, before reading), non-UTF-8 or malformed file is one line."""
     from attn_export.paths import file_kind
 
     p = Path(path)
@@ -356,7 +360,11 @@ def read_json(path: str | os.PathLike[str], what: str, fix: str, error: type[Att
         got = file_kind(p.stat().st_mode) if p.exists() else "no such file"
         raise error(f"{p}: expected {what}, got {got}; {fix}")
     try:
-        text = p.read_text(encoding="utf-8")
+        with p.open("rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size > max_bytes:
+                raise error(f"{p}: expected {what} of at most {max_bytes:,} bytes, got {size:,}; {fix}")
+            text = handle.read(max_bytes + 1).decode("utf-8")
         return json.loads(text)
     except UnicodeDecodeError:
         raise error(f"{p}: expected {what} in UTF-8 JSON, got undecodable bytes; {fix}") from None
