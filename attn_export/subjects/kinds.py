@@ -185,6 +185,10 @@ class CheckpointKind(SubjectKind):
             raise ConfigError(
                 f"expected --max-len and --seq-len <= {positions} (the tokens the checkpoint's positions cover), got {cfg.resolved_max_len} and {cfg.seq_len}"
             )
+        from attn_export.checkpoint.config_file import resolve_checkpoint
+        from attn_export.checkpoint.tokenizer_file import load_tokenizer
+
+        load_tokenizer(resolve_checkpoint(cfg.checkpoint), conf.vocab_size)  # ids past the embedding matrix: refused before the model is built
 
     def model_shape(self, cfg: RunOptions) -> ModelShape:
         from attn_export.checkpoint.config_file import encoder_parameter_count
