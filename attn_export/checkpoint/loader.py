@@ -43,6 +43,7 @@ from attn_export.checkpoint.config_file import (
     resolve_checkpoint,
 )
 from attn_export.checkpoint.families import Family, detect_head, map_key
+from attn_export.checkpoint.paths import JSON_MAX_BYTES
 from attn_export.checkpoint.paths import inside as _inside
 from attn_export.errors import CheckpointError
 from attn_export.layers.encoder import SentenceEncoder
@@ -98,7 +99,7 @@ def _weight_files(checkpoint_dir: Path) -> list[Path]:
     if index.is_file():
         _inside(checkpoint_dir, index.name, "index")
         fix = "re-save the checkpoint with safetensors (save_pretrained(dir, safe_serialization=True))"
-        raw = read_json(index, "a safetensors index", fix, error=CheckpointError)
+        raw = read_json(index, "a safetensors index", fix, error=CheckpointError, max_bytes=JSON_MAX_BYTES)
         weight_map = validate(SafetensorsIndexSchema, raw, str(index), fix, error=CheckpointError).weight_map
         shards = [_inside(checkpoint_dir, name, f"weight_map shard {name!r}") for name in sorted(set(weight_map.values()))]
         for shard in shards:
@@ -130,6 +131,11 @@ def _check_headers(files: list[Path]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def _finite(tensor: torch.Tensor) -> bool:
+    """No NaN/inf in a floating-point tensor (torch has no isfinite for float8_e4m3fn: it is checked in float32)."""
+    return bool(torch.isfinite(tensor if tensor.dtype.itemsize > 1 else tensor.float()).all())
+
+
 def _read_tensors(files: list[Path]) -> dict[str, torch.Tensor]:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
@@ -137,9 +143,13 @@ def _read_tensors(files: list[Path]) -> dict[str, torch.Tensor]:
     tensors: dict[str, torch.Tensor] = {}
     for f in files:
         try:
-            tensors.update(load_file(str(f)))
+            loaded = load_file(str(f))
         except (SafetensorError, OSError, ValueError) as err:
             raise CheckpointError(f"{f} is not a readable safetensors file ({err}); re-download or re-save it") from err
+        for name, tensor in loaded.items():  # a NaN weight would surface as "does not reproduce transformers" at the fidelity check
+            if tensor.is_floating_point() and not _finite(tensor):
+                raise CheckpointError(f"{f}: tensor {name} holds NaN/inf values; the checkpoint is damaged: re-save it from a finite model")
+        tensors.update(loaded)
     return tensors
 
 
