@@ -347,12 +347,8 @@ def validate(
         raise error(one_line(source, err, data, fix)) from None
 
 
-JSON_MAX_BYTES = 64 * 2**20  # a report, a baseline, a config: kilobytes; a bound so a 4 GiB file is refused unread
-
-
-def read_json(path: str | os.PathLike[str], what: str, fix: str, error: type[AttnExportError] = DataError,
-              max_bytes: int = JSON_MAX_BYTES) -> Any:  # fmt: skip
-    """Parse a JSON file; a missing, unreadable, oversized (``fstat``, before reading), non-UTF-8 or malformed file is one line."""
+def read_json(path: str | os.PathLike[str], what: str, fix: str, error: type[AttnExportError] = DataError, max_bytes: int = 64 * 2**20) -> Any:
+    """Parse a JSON file; a missing, unreadable, non-UTF-8, malformed or oversized file (``fstat``, before reading) is one line."""
     from attn_export.paths import file_kind
 
     p = Path(path)
@@ -361,18 +357,15 @@ def read_json(path: str | os.PathLike[str], what: str, fix: str, error: type[Att
         raise error(f"{p}: expected {what}, got {got}; {fix}")
     try:
         with p.open("rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            if size > max_bytes:
+            if (size := os.fstat(handle.fileno()).st_size) > max_bytes:
                 raise error(f"{p}: expected {what} of at most {max_bytes:,} bytes, got {size:,}; {fix}")
-            text = handle.read(max_bytes + 1).decode("utf-8")
-        return json.loads(text)
+            return json.loads(handle.read(max_bytes + 1).decode("utf-8"))
     except UnicodeDecodeError:
         raise error(f"{p}: expected {what} in UTF-8 JSON, got undecodable bytes; {fix}") from None
     except json.JSONDecodeError as err:
         raise error(f"{p}: expected {what}, got invalid JSON ({err.msg} at line {err.lineno}); {fix}") from None
     except (OSError, RecursionError) as err:
-        reason = err.strerror if isinstance(err, OSError) else "nested too deeply"
-        raise error(f"{p}: expected {what}, got an unreadable file ({reason}); {fix}") from None
+        raise error(f"{p}: expected {what}, got an unreadable file ({err.strerror if isinstance(err, OSError) else 'nested too deeply'}); {fix}") from None
 
 
 REPORT_FIX = "regenerate it with attn-export (or fix that field)"
