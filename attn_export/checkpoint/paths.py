@@ -102,22 +102,29 @@ def _check_entry(checkpoint_dir: Path, rel: str) -> bool:
     return is_dir
 
 
+def _entries(checkpoint_dir: Path, folder: str) -> list[str]:
+    """The non-hidden names in ``folder`` (relative to the checkpoint), sorted so the first problem named is stable."""
+    try:
+        with os.scandir(checkpoint_dir / folder) as entries:
+            names = sorted(e.name for e in entries if not e.name.startswith("."))
+    except OSError as err:
+        raise CheckpointError(f"{checkpoint_dir / folder}: expected a readable checkpoint folder, got {err.strerror or err}; fix its permissions") from None
+    return [f"{folder}/{name}" if folder else name for name in names]
+
+
 def check_checkpoint_files(checkpoint_dir: Path) -> None:
     """Every file of the folder and of its subfolders (sentence-transformers modules) resolves inside it, is a regular
     file and, if read whole, is within its size bound; hidden entries (``.git``, ``.cache``) are no reader's input."""
-    count = 0
+    seen = 0
     folders = [""]
     for depth in range(2):
-        below: list[str] = []
+        below = []
         for folder in folders:
-            with os.scandir(checkpoint_dir / folder) as entries:
-                for entry in entries:
-                    if entry.name.startswith("."):
-                        continue
-                    count += 1
-                    if count > _MAX_ENTRIES:
-                        raise CheckpointError(f"{checkpoint_dir}: expected a checkpoint folder (tens of files), got more than {_MAX_ENTRIES:,}; pass the model's own folder")
-                    rel = f"{folder}/{entry.name}" if folder else entry.name
-                    if _check_entry(checkpoint_dir, rel) and depth == 0:
-                        below.append(rel)
+            names = _entries(checkpoint_dir, folder)
+            seen += len(names)
+            if seen > _MAX_ENTRIES:
+                raise CheckpointError(
+                    f"{checkpoint_dir}: expected a checkpoint folder (tens of files), got more than {_MAX_ENTRIES:,} files; pass the model's own folder"
+                )
+            below += [rel for rel in names if _check_entry(checkpoint_dir, rel) and depth == 0]
         folders = below
