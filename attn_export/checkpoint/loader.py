@@ -19,7 +19,10 @@ The JSON files are validated by pydantic schemas (``attn_export.validate.schema`
 anything is allocated: strict integers (``num_attention_heads: true`` is refused, not read as
 1), bounded sizes, and a model the weight files could not possibly hold is refused before it
 is built. Every file opened must resolve (symlinks included) inside the checkpoint directory;
-a shard name like ``../../outside/x.safetensors`` or ``/etc/passwd`` is refused unopened.
+a shard name like ``../../outside/x.safetensors`` or ``/etc/passwd`` is refused unopened, and
+``attn_export.checkpoint.paths.check_checkpoint_files`` checks every file of the folder (the
+tokenizer files transformers and sentence-transformers open by name included) before any is
+read. A NaN or inf in a weight is named (file, tensor) here, not left to the fidelity check.
 
 The weights alone do not prove the re-implementation right: ``attn_export.checkpoint.fidelity``
 compares the loaded model with the checkpoint's own library before a run trusts it.
