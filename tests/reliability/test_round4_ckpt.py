@@ -75,11 +75,12 @@ def _link_out(name: str) -> Callable[[Path], Path]:
         ck = checkpoint(t / "ck")
         outside = t / "outside"
         outside.mkdir()
-        src = ck / name
+        src, moved = ck / name, outside / Path(name).name
         if not src.exists():
+            src.parent.mkdir(exist_ok=True)
             src.write_text('{"do_lower_case": true}' if name.endswith(".json") else "[PAD]\n[UNK]\n", encoding="utf-8")
-        shutil.move(src, outside / name)
-        (ck / name).symlink_to(outside / name)
+        shutil.move(src, moved)
+        src.symlink_to(moved)
         return ck
 
     return build
@@ -159,8 +160,8 @@ def test_c29_nan_weights_are_not_reported_as_a_fidelity_failure(outcomes: dict[s
 
 
 # -- library level: every file transformers or sentence-transformers opens by name stays inside ------------
-@pytest.mark.parametrize("name", ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "model.safetensors"],
-                         ids=lambda n: f"c05-{n}-links-out")  # fmt: skip
+@pytest.mark.parametrize("name", ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "model.safetensors",
+                                  "README.md", "2_Dense/config.json"], ids=lambda n: f"c05-{n.replace('/', '-')}-links-out")  # fmt: skip
 def test_c05_every_file_a_library_opens_must_resolve_inside_the_folder(name: str, tmp_path: Path) -> None:
     from attn_export.checkpoint.config_file import read_checkpoint_config
     from attn_export.errors import CheckpointError
