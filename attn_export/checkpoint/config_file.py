@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from attn_export.checkpoint.families import Family, family_for
+from attn_export.checkpoint.paths import JSON_MAX_BYTES, check_checkpoint_files
 from attn_export.checkpoint.paths import inside as _inside
 from attn_export.errors import CheckpointError, MissingDependencyError
 from attn_export.layers.encoder_config import EncoderConfig
@@ -63,7 +64,8 @@ def _config_json(checkpoint_dir: Path) -> tuple[dict[str, Any], Path]:
     if not path.is_file():
         raise CheckpointError(f"expected {path} (a Hugging Face encoder config); the checkpoint directory has none")
     _inside(checkpoint_dir, "config.json", "config")
-    raw = read_json(path, "a Hugging Face config.json", "fix or re-download it", error=CheckpointError)
+    check_checkpoint_files(checkpoint_dir)  # what transformers and sentence-transformers will open by name, before any is read
+    raw = read_json(path, "a Hugging Face config.json", "fix or re-download it", error=CheckpointError, max_bytes=JSON_MAX_BYTES)
     if not isinstance(raw, dict):
         kind = {list: "a list", str: "a string"}.get(type(raw), type(raw).__name__)
         raise CheckpointError(f"{path}: expected a JSON object, got {kind}; {_CONFIG_FIX}")

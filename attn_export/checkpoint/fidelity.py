@@ -178,10 +178,10 @@ def check_fidelity(
 
         reference = load_reference(path, conf.pooling, None if conf.head is None else conf.head.task)
     notes: list[str] = []
-    if tokenizer is None and (path / "tokenizer.json").is_file():
+    if tokenizer is None and os.path.lexists(path / "tokenizer.json"):  # a FIFO or a device is named by load_tokenizer, not skipped
         from attn_export.checkpoint.text import load_tokenizer
 
-        tokenizer = load_tokenizer(path)
+        tokenizer = load_tokenizer(path, conf.vocab_size)
     if tokenizer is None:
         notes.append("no tokenizer.json: random-id probes only")
     batches = probe_batches(model, tokenizer, texts)

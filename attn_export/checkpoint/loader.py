@@ -19,7 +19,10 @@ The JSON files are validated by pydantic schemas (``attn_export.validate.schema`
 anything is allocated: strict integers (``num_attention_heads: true`` is refused, not read as
 1), bounded sizes, and a model the weight files could not possibly hold is refused before it
 is built. Every file opened must resolve (symlinks included) inside the checkpoint directory;
-a shard name like ``../../outside/x.safetensors`` or ``/etc/passwd`` is refused unopened.
+a shard name like ``../../outside/x.safetensors`` or ``/etc/passwd`` is refused unopened, and
+``attn_export.checkpoint.paths.check_checkpoint_files`` checks every file of the folder (the
+tokenizer files transformers and sentence-transformers open by name included) before any is
+read. A NaN or inf in a weight is named (file, tensor) here, not left to the fidelity check.
 
 The weights alone do not prove the re-implementation right: ``attn_export.checkpoint.fidelity``
 compares the loaded model with the checkpoint's own library before a run trusts it.
@@ -43,6 +46,7 @@ from attn_export.checkpoint.config_file import (
     resolve_checkpoint,
 )
 from attn_export.checkpoint.families import Family, detect_head, map_key
+from attn_export.checkpoint.paths import JSON_MAX_BYTES
 from attn_export.checkpoint.paths import inside as _inside
 from attn_export.errors import CheckpointError
 from attn_export.layers.encoder import SentenceEncoder
@@ -98,7 +102,7 @@ def _weight_files(checkpoint_dir: Path) -> list[Path]:
     if index.is_file():
         _inside(checkpoint_dir, index.name, "index")
         fix = "re-save the checkpoint with safetensors (save_pretrained(dir, safe_serialization=True))"
-        raw = read_json(index, "a safetensors index", fix, error=CheckpointError)
+        raw = read_json(index, "a safetensors index", fix, error=CheckpointError, max_bytes=JSON_MAX_BYTES)
         weight_map = validate(SafetensorsIndexSchema, raw, str(index), fix, error=CheckpointError).weight_map
         shards = [_inside(checkpoint_dir, name, f"weight_map shard {name!r}") for name in sorted(set(weight_map.values()))]
         for shard in shards:
@@ -130,6 +134,11 @@ def _check_headers(files: list[Path]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def _finite(tensor: torch.Tensor) -> bool:
+    """No NaN/inf in a floating-point tensor (torch has no isfinite for float8_e4m3fn: it is checked in float32)."""
+    return bool(torch.isfinite(tensor if tensor.dtype.itemsize > 1 else tensor.float()).all())
+
+
 def _read_tensors(files: list[Path]) -> dict[str, torch.Tensor]:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
@@ -137,9 +146,13 @@ def _read_tensors(files: list[Path]) -> dict[str, torch.Tensor]:
     tensors: dict[str, torch.Tensor] = {}
     for f in files:
         try:
-            tensors.update(load_file(str(f)))
+            loaded = load_file(str(f))
         except (SafetensorError, OSError, ValueError) as err:
             raise CheckpointError(f"{f} is not a readable safetensors file ({err}); re-download or re-save it") from err
+        for name, tensor in loaded.items():  # a NaN weight would surface as "does not reproduce transformers" at the fidelity check
+            if tensor.is_floating_point() and not _finite(tensor):
+                raise CheckpointError(f"{f}: tensor {name} holds NaN/inf values; the checkpoint is damaged: re-save it from a finite model")
+        tensors.update(loaded)
     return tensors
 
 

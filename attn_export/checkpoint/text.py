@@ -8,16 +8,15 @@ layer really sees on text, which the per-layer compression of a checkpoint fits.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from attn_export.checkpoint.corpus import SPLITS, TextCorpus, check_max_per_split, first_texts, load_text_corpus
+from attn_export.checkpoint.tokenizer_file import check_token_ids, load_tokenizer, pad_id
 from attn_export.compress.calib_data import ActivationSet, CalibrationData
 from attn_export.errors import ConfigError, DataError
 from attn_export.layers.encoder import SentenceEncoder
@@ -27,6 +26,7 @@ __all__ = [
     "TokenSplits",
     "all_layer_inputs",
     "layer_inputs",
+    "check_token_ids",
     "load_tokenizer",
     "text_calibration",
     "text_token_splits",
@@ -97,30 +97,6 @@ class TokenSplits:
     test: TokenBatch | None = None
 
 
-def load_tokenizer(checkpoint_dir: str | os.PathLike[str]) -> Any:
-    """``tokenizers.Tokenizer`` from the checkpoint's ``tokenizer.json`` (no ``transformers``)."""
-    from tokenizers import Tokenizer
-
-    path = Path(checkpoint_dir) / "tokenizer.json"
-    if not path.is_file():
-        raise DataError(f"expected {path}; export a fast tokenizer with tokenizer.save_pretrained(dir) next to the weights")
-    try:
-        return Tokenizer.from_file(str(path))
-    except Exception as err:  # tokenizers raises a bare Exception on malformed JSON
-        raise DataError(f"{path} is not a readable tokenizer.json ({err}); re-save it with tokenizers") from err
-
-
-def _pad_id(tokenizer: Any) -> int:
-    padding = tokenizer.padding
-    if padding and "pad_id" in padding:
-        return int(padding["pad_id"])
-    for token in ("[PAD]", "<pad>"):  # BERT-style, then RoBERTa/XLM-R-style vocabularies (where id 0 is <s>)
-        pad = tokenizer.token_to_id(token)
-        if pad is not None:
-            return int(pad)
-    return 0
-
-
 def tokenize(tokenizer: Any, texts: Sequence[str], max_len: int = 128, pad_to: int | None = None) -> TokenBatch:
     """Tokenize with special tokens, truncate to ``max_len``; pad to the longest text or to ``pad_to``.
 
@@ -135,7 +111,7 @@ def tokenize(tokenizer: Any, texts: Sequence[str], max_len: int = 128, pad_to: i
     tokenizer.no_padding()
     encodings = tokenizer.encode_batch(list(texts))
     length = pad_to or max(len(e.ids) for e in encodings)
-    ids = np.full((len(texts), length), _pad_id(tokenizer), dtype=np.int64)
+    ids = np.full((len(texts), length), pad_id(tokenizer), dtype=np.int64)
     mask = np.zeros((len(texts), length), dtype=np.int64)
     for i, enc in enumerate(encodings):
         n = min(len(enc.ids), length)

@@ -52,7 +52,7 @@ class EncoderSubject(BaseSubject):
         self.path = resolve_checkpoint(cfg.checkpoint)
         self.encoder = load_bert_checkpoint(self.path, pooling=cfg.pooling)
         conf = self.encoder.config
-        self.tokenizer = load_tokenizer(self.path)
+        self.tokenizer = load_tokenizer(self.path, conf.vocab_size)  # ids the embedding matrix has no row for are refused
         # the user's model, as its own library runs it: the reference every artifact is judged against
         self.reference = load_reference(self.path, conf.pooling, None if conf.head is None else conf.head.task)
         self.fidelity = check_fidelity(self.encoder, self.path, reference=self.reference, tokenizer=self.tokenizer)  # refuses a mismatch

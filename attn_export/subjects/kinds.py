@@ -10,6 +10,7 @@ branching on it, and the plan reads the kind-free ``SubjectProfile``. This modul
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -185,6 +186,12 @@ class CheckpointKind(SubjectKind):
             raise ConfigError(
                 f"expected --max-len and --seq-len <= {positions} (the tokens the checkpoint's positions cover), got {cfg.resolved_max_len} and {cfg.seq_len}"
             )
+        from attn_export.checkpoint.config_file import resolve_checkpoint
+        from attn_export.checkpoint.tokenizer_file import load_tokenizer
+
+        folder = resolve_checkpoint(cfg.checkpoint)
+        if os.path.lexists(folder / "tokenizer.json"):  # ids past the embedding matrix: refused before the model is built
+            load_tokenizer(folder, conf.vocab_size)
 
     def model_shape(self, cfg: RunOptions) -> ModelShape:
         from attn_export.checkpoint.config_file import encoder_parameter_count

@@ -39,9 +39,23 @@ def _pad_below_vocab(cls: type, v: int | None, info: ValidationInfo) -> int | No
 
 
 # --- checkpoint config.json ---------------------------------------------------------------------
+def _label_id(v: str) -> str:
+    if not (v.isascii() and v.isdigit() and len(v) <= 7):
+        raise expected_error('a label id written as a JSON string of digits ("0", "1", ...)', got=json.dumps(v))
+    return v
+
+
+class _LabelsSchema(StrictSchema):
+    """``id2label`` / ``label2id`` as transformers reads them (``PretrainedConfig``: ``dict[int, str]`` keyed by the
+    label id as a JSON string): a JSON list is refused here, not an AttributeError inside transformers."""
+
+    id2label: Annotated[dict[Annotated[str, AfterValidator(_label_id)], str], Field(max_length=1_000_000)] | None = None
+    label2id: Annotated[dict[str, Annotated[int, Field(ge=0, lt=1_000_000)]], Field(max_length=1_000_000)] | None = None
+
+
 # Upper bounds well above any BERT-family encoder (XLM-R: vocab 250k; BERT-large: hidden 1024,
 # 24 layers), far below what would exhaust memory: refused before anything is allocated.
-class BertConfigSchema(StrictSchema):
+class BertConfigSchema(_LabelsSchema):
     vocab_size: Annotated[int, Field(ge=1, le=1_048_576)]
     hidden_size: Annotated[int, Field(ge=1, le=16_384)]
     num_attention_heads: Annotated[int, Field(ge=1, le=1024)]
@@ -67,7 +81,7 @@ class ElectraConfigSchema(BertConfigSchema):
     embedding_size: Annotated[int, Field(ge=1, le=16_384)] = 128  # transformers' ElectraConfig default
 
 
-class DistilBertConfigSchema(StrictSchema):
+class DistilBertConfigSchema(_LabelsSchema):
     """DistilBERT's own key names (``dim``, ``n_heads``, ...); LayerNorm eps is fixed at 1e-12 in its modeling code."""
 
     vocab_size: Annotated[int, Field(ge=1, le=1_048_576)]

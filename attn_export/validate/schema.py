@@ -347,8 +347,8 @@ def validate(
         raise error(one_line(source, err, data, fix)) from None
 
 
-def read_json(path: str | os.PathLike[str], what: str, fix: str, error: type[AttnExportError] = DataError) -> Any:
-    """Parse a JSON file; a missing, unreadable, non-UTF-8 or malformed file is one line."""
+def read_json(path: str | os.PathLike[str], what: str, fix: str, error: type[AttnExportError] = DataError, max_bytes: int = 64 * 2**20) -> Any:
+    """Parse a JSON file; a missing, unreadable, non-UTF-8, malformed or oversized file (``fstat``, before reading) is one line."""
     from attn_export.paths import file_kind
 
     p = Path(path)
@@ -356,15 +356,16 @@ def read_json(path: str | os.PathLike[str], what: str, fix: str, error: type[Att
         got = file_kind(p.stat().st_mode) if p.exists() else "no such file"
         raise error(f"{p}: expected {what}, got {got}; {fix}")
     try:
-        text = p.read_text(encoding="utf-8")
-        return json.loads(text)
+        with p.open("rb") as handle:
+            if (size := os.fstat(handle.fileno()).st_size) > max_bytes:
+                raise error(f"{p}: expected {what} of at most {max_bytes:,} bytes, got {size:,}; {fix}")
+            return json.loads(handle.read(max_bytes + 1).decode("utf-8"))
     except UnicodeDecodeError:
         raise error(f"{p}: expected {what} in UTF-8 JSON, got undecodable bytes; {fix}") from None
     except json.JSONDecodeError as err:
         raise error(f"{p}: expected {what}, got invalid JSON ({err.msg} at line {err.lineno}); {fix}") from None
     except (OSError, RecursionError) as err:
-        reason = err.strerror if isinstance(err, OSError) else "nested too deeply"
-        raise error(f"{p}: expected {what}, got an unreadable file ({reason}); {fix}") from None
+        raise error(f"{p}: expected {what}, got an unreadable file ({err.strerror if isinstance(err, OSError) else 'nested too deeply'}); {fix}") from None
 
 
 REPORT_FIX = "regenerate it with attn-export (or fix that field)"
