@@ -1,14 +1,12 @@
 """The words the toolkit's options and reports use, defined once.
 
-Every module that takes a precision, an int8 mode or a calibration method imports the
-``Literal`` type and the tuple of allowed values from here, so ``--int8-mode`` means the
+Every module that takes an attention form, an int8 encoding or a calibration method imports
+the tuple of allowed values from here, so ``--int8-mode`` means the
 same thing in the CLI, the plan, the sweep and the bench, and a new value is added in one
 place.
 """
 
 from __future__ import annotations
-
-from typing import Literal
 
 from attn_export.errors import ConfigError
 
@@ -27,13 +25,8 @@ __all__ = [
     "PACKED_ATTENTION_FORMS",
     "PER_TENSOR",
     "POOLING_MODES",
-    "PRECISIONS",
-    "Precision",
     "check_heads",
 ]
-
-Precision = Literal["fp32", "fp16", "int8"]
-PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
 
 # How a whole encoder is exported (--encoder-form): on the padded (B, S) grid, or on its real
 # tokens only (layers.packed); "auto" (the option's default) is the plan's choice, not a form.

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import time
 
 import typer
 
@@ -32,11 +31,9 @@ def test_every_option_of_every_command_shows_its_default():
 
 def test_help_imports_neither_torch_nor_onnx():
     code = "import sys; from attn_export.cli import main; sys.argv=['attn-export','--help']\ntry:\n    main()\nfinally:\n    print(sorted(m for m in ('torch','onnx','onnxruntime') if m in sys.modules))"
-    started = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    elapsed = time.perf_counter() - started
     assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout[-500:]
-    assert "--quantize" in proc.stdout and elapsed < 10  # the budget is 1.5 s; the bench below measures it
+    assert "--quantize" in proc.stdout  # what keeps --help fast is that nothing heavy is imported, checked above
 
 
 # --- what --help says is what the code does (issue 23) ----------------------------------------------

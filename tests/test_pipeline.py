@@ -45,7 +45,10 @@ def test_low_rank_and_distill_stages(tmp_path):
     rc = main(["--low-rank", "--distill", "40", "--out", str(out), *FAST])
     report = _report(out)
     stages = {s["name"]: s for s in report["stages"]}
-    assert rc in (0, 1)  # lossy stages may miss their tolerance; the report says which
+    # seed 0's layer keeps cosine ~0.998 after the rank cut: five times inside the lowrank bar (0.99),
+    # so both lossy stages pass, and the exit code is the report's verdict
+    assert rc == 0 and report["verdict"] == {"passed": True}, report["verdict"]
+    assert all(stages[name]["passed"] is True and stages[name]["accuracy"]["cosine"] >= 0.99 for name in ("lowrank", "lowrank+distill"))
     lr, dist = stages["lowrank"], stages["lowrank+distill"]
     assert lr["params"] < stages["onnx-fp32"]["params"]
     assert lr["details"]["low_rank"]["params_after"] < lr["details"]["low_rank"]["params_before"]

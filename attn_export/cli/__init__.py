@@ -8,7 +8,7 @@ moment: "interrupted", exit 130 or 143. The typer app is ``attn_export.cli.app.a
 
 from __future__ import annotations
 
-__all__ = ["fill_optional_values", "main"]
+__all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,9 +28,3 @@ def main(argv: list[str] | None = None) -> int:
         except Terminated:
             return announce(signal.SIGTERM)
 
-
-def fill_optional_values(argv: list[str], defaults: dict[str, str] | None = None) -> list[str]:
-    """``attn_export.cli.app.fill_optional_values`` (kept here for existing imports)."""
-    from attn_export.cli.app import fill_optional_values as fill
-
-    return fill(argv, defaults)

@@ -7,7 +7,6 @@ to stdout.
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,7 +18,7 @@ from rich.console import Console
 
 from attn_export.errors import ConfigError
 
-__all__ = ["writing", "JsonFlag", "QuietFlag", "ThreadsFlag", "err_console", "floats", "int_in", "ints", "out_console", "progress_bar",
+__all__ = ["writing", "JsonFlag", "QuietFlag", "ThreadsFlag", "err_console", "int_in", "ints", "out_console", "progress_bar",
            "progress_lines", "strs"]
 
 # Logs and CI capture are not terminals: rich would wrap wide tables at 80 columns there.
@@ -63,18 +62,6 @@ def ints(text: str | None, flag: str) -> tuple[int, ...] | None:
     except ValueError:
         raise ConfigError(f"expected {flag} as comma-separated integers like 128,512, got {text!r}") from None
 
-
-
-def floats(text: str | None, flag: str) -> tuple[float, ...] | None:
-    if text is None:
-        return None
-    try:
-        values = tuple(float(t) for t in text.split(",") if t.strip())
-    except ValueError:
-        raise ConfigError(f"expected {flag} as comma-separated numbers like 1,0.5, got {text!r}") from None
-    if not all(math.isfinite(v) for v in values):
-        raise ConfigError(f"expected {flag} as finite numbers, got {text!r}")
-    return values
 
 
 def int_in(flag: str, value: int | None, lo: int, hi: int) -> None:

@@ -30,7 +30,7 @@ from torch import nn
 from attn_export.errors import ConfigError
 from attn_export.layers.encoder_config import ACTIVATIONS, POSITION_STYLES, EncoderConfig, parse_layers
 from attn_export.layers.heads import build_head
-from attn_export.layers.pooling import SentencePooling, mean_pool
+from attn_export.layers.pooling import SentencePooling
 from attn_export.layers.registry import MaskedLayer
 from attn_export.layers.transformer import Fp32LayerNorm, TransformerLayer
 
@@ -41,7 +41,6 @@ __all__ = [
     "EncoderConfig",
     "SentenceEncoder",
     "activation_module",
-    "mean_pool",
     "parse_layers",
 ]
 

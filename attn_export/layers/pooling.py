@@ -32,7 +32,7 @@ from attn_export.errors import ConfigError
 from attn_export.layers.encoder_config import PoolingConfig
 from attn_export.vocabulary import POOLING_MODES
 
-__all__ = ["PoolingConfig", "SentencePooling", "mean_pool", "pool"]
+__all__ = ["PoolingConfig", "SentencePooling", "pool"]
 
 log = logging.getLogger(__name__)
 
@@ -71,11 +71,6 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, modes: tuple[str, .
             raise ConfigError(f"expected pooling modes in {', '.join(POOLING_MODES)}, got {mode!r}")
     emb = out[0] if len(out) == 1 else torch.cat(out, dim=-1)  # (B, len(modes) * D)
     return F.normalize(emb, p=2.0, dim=-1, eps=1e-12) if normalize else emb
-
-
-def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """Mean over real tokens, then L2-normalised (all-MiniLM-L6-v2's Pooling(mean) + Normalize): (B, S, D) -> (B, D)."""
-    return pool(hidden, attention_mask, ("mean",), True)
 
 
 class SentencePooling(nn.Module):

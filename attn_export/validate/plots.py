@@ -1,4 +1,4 @@
-"""Report plots (matplotlib, headless Agg backend), each written to a PNG and returned as a Path.
+"""Report plots (matplotlib, drawn on Agg canvases), each written to a PNG and returned as a Path.
 
 Every function takes plain report/bench dicts (the JSON files' content), so plots can be
 redrawn from committed JSON without re-running anything. Functions return None instead of an
@@ -15,11 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
-
-matplotlib.use("Agg")  # headless: no display on CI or servers
-
-import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
 from attn_export.validate.error_histogram import error_histogram, histogram_from_details
 from attn_export.validate.pareto import ParetoPoint, pareto_front, points_from_report
@@ -33,6 +31,14 @@ _DPI = 100
 SQNR_PLOT_CAP_DB = 160.0  # identical outputs report 300 dB; keep the axis readable
 
 
+def _figure(**kwargs: Any) -> Figure:
+    """A figure on its own Agg canvas: headless, and without pyplot, so the process's backend
+    (``matplotlib.use``) and pyplot's figure registry are left as the caller set them."""
+    fig = Figure(**kwargs)
+    FigureCanvasAgg(fig)
+    return fig
+
+
 def _save(fig: Any, path: str | os.PathLike[str]) -> Path:
     """Atomic PNG write: render to a temp file in the same folder, then rename."""
     p = Path(path)
@@ -44,7 +50,6 @@ def _save(fig: Any, path: str | os.PathLike[str]) -> Path:
         fig.savefig(tmp, dpi=_DPI, bbox_inches="tight", format="png")
         os.replace(tmp, p)
     finally:
-        plt.close(fig)
         tmp.unlink(missing_ok=True)
     return p
 
@@ -60,7 +65,8 @@ def plot_latency(report: Mapping[str, Any], path: str | os.PathLike[str]) -> Pat
     eag = np.array([((s["latency_ms"].get("eager") or {}).get("p50") or np.nan) for s in rows])
     speed = np.array([s.get("speedup_vs_eager") or (e / a if a else np.nan) for s, e, a in zip(rows, eag, art)])
     # horizontal bars: stage names stay horizontal and readable however many stages and however long their names
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 1.9 + 0.55 * len(rows)), sharey=True)
+    fig = _figure(figsize=(10, 1.9 + 0.55 * len(rows)))
+    ax1, ax2 = fig.subplots(1, 2, sharey=True)
     y = np.arange(len(rows))[::-1]  # first stage on top
     ax1.barh(y + 0.2, eag, 0.4, label="eager (same run)", color="#bbbbbb")
     ax1.barh(y - 0.2, art, 0.4, xerr=[np.zeros_like(art), np.maximum(art90 - art, 0)], label="artifact p50 (p90 whisker)", color="#3a7bd5")
@@ -98,7 +104,8 @@ def plot_pareto(
     lat = np.array([p.latency for p in pts])
     acc = np.array([min(p.accuracy, cap) for p in pts])
     front = pareto_front(pts)
-    fig, ax = plt.subplots(figsize=(7.5, 5))
+    fig = _figure(figsize=(7.5, 5))
+    ax = fig.subplots()
     ax.scatter(lat, acc, c="#9aa5b1", s=30, label="dominated", zorder=2)
     ax.plot(lat[front], acc[front], "-o", c="#e8590c", ms=8, lw=1.5, label="Pareto front (non-dominated)", zorder=3)
     ax.margins(x=0.18, y=0.14)  # room for the labels of the points at the edges
@@ -131,7 +138,8 @@ def plot_error_histograms(
     if not hists:
         return None
     n = len(hists)
-    fig, axes = plt.subplots(n, 1, figsize=(7.5, 1.9 * n + 0.6), sharex=True, squeeze=False)
+    fig = _figure(figsize=(7.5, 1.9 * n + 0.6))
+    axes = fig.subplots(n, 1, sharex=True, squeeze=False)
     for ax, (name, h) in zip(axes[:, 0], hists.items()):
         edges = np.asarray(h["bin_edges"], dtype=np.float64)
         counts = np.asarray(h["counts"], dtype=np.float64)
@@ -153,9 +161,10 @@ def plot_seq_scaling(bench: Mapping[str, Any], path: str | os.PathLike[str], bat
     batch = batch if batch is not None else min(int(r["batch"]) for r in rows)
     rows = [r for r in rows if int(r["batch"]) == batch]
     variants = list(dict.fromkeys(r["variant"] for r in rows))
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig = _figure(figsize=(12, 4.5))
+    ax1, ax2 = fig.subplots(1, 2)
     for i, v in enumerate(variants):
-        style = {"color": plt.cm.tab20(i % 20), "ls": ("-", "--", ":")[i // 20 % 3], "marker": "o", "ms": 3, "label": v}
+        style = {"color": matplotlib.colormaps["tab20"](i % 20), "ls": ("-", "--", ":")[i // 20 % 3], "marker": "o", "ms": 3, "label": v}
         pts = sorted(((int(r["seq"]), r) for r in rows if r["variant"] == v), key=lambda t: t[0])
         seqs = [s for s, _ in pts]
         ax1.plot(seqs, [r["latency_ms"]["p50"] for _, r in pts], **style)
@@ -181,7 +190,8 @@ def plot_attention_maps(
     e = np.asarray(eager_maps)[batch_index, :, :max_tokens, :max_tokens]  # (H, Lq, Lk)
     o = np.asarray(onnx_maps)[batch_index, :, :max_tokens, :max_tokens]
     heads = e.shape[0]
-    fig, axes = plt.subplots(heads, 3, figsize=(7.5, 2.3 * heads), squeeze=False, layout="constrained")
+    fig = _figure(figsize=(7.5, 2.3 * heads), layout="constrained")
+    axes = fig.subplots(heads, 3, squeeze=False)
     vmax = float(max(e.max(initial=0.0), o.max(initial=0.0))) or 1.0
     for h in range(heads):
         diff = np.abs(e[h].astype(np.float64) - o[h])
@@ -213,7 +223,8 @@ def plot_sensitivity(report: Mapping[str, Any], path: str | os.PathLike[str]) ->
     if not stages:
         return None
     rows = max(len({g["group"] for g in mp["gemms"]}) for _, mp in stages)
-    fig, axes = plt.subplots(1, len(stages), figsize=(6.5 * len(stages), 0.28 * rows + 1.6), squeeze=False)
+    fig = _figure(figsize=(6.5 * len(stages), 0.28 * rows + 1.6))
+    axes = fig.subplots(1, len(stages), squeeze=False)
     for ax, (name, mp) in zip(axes[0], stages):
         groups: dict[str, dict[str, Any]] = {}
         for g in mp["gemms"]:

@@ -19,7 +19,7 @@ from attn_export.errors import ConfigError
 from attn_export.layers import MaskedLayer, build_layer
 from attn_export.validate import sqnr_db
 
-pytest.importorskip("torchao", reason="torchao is the eager int8 reference backend")
+pytest.importorskip("torchao", reason="torchao (the eager int8 reference backend) is not installed (pip install torchao)")
 
 from attn_export.compress.quant_eager import EAGER_INT8_MODES, quantize_eager_
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import onnx
 import pytest
 from fixtures import small_layer
+from google.protobuf import text_format  # protobuf comes with onnx
 
 from attn_export.deploy.triton_repo import TRITON_DTYPES, write_triton_repo
 from attn_export.errors import ConfigError
 from attn_export.export import ExportSpec, export_onnx
 from attn_export.runtime.tensorrt.spec import ShapeProfile
 
-mc = pytest.importorskip("tritonclient.grpc.model_config_pb2", reason="tritonclient[grpc] is a test dependency")
-text_format = pytest.importorskip("google.protobuf.text_format")
+mc = pytest.importorskip("tritonclient.grpc.model_config_pb2", reason="tritonclient is not installed (pip install 'tritonclient[grpc]')")
 PROFILE = ShapeProfile((1, 8), (4, 16), (16, 64))
 
 

@@ -3,6 +3,8 @@ refusal is clean (exit code, one line starting ``attn-export: error:``, nothing 
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import json
 import os
 import signal
@@ -10,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,8 +28,9 @@ class Outcome:
     code: int
     out: str
     err: str
-    seconds: float
+    seconds: float  # recorded for the reader; no test asserts on it (speed belongs in bench/)
     new_files: list[str] = field(default_factory=list)
+    reached: list[str] | None = None  # the heavy stages the run entered (HEAVY); None: not watched (a subprocess)
 
     @property
     def err_lines(self) -> list[str]:
@@ -38,22 +42,64 @@ def snapshot(root: Path) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*")}
 
 
+# The run's heavy work, by the call that marks it: a subject built (``make_subject`` returned: the
+# model, the checkpoint's weights and the data are in memory; reading and checking the input files
+# inside it is still validation) and the ONNX export begun. A refusal of bad input comes before both.
+HEAVY = {"subject": ("attn_export.subjects", "make_subject", "returned"), "export": ("torch.onnx", "export", "entered")}
+
+
+@contextlib.contextmanager
+def heavy_watch() -> Iterator[list[str]]:
+    """Within the block, record (in order, once each) which ``HEAVY`` stages were reached; the
+    calls still run, so a run that goes on is unchanged."""
+    reached: list[str] = []
+    saved = []
+    for stage, (module_name, attr, when) in HEAVY.items():
+        module = importlib.import_module(module_name)
+        real = getattr(module, attr)
+
+        def spy(*args: object, _real: object = real, _stage: str = stage, _when: str = when, **kwargs: object) -> object:
+            if _when == "entered" and _stage not in reached:
+                reached.append(_stage)
+            result = _real(*args, **kwargs)  # type: ignore[operator]
+            if _stage not in reached:
+                reached.append(_stage)
+            return result
+
+        setattr(module, attr, spy)
+        saved.append((module, attr, real))
+    try:
+        yield reached
+    finally:
+        for module, attr, real in saved:
+            setattr(module, attr, real)
+
+
 def run_cli(args: list[str], capsys: pytest.CaptureFixture[str], root: Path) -> Outcome:
-    """``attn_export.cli.main(args)`` in this process; reports what appeared under ``root``."""
+    """``attn_export.cli.main(args)`` in this process; reports what appeared under ``root`` and which
+    heavy stages the run reached."""
     from attn_export.cli import main
 
     before = snapshot(root)
     capsys.readouterr()
     t0 = time.perf_counter()
-    code = main([str(a) for a in args])
+    with heavy_watch() as reached:
+        code = main([str(a) for a in args])
     seconds = time.perf_counter() - t0
     cap = capsys.readouterr()
-    return Outcome(code, cap.out, cap.err, seconds, sorted(snapshot(root) - before))
+    return Outcome(code, cap.out, cap.err, seconds, sorted(snapshot(root) - before), list(reached))
 
 
-def assert_refused(o: Outcome, expect: str | None = None, code: int = 2, max_seconds: float = 10.0) -> None:
+def assert_refused(o: Outcome, expect: str | None = None, code: int = 2, max_seconds: float | None = None,
+                   after: tuple[str, ...] = ()) -> None:
     """A clean refusal: the exit code, exactly one line ``attn-export: error: ...`` on stderr, no
-    traceback, nothing new on disk, and (bad input is checked before any work) quickly."""
+    traceback, nothing new on disk, and validation before work: the run reached none of the heavy
+    stages (``HEAVY``: a subject built, the ONNX export begun) except those named in ``after``, for a
+    refusal that only the work can find (a range found while calibrating, after the export).
+
+    ``max_seconds`` is accepted for the callers written when this checked the clock, and ignored:
+    a wall-clock bound is a flaky proxy for "before work", which ``reached`` states exactly."""
+    del max_seconds
     assert o.code == code, f"exit {o.code}, expected {code}; stderr: {o.err!r}"
     assert "Traceback" not in o.err and "Traceback" not in o.out, o.err
     assert len(o.err_lines) == 1, f"expected one line on stderr, got {o.err_lines}"
@@ -62,7 +108,9 @@ def assert_refused(o: Outcome, expect: str | None = None, code: int = 2, max_sec
     if expect is not None:
         assert expect.lower() in o.err.lower(), f"expected {expect!r} in {o.err!r}"
     assert not o.new_files, f"left behind: {o.new_files}"
-    assert o.seconds < max_seconds, f"took {o.seconds:.1f} s: validation should come before work"
+    if o.reached is not None:
+        unexpected = [stage for stage in o.reached if stage not in after]
+        assert not unexpected, f"refused only after {unexpected} began: validation should come before work"
 
 
 def assert_one_line_error(err: BaseException, kind: type[BaseException] | None = None, expect: str | None = None) -> None:
@@ -79,6 +127,8 @@ def assert_one_line_error(err: BaseException, kind: type[BaseException] | None =
 # -- subprocesses ----------------------------------------------------------------------------------
 _BATCH_DRIVER = r"""
 import contextlib, io, json, os, sys, time
+sys.path.insert(0, os.environ["REL_HELPERS_DIR"])
+from rel_helpers import heavy_watch
 from attn_export.cli import main
 for line in sys.stdin:
     case = json.loads(line)
@@ -86,9 +136,10 @@ for line in sys.stdin:
     print(json.dumps({"start": case["id"]}), flush=True)
     out, err = io.StringIO(), io.StringIO()
     t0 = time.perf_counter()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), heavy_watch() as reached:
         code = main(case["argv"])
-    print(json.dumps({"id": case["id"], "code": code, "out": out.getvalue(), "err": err.getvalue(), "seconds": time.perf_counter() - t0}), flush=True)
+    print(json.dumps({"id": case["id"], "code": code, "out": out.getvalue(), "err": err.getvalue(), "seconds": time.perf_counter() - t0,
+                      "reached": list(reached)}), flush=True)
 """
 
 
@@ -97,7 +148,7 @@ def run_cli_batch(cases: dict[str, tuple[list[object], Path]], timeout: float = 
     after ``timeout`` seconds: a command that blocks (on a FIFO, say) fails its case, and those
     after it, instead of hanging the suite. One process pays the CLI's imports once."""
     before = {cid: snapshot(cwd) for cid, (_a, cwd) in cases.items()}
-    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1", REL_HELPERS_DIR=str(Path(__file__).parent))
     lines = "".join(json.dumps({"id": cid, "argv": [str(a) for a in argv], "cwd": str(cwd)}) + "\n" for cid, (argv, cwd) in cases.items())
     p = subprocess.Popen([sys.executable, "-c", _BATCH_DRIVER], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,  # noqa: S603
                          stderr=subprocess.PIPE, text=True, cwd=REPO)  # fmt: skip
@@ -116,7 +167,7 @@ def run_cli_batch(cases: dict[str, tuple[list[object], Path]], timeout: float = 
             started = rec["start"]
             continue
         cwd = cases[rec["id"]][1]
-        outcomes[rec["id"]] = Outcome(rec["code"], rec["out"], rec["err"], rec["seconds"], sorted(snapshot(cwd) - before[rec["id"]]))
+        outcomes[rec["id"]] = Outcome(rec["code"], rec["out"], rec["err"], rec["seconds"], sorted(snapshot(cwd) - before[rec["id"]]), rec["reached"])
     for cid in cases:
         if cid not in outcomes:
             why = f"no answer within {blocked} s: the command blocked" if cid == started else f"not run: the batch stopped at {started} ({stderr[-300:]!r})"

@@ -193,17 +193,28 @@ def test_c05_huge_safetensors_header_is_refused_without_allocating(tmp_path: Pat
 
 
 def test_c06_the_divisor_suggestion_is_instant_for_any_d_model() -> None:
-    import time
-
+    from attn_export import vocabulary
     from attn_export.errors import ConfigError
     from attn_export.layers.projections import check_heads
 
-    t0 = time.perf_counter()
-    for d_model, heads in ((999_999_937, 2), (2**61 - 1, 3), (10**12 + 39, 7)):
+    bound = 2 * (vocabulary._DIVISOR_SEARCH + 1)  # candidates either side of the requested head count
+
+    class CountingInt(int):  # counts the divisibility tests, and stops a search that is not bounded
+        tests = 0
+
+        def __mod__(self, other: int) -> int:
+            CountingInt.tests += 1
+            assert CountingInt.tests <= bound, f"more than {bound} divisibility tests: the search scans d_model"
+            return int(self) % other
+
+    # primes, asked for heads far from 1 as well: no divisor within the search, so the whole bound is walked
+    for d_model, heads in ((999_999_937, 2), (2**61 - 1, 3), (10**12 + 39, 7), (999_999_937, 500_000_000), (2**61 - 1, 2**40)):
         with pytest.raises(ConfigError) as err:
             check_heads(d_model, heads)
         assert_one_line_error(err.value, ConfigError, "--heads")
-    assert time.perf_counter() - t0 < 0.5
+        CountingInt.tests = 0
+        suggestion = vocabulary._nearest_divisor(CountingInt(d_model), heads)
+        assert d_model % suggestion == 0 and CountingInt.tests <= bound, (suggestion, CountingInt.tests)
     with pytest.raises(ConfigError, match="--heads 8"):
         check_heads(512, 7)
     with pytest.raises(ConfigError, match="integer"):

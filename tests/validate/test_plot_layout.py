@@ -6,11 +6,6 @@ functions build, for the reports that broke them (issue 23) and for crowded ones
 
 from __future__ import annotations
 
-import matplotlib
-
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 from test_headline import checkpoint_report, layer_int8_report
@@ -61,23 +56,23 @@ def test_report_plots_have_a_clean_layout(make, tmp_path, problems):
 
 def test_the_layout_check_finds_what_issue_23_saw():
     """A legend on a bar, two labels on each other, a label past the frame: each is reported (the check can fail)."""
-    fig, ax = plt.subplots(figsize=(4, 3))
+    fig = plots._figure(figsize=(4, 3))  # on an Agg canvas of its own, as the report's plots; no backend switch
+    ax = fig.subplots()
     ax.bar([0, 1], [10, 10], label="eager")
     ax.legend(loc="upper left")
     ax.annotate("int8-static", (0.5, 5), xytext=(0, 0), textcoords="offset points")
     ax.annotate("int8-dynamic", (0.5, 5), xytext=(2, 2), textcoords="offset points")
     ax.annotate("eager", (1.4, 9.9), xytext=(4, 4), textcoords="offset points")
     found = " | ".join(layout_problems(fig))
-    plt.close(fig)
     assert "covers a bar" in found and "'int8-static' and 'int8-dynamic' overlap" in found and "'eager' crosses the frame" in found, found
 
 
 def test_labels_are_placed_clear_of_each_other_and_inside_the_frame():
-    fig, ax = plt.subplots(figsize=(5, 4))
+    fig = plots._figure(figsize=(5, 4))  # on an Agg canvas of its own, as the report's plots; no backend switch
+    ax = fig.subplots()
     xy = np.array([[0.2, 40.0], [0.201, 40.2], [0.2, 39.8], [1.0, 160.0], [0.05, 20.0]])  # three points on top of each other, two at the edges
     ax.scatter(xy[:, 0], xy[:, 1])
     ax.margins(0.18)
     place_labels(ax, xy, ["int8-dynamic", "int8-static", "lowrank-int8", "eager", "fastest"], [True, False, False, True, False])
     found = layout_problems(fig)
-    plt.close(fig)
     assert found == []

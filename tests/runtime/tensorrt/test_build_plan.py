@@ -93,3 +93,12 @@ def test_agrees_with_plan_build_where_both_decide(release: str) -> None:
 
 def test_docs_table_is_the_data() -> None:
     assert plan_table() in DOCS.read_text(), "docs/targets.md lacks the generated build table; paste build_plan.plan_table()"
+
+
+def test_every_source_a_plan_cites_is_in_the_table() -> None:
+    """Each rule a plan applies names its source; the key must be a row of ``SOURCES`` and every row cited by some plan."""
+    from attn_export.runtime.tensorrt.build_plan import SOURCES
+
+    cited = {key for release in RELEASES for _case, plan in _plans(release) for key in plan.sources}
+    assert cited <= set(SOURCES), cited - set(SOURCES)
+    assert cited == set(SOURCES), set(SOURCES) - cited  # a row no plan cites is a rule the code does not apply
