@@ -90,11 +90,13 @@ def usable_user_texts(tokenizer: Any, texts: list[str], prompt: Any, max_len: in
     seen: set[tuple[int, ...]] = set()
     kept, empty, repeats = [], [], 0
     for text, (ids, real) in zip(texts, _real_tokens(tokenizer, prompt.apply(texts), max_len)):
-        if ids in seen:
+        if real <= prompt_real:  # before the repeats: every such text encodes alike
+            empty.append(text)
+        elif ids in seen:
             repeats += 1
-            continue
-        seen.add(ids)
-        (kept if real > prompt_real else empty).append(text)
+        else:
+            seen.add(ids)
+            kept.append(text)
     if empty and len(empty) * 2 >= len(empty) + len(kept):
         raise DataError(f"--calib {name}: {len(empty)} of {len(empty) + len(kept)} distinct texts have no real token once tokenized (only special "
                         f"or unknown tokens, e.g. {empty[0]!r}); pass texts in a language and script the model's tokenizer knows")  # fmt: skip

@@ -42,7 +42,8 @@ def texts_file(tmp_path_factory) -> Path:
 def _subject(model: Path, calib: Path, tmp: Path, prompt: str | None = None):  # type: ignore[no-untyped-def]
     from attn_export.subjects.encoder import EncoderSubject
 
-    cfg = RunConfig(checkpoint=str(model), prompt=prompt, calib=calib, quantize="int8", out=tmp / "out", max_len=32, seq_len=16, batch=2, threads=1)
+    chosen = {} if prompt is None else {"prompt": prompt}
+    cfg = RunConfig(checkpoint=str(model), calib=calib, quantize="int8", out=tmp / "out", max_len=32, seq_len=16, batch=2, threads=1, **chosen)
     return EncoderSubject(cfg)
 
 
@@ -60,7 +61,6 @@ def test_c23_the_export_matches_sentence_transformers_encode_with_its_prompt_and
 
     subject = _subject(st_model, texts_file, tmp_path, prompt)
     used = PROMPTS.get("query" if prompt is None else prompt, "")
-    assert subject.inputs_info()["max_len"] == 8 and subject.inputs_info()["prompt"]["text"] == used
     export_encoder(subject.encoder, tmp_path / "m.onnx")
     session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
     lengths = []
@@ -75,4 +75,5 @@ def test_c23_the_export_matches_sentence_transformers_encode_with_its_prompt_and
         assert row_cosines(expected, reference).min() >= 0.9999, (role, row_cosines(expected, reference))
         lengths += tokens.attention_mask.sum(axis=1).tolist()
     assert max(lengths) == 8 and min(lengths) < 8  # some texts cut at max_seq_length, some shorter
+    assert subject.inputs_info()["max_len"] == 8 and subject.inputs_info()["prompt"]["text"] == used
     assert any("lowered to 8" in n for n in subject.notes())
