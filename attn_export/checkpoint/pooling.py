@@ -112,8 +112,8 @@ def read_sentence_transformers(checkpoint_dir: str | os.PathLike[str]) -> Senten
     for m, kind in zip(modules, kinds):
         if kind is None:
             raise CheckpointError(
-                f"{modules_path}: module {m.type!r} is not supported (it is never imported); supported sentence-transformers pipelines: "
-                "Transformer, Pooling, Normalize (sentence_transformers.models.X or sentence-transformers 6's module paths)"
+                f"{modules_path}: module {m.type!r} is not supported; supported sentence-transformers pipelines: Transformer, Pooling, "
+                "Normalize, by the class paths sentence-transformers writes (sentence_transformers.models.Pooling, ...); nothing else is imported"
             )
     order = [k for k in kinds if k is not None]
     if order[0] != "Transformer" or order.count("Transformer") != 1 or order.count("Pooling") > 1 or order.count("Normalize") > 1:
