@@ -103,12 +103,12 @@ def usable_user_texts(tokenizer: Any, texts: list[str], prompt: Any, max_len: in
     if len(kept) < MIN_USER_TEXTS:
         raise DataError(f"--calib {name}: {len(texts)} texts, {len(kept)} distinct once tokenized ({repeats} repeat another text as the "
                         f"tokenizer sees it, {len(empty)} have no real token); pass at least {MIN_USER_TEXTS} distinct texts")  # fmt: skip
-    parts = [f"{len(texts)} texts"]
+    parts = []
     if repeats:
         parts.append(f"{repeats} dropped as repeats of another text once tokenized (case/whitespace variants the tokenizer does not tell apart)")
     if empty:
         parts.append(f"{len(empty)} dropped with no real token (only special or unknown tokens, e.g. {empty[0]!r})")
-    return kept, ", ".join(parts)
+    return kept, f"{len(texts)} lines, " + ", ".join(parts) if parts else ""
 
 
 def length_profile(tokens: Any) -> dict[str, float]:
@@ -159,8 +159,8 @@ class TextData:
             train, select, report = train[:cap], select[:cap], report[:cap]
             data = cls({r: tok(t) for r, t in (("train", train), ("select", select), ("report", report))},
                        str(cfg.calib), str(cfg.calib),
-                       split_note=f"{name}: {counted}; {len(user)} distinct texts split 60/20/20 by content hash into {len(train)} train / "
-                                  f"{len(select)} select / {len(report)} report")  # fmt: skip
+                       split_note=f"{name}: {counted + '; ' if counted else ''}{len(user)} texts split 60/20/20 by content hash into "
+                                  f"{len(train)} train / {len(select)} select / {len(report)} report")  # fmt: skip
             data.extra.append(JudgedSet("shipped corpus test split", tok(list(corpus.test)),
                                         f"{corpus.source}: {len(corpus.test)} held-out texts, five languages, judged beside {name}"))  # fmt: skip
         else:
