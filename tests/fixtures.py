@@ -83,7 +83,7 @@ def small_layer_subject(tmp):  # type: ignore[no-untyped-def]
 ST_WORDS = ("the", "a", "query", "passage", "cat", "dog", "sat", "on", "mat", "is", "was", "of", "and", "to", "in", "red", "blue", "big")
 
 
-def st_checkpoint(folder, prompts=None, default_prompt_name=None, max_seq_length=None, seed=0, pooling="mean", normalize=True):  # type: ignore[no-untyped-def]
+def st_checkpoint(folder, prompts=None, default_prompt_name=None, max_seq_length=None, seed=0, pooling="mean", normalize=True, lowercase=True):  # type: ignore[no-untyped-def]
     """A random-init 2-layer BERT (hidden 32) with a WordPiece tokenizer of 100 ids, wrapped in
     sentence-transformers' Transformer -> Pooling -> Normalize and written by ``SentenceTransformer.save``."""
     import pytest
@@ -103,11 +103,11 @@ def st_checkpoint(folder, prompts=None, default_prompt_name=None, max_seq_length
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
 
     tok = Tokenizer(models.WordPiece({w: i for i, w in enumerate(vocab)}, unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
     transformers.BertTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
-                                   mask_token="[MASK]").save_pretrained(str(hf))  # fmt: skip
+                                   mask_token="[MASK]", do_lower_case=lowercase).save_pretrained(str(hf))  # fmt: skip
     torch.manual_seed(seed)
     config = transformers.BertConfig(vocab_size=len(vocab), hidden_size=32, num_attention_heads=4, num_hidden_layers=2, intermediate_size=64,
                                      max_position_embeddings=64)  # fmt: skip

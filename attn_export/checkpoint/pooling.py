@@ -75,6 +75,7 @@ class SentenceTransformersInfo:
     max_seq_length: int | None
     pooling_path: str | None  # "1_Pooling" (for the report's "1_Pooling/config.json")
     include_prompt: bool = True  # False: sentence-transformers pools without the prompt's tokens
+    do_lower_case: bool = False  # sentence-transformers lower-cases every text before its tokenizer's own normalizer
 
 
 def _kind(type_name: str) -> str | None:
@@ -137,12 +138,13 @@ def read_sentence_transformers(checkpoint_dir: str | os.PathLike[str]) -> Senten
     normalize = "Normalize" in order
     if normalize and (cfg_path := inside(root, f"{modules[order.index('Normalize')].path}/config.json", "Normalize config")).is_file():
         validate(StNormalizeSchema, read_json(cfg_path, "a Normalize config", _FIX, error=CheckpointError), str(cfg_path), _FIX, error=CheckpointError)
-    max_len = None
+    max_len, lower = None, False
     if (sbert := inside(root, "sentence_bert_config.json", "sentence-transformers config")).is_file():
         raw_sb = read_json(sbert, "a sentence_bert_config.json", _FIX, error=CheckpointError)
-        max_len = validate(SentenceBertConfigSchema, raw_sb, str(sbert), _FIX, error=CheckpointError).max_seq_length
+        sb = validate(SentenceBertConfigSchema, raw_sb, str(sbert), _FIX, error=CheckpointError)
+        max_len, lower = sb.max_seq_length, sb.do_lower_case
     return SentenceTransformersInfo(pooling_modes=modes, normalize=normalize, max_seq_length=max_len, pooling_path=pooling_path,
-                                    include_prompt=include_prompt)  # fmt: skip
+                                    include_prompt=include_prompt, do_lower_case=lower)  # fmt: skip
 
 
 def parse_pooling(text: str) -> tuple[str, ...]:

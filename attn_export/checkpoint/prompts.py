@@ -26,7 +26,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field
 
@@ -34,7 +34,7 @@ from attn_export.checkpoint.paths import inside
 from attn_export.errors import CheckpointError, ConfigError
 from attn_export.validate.schema import StrictSchema
 
-__all__ = ["NO_PROMPT", "TextPrompt", "check_library_prompt", "effective_max_len", "read_prompts", "resolve_prompt"]
+__all__ = ["NO_PROMPT", "TextPrompt", "check_library_prompt", "effective_max_len", "lower_case_", "read_prompts", "resolve_prompt"]
 
 log = logging.getLogger(__name__)
 
@@ -129,3 +129,16 @@ def effective_max_len(max_len: int, model_max: int | None) -> tuple[int, str | N
         return max_len, None
     return model_max, (f"max_len {max_len} lowered to {model_max}: sentence-transformers truncates this model's texts to its max_seq_length "
                        f"({model_max} tokens, special tokens included), so the data and the reference are cut there too")  # fmt: skip
+
+
+def lower_case_(tokenizer: Any) -> bool:
+    """``do_lower_case: true`` (sentence_bert_config.json) as sentence-transformers applies it: a ``Lowercase`` normalizer
+    put in front of the tokenizer's own, unless it already has one. Returns whether the tokenizer changed."""
+    from tokenizers.normalizers import Lowercase
+    from tokenizers.normalizers import Sequence as NormalizerSequence
+
+    current = tokenizer.normalizer
+    if isinstance(current, Lowercase) or (isinstance(current, NormalizerSequence) and any(isinstance(n, Lowercase) for n in current)):
+        return False
+    tokenizer.normalizer = NormalizerSequence([Lowercase(), *(current if isinstance(current, NormalizerSequence) else [current] if current else [])])
+    return True

@@ -56,7 +56,7 @@ class EncoderSubject(BaseSubject):
         # the user's model, as its own library runs it: the reference every artifact is judged against
         self.reference = load_reference(self.path, conf.pooling, None if conf.head is None else conf.head.task)
         self.fidelity = check_fidelity(self.encoder, self.path, reference=self.reference, tokenizer=self.tokenizer)  # refuses a mismatch
-        self.prompt, self.max_len, self.text_notes = _text_settings(cfg, self.path, self.reference)
+        self.prompt, self.max_len, self.text_notes = _text_settings(cfg, self.path, self.reference, self.tokenizer)
         if cfg.attention_impl != "math":
             from attn_export.layers.projections import set_attention_impl_
 
@@ -299,17 +299,20 @@ class EncoderSubject(BaseSubject):
                          violations=violations, details=details)  # fmt: skip
 
 
-def _text_settings(cfg: Any, path: Path, reference: Any) -> tuple[Any, int, list[str]]:
+def _text_settings(cfg: Any, path: Path, reference: Any, tokenizer: Any) -> tuple[Any, int, list[str]]:
     """The prompt, the effective --max-len and their notes: what ``SentenceTransformer.encode`` applies to a text."""
     from attn_export.checkpoint.pooling import read_sentence_transformers
-    from attn_export.checkpoint.prompts import check_library_prompt, effective_max_len, resolve_prompt
+    from attn_export.checkpoint.prompts import check_library_prompt, effective_max_len, lower_case_, resolve_prompt
 
+    notes: list[str] = []
     info = read_sentence_transformers(path)
     prompt = resolve_prompt(path, cfg.prompt, include_prompt=True if info is None else info.include_prompt)
+    if info is not None and info.do_lower_case and lower_case_(tokenizer):
+        notes.append("do_lower_case (sentence_bert_config.json): texts are lower-cased before tokenization, as sentence-transformers does")
     if reference.pipeline is not None:
         check_library_prompt(prompt, cfg.prompt, reference.prompts, reference.default_prompt_name, str(path))
     max_len, note = effective_max_len(cfg.resolved_max_len, reference.max_seq_length)
-    notes = [note] if note else []
+    notes += [note] if note else []
     if prompt.text:
         notes.append(f"prompt {prompt.text!r} ({prompt.source}) is prepended to every text, as SentenceTransformer.encode does; "
                      "feed the deployed model prompted texts")  # fmt: skip

@@ -120,6 +120,24 @@ def test_c23_max_seq_length_in_sentence_bert_config_is_applied(tmp_path: Path) -
         assert row_cosines(expected, subject.reference_embeddings(role)).min() >= 0.9999
 
 
+def test_c23_do_lower_case_in_sentence_bert_config_is_applied(tmp_path: Path) -> None:
+    """A cased tokenizer under ``do_lower_case: true``: sentence-transformers lower-cases every text before tokenizing it."""
+    from attn_export.checkpoint.metrics import row_cosines
+    from attn_export.subjects.encoder import EncoderSubject
+
+    st = pytest.importorskip("sentence_transformers", reason="the peer is SentenceTransformer.encode")
+    model = st_checkpoint(tmp_path / "model", lowercase=False)
+    (model / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 32, "do_lower_case": True}))
+    calib = _write(tmp_path / "texts.txt", [t.upper() for t in _texts(12, seed=4)])
+    cfg = RunConfig(checkpoint=str(model), calib=calib, quantize="int8", out=tmp_path / "out", max_len=32, seq_len=16, batch=2, threads=1)
+    subject = EncoderSubject(cfg)
+    pipeline = st.SentenceTransformer(str(model), device="cpu", local_files_only=True)
+    for role in ("train", "report"):
+        expected = pipeline.encode(subject.tokens[role].texts, convert_to_numpy=True)
+        assert row_cosines(expected, subject.reference_embeddings(role)).min() >= 0.9999
+    assert any("do_lower_case" in n for n in subject.notes())
+
+
 # --- c25: texts judged as held out or meaningful when they are not ---------------------------------------------------------
 def test_c25_case_and_whitespace_variants_are_one_text_never_held_out_against_each_other(st_model: Path, tmp_path: Path) -> None:
     base = _texts(12)
