@@ -98,7 +98,7 @@ def usable_user_texts(tokenizer: Any, texts: list[str], prompt: Any, max_len: in
             seen.add(ids)
             kept.append(text)
     if empty and len(empty) * 2 >= len(empty) + len(kept):
-        raise DataError(f"--calib {name}: {len(empty)} of {len(empty) + len(kept)} distinct texts have no real token once tokenized (only special "
+        raise DataError(f"--calib {name}: {len(empty)} of {len(empty) + len(kept)} texts have no real token once tokenized (only special "
                         f"or unknown tokens, e.g. {empty[0]!r}); pass texts in a language and script the model's tokenizer knows")  # fmt: skip
     if len(kept) < MIN_USER_TEXTS:
         raise DataError(f"--calib {name}: {len(texts)} texts, {len(kept)} distinct once tokenized ({repeats} repeat another text as the "
@@ -147,8 +147,8 @@ class TextData:
         prompt = prompt or TextPrompt()
         max_len = max_len or cfg.resolved_max_len
 
-        def tok(texts: list[str], length: int = max_len) -> Any:
-            return tokenize(tokenizer, prompt.apply(texts), length)
+        def tok(texts: list[str]) -> Any:
+            return tokenize(tokenizer, prompt.apply(texts), max_len)
 
         corpus = load_text_corpus(cfg.resolved_languages, max_per_split=cfg.resolved_max_texts)
         if cfg.calib is not None:
