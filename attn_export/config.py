@@ -53,6 +53,7 @@ class RunConfig:
     max_texts: int | None = None
     languages: str | None = None
     pooling: str | None = None  # the sentence embedding's pooling, overriding what the checkpoint ships (sentence-transformers' modes)
+    prompt: str | None = None  # a named prompt of the sentence-transformers model ('' or none: no prompt); None: the model's default
     encoder_form: str | None = None  # auto|padded|packed (layers/packed.py); None: the kind's default (auto)
     layer: str | None = None
     d_model: int | None = None

@@ -12,11 +12,13 @@ from typing import Any
 from attn_export.errors import ConfigError
 from attn_export.resources import MAX_BYTES
 
-__all__ = ["LIMITS", "check_combinations", "check_numbers"]
+__all__ = ["LIMITS", "MIN_MAX_LEN", "check_combinations", "check_numbers"]
 
 # Upper bounds that keep a typo from allocating the machine away or running for days.
 LIMITS = {"d_model": 16384, "heads": 256, "seq_len": 65536, "batch": 4096, "repeats": 10000, "warmup": 1000, "threads": 1024,
           "distill": 100000, "max_len": 8192, "max_texts": 100000, "seed": 2**32 - 1}  # fmt: skip
+# --max-len below this leaves [CLS] [SEP] and a token or two: every text a near-tie, and neighbour agreement meaningless.
+MIN_MAX_LEN = 8
 
 
 def check_numbers(cfg: Any) -> None:
@@ -32,7 +34,10 @@ def check_numbers(cfg: Any) -> None:
     if cfg.heads is not None:
         _int_in("heads", cfg.heads, 1, LIMITS["heads"])
     if cfg.max_len is not None:
-        _int_in("max_len", cfg.max_len, 2, LIMITS["max_len"])
+        _int_in("max_len", cfg.max_len, 1, LIMITS["max_len"])
+        if cfg.max_len < MIN_MAX_LEN:
+            raise ConfigError(f"expected --max-len >= {MIN_MAX_LEN}, got {cfg.max_len}: texts cut to {cfg.max_len} tokens (special tokens "
+                              "included) are near-ties that any export matches; use --max-len 64")  # fmt: skip
     if cfg.max_texts is not None:
         _int_in("max_texts", cfg.max_texts, 8, LIMITS["max_texts"])
     if cfg.distill is not None:

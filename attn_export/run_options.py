@@ -20,6 +20,7 @@ class RunOptions(Protocol):
     checkpoint: str | None
     layers: str | None
     pooling: str | None
+    prompt: str | None
     encoder_form: str | None
     calib: Path | None
     seq_len: int

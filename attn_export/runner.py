@@ -260,6 +260,7 @@ def _report(plan: Plan, subject: Subject, settings: RunSettings) -> Report:
         environment["int8_encoding"] = plan.encoding.to_dict()
     report = Report(model=subject.model_info(), inputs=subject.inputs_info(), environment=environment)
     report.notes.extend(plan.notes)
+    report.notes.extend(subject.notes())
     if plan.skipped:
         report.selection["skipped_stages"] = dict(plan.skipped)  # the gate reports them as skipped, not missing
     if plan.encoding is not None and plan.encoding.deploy_note():

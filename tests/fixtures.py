@@ -77,3 +77,46 @@ def small_layer_subject(tmp):  # type: ignore[no-untyped-def]
     np.savez(tmp / "acts.npz", calib_x=x[:30], calib_key_padding_mask=kpm[:30], val_x=x[30:], val_key_padding_mask=kpm[30:])
     cfg = RunConfig(quantize="int8", d_model=D_MODEL, heads=HEADS, calib=tmp / "acts.npz", out=tmp / "out", seq_len=16, batch=4, threads=1)
     return LayerSubject(cfg)
+
+
+# --- a tiny sentence-transformers model, saved by sentence-transformers itself ----------------------
+ST_WORDS = ("the", "a", "query", "passage", "cat", "dog", "sat", "on", "mat", "is", "was", "of", "and", "to", "in", "red", "blue", "big")
+
+
+def st_checkpoint(folder, prompts=None, default_prompt_name=None, max_seq_length=None, seed=0, pooling="mean", normalize=True, lowercase=True):  # type: ignore[no-untyped-def]
+    """A random-init 2-layer BERT (hidden 32) with a WordPiece tokenizer of 100 ids, wrapped in
+    sentence-transformers' Transformer -> Pooling -> Normalize and written by ``SentenceTransformer.save``."""
+    import pytest
+
+    st = pytest.importorskip("sentence_transformers", reason="the model is sentence-transformers': pip install sentence-transformers")
+    transformers = pytest.importorskip("transformers", reason="the encoder is transformers': pip install transformers")
+    from pathlib import Path
+
+    from sentence_transformers.base.modules import Normalize, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+
+    folder = Path(folder)
+    hf = folder.parent / f"{folder.name}-hf"
+    hf.mkdir(parents=True, exist_ok=True)
+    letters = "abcdefghijklmnopqrstuvwxyz0123456789"
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *".,:;!?'-", *ST_WORDS, *letters, *(f"##{c}" for c in letters)]
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+
+    tok = Tokenizer(models.WordPiece({w: i for i, w in enumerate(vocab)}, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    transformers.BertTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
+                                   mask_token="[MASK]", do_lower_case=lowercase).save_pretrained(str(hf))  # fmt: skip
+    torch.manual_seed(seed)
+    config = transformers.BertConfig(vocab_size=len(vocab), hidden_size=32, num_attention_heads=4, num_hidden_layers=2, intermediate_size=64,
+                                     max_position_embeddings=64)  # fmt: skip
+    model = transformers.BertModel(config, add_pooling_layer=False).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "LayerNorm" in name or name.endswith("bias"):  # distinct biases: a fresh init's equal zeros hide swapped keys
+                p.add_(0.1 * torch.randn_like(p))
+    model.save_pretrained(str(hf))
+    modules = [Transformer(str(hf), max_seq_length=max_seq_length), Pooling(32, pooling_mode=pooling)] + ([Normalize()] if normalize else [])
+    st.SentenceTransformer(modules=modules, prompts=prompts, default_prompt_name=default_prompt_name, device="cpu").save(str(folder))
+    return folder

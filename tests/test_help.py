@@ -79,6 +79,7 @@ def _resolved_defaults() -> dict[str, str]:
 _NOTHING = {"checkpoint": "off (a reference layer)", "calib": "the shipped set", "trt_version": "the target's", "workspace": "TensorRT's (the GPU's memory)",
             "timing_cache": "none", "dla_core": "none (GPU only)", "atol": "the tolerance table's", "rtol": "the tolerance table's",
             "cosine_min": "the tolerance table's", "pooling": "the model's (1_Pooling/config.json), else mean",
+            "prompt": "the model's default_prompt_name, else none",
             "gpu_arch": "sm87 for jetson; unknown for tensorrt"}  # fmt: skip
 _ENGINE = {"hardware_compatibility": "hardware_compatibility", "version_compatible": "version_compatible", "builder_optimization_level": "optimization_level",
            "workspace": "workspace_bytes", "timing_cache": "timing_cache", "dla_core": "dla_core"}  # fmt: skip

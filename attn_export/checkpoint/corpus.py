@@ -43,6 +43,7 @@ __all__ = [
     "CORPUS_DIR",
     "GROUP_SIZE",
     "LANGUAGES",
+    "MIN_USER_TEXTS",
     "REGISTERS",
     "SPLITS",
     "SPLIT_PERIOD",
@@ -68,6 +69,8 @@ Split = Literal["calib", "val", "test"]
 SPLITS: tuple[Split, ...] = ("calib", "val", "test")
 SPLIT_PERIOD = 5  # group g: g % 5 == 3 -> val, g % 5 == 4 -> test, else calib (60/20/20)
 GROUP_SIZE = 4  # two paraphrase pairs: sentences (0, 1) and (2, 3)
+MIN_USER_TEXTS = 8  # --calib FILE.txt: distinct texts, split 4 train / 2 select / 2 report at the least
+_MIN_HELD_OUT = 2  # texts in each of select and report: neighbour agreement compares two
 _REGISTER_LINE = re.compile(r"#\s*register\s*:(.*)$", re.IGNORECASE)
 _REGISTER_NAME = re.compile(r"[a-z][a-z0-9_-]*")
 
@@ -283,14 +286,18 @@ def split_user_texts(texts: Sequence[str]) -> tuple[list[str], list[str], list[s
     Duplicates are dropped first (a text in two splits would leak), then texts are ordered by
     the sha256 of their normalized form and dealt out in that order (3 train, 1 select, 1
     report per 5), so the split does not depend on how the file is sorted and each split
-    gets a share of every part of it. At least 2 texts land in each of select and report
-    (neighbour agreement needs two).
+    gets a share of every part of it. Select and report get at least 2 texts each (neighbour
+    agreement needs two), taken from the end of train: ``MIN_USER_TEXTS`` texts split 4/2/2.
     """
     unique = list(dict.fromkeys(t.strip() for t in texts if t.strip()))
-    if len(unique) < 8:
-        raise DataError(f"expected at least 8 distinct texts to split into train/select/report, got {len(unique)}; add texts, one per line")
+    if len(unique) < MIN_USER_TEXTS:
+        raise DataError(f"expected at least {MIN_USER_TEXTS} distinct texts to split into train/select/report, got {len(unique)}; "
+                        "add texts, one per line")  # fmt: skip
     ranked = sorted(unique, key=lambda t: hashlib.sha256(normalize_sentence(t).encode("utf-8")).hexdigest())
     roles: dict[str, list[str]] = {"train": [], "select": [], "report": []}
     for i, text in enumerate(ranked):
         roles[("train", "train", "train", "select", "report")[i % 5]].append(text)
+    for role in ("select", "report"):
+        while len(roles[role]) < _MIN_HELD_OUT:
+            roles[role].append(roles["train"].pop())
     return roles["train"], roles["select"], roles["report"]

@@ -14,7 +14,11 @@ where the pooling came from:
   all-MiniLM-L6-v2 and the project's earlier releases do.
 
 A pipeline with any other module (Dense, LayerNorm, a custom module...) is refused by name:
-its output is not what this encoder computes.
+its output is not what this encoder computes. Module types are matched against an allow-list
+of the class paths sentence-transformers itself writes (``_MODULE_TYPES``), so a look-alike
+such as ``sentence_transformers.evil.Pooling`` is refused, never imported. A pipeline with no
+Pooling module (Transformer -> Normalize) is refused too: ``SentenceTransformer.encode`` itself
+fails on it (no ``sentence_embedding``), so there is no user's model to match.
 """
 
 from __future__ import annotations
@@ -42,35 +46,54 @@ _LEGACY_ORDER = (  # sentence-transformers' concatenation order for the legacy b
     ("pooling_mode_weightedmean_tokens", "weightedmean"),
     ("pooling_mode_lasttoken", "lasttoken"),
 )
-_KINDS = ("Transformer", "Pooling", "Normalize")
+# The class paths sentence-transformers writes into modules.json for the three supported modules:
+# sentence-transformers < 6 (``models.X``) and 6's modules (with the aliases its deprecated_import maps).
+_MODULE_TYPES = {
+    "sentence_transformers.models.Transformer": "Transformer",
+    "sentence_transformers.models.transformer.Transformer": "Transformer",
+    "sentence_transformers.base.modules.Transformer": "Transformer",
+    "sentence_transformers.base.modules.transformer.Transformer": "Transformer",
+    "sentence_transformers.models.Pooling": "Pooling",
+    "sentence_transformers.models.pooling.Pooling": "Pooling",
+    "sentence_transformers.sentence_transformer.modules.Pooling": "Pooling",
+    "sentence_transformers.sentence_transformer.modules.pooling.Pooling": "Pooling",
+    "sentence_transformers.models.Normalize": "Normalize",
+    "sentence_transformers.models.normalize.Normalize": "Normalize",
+    "sentence_transformers.base.modules.Normalize": "Normalize",
+    "sentence_transformers.base.modules.normalize.Normalize": "Normalize",
+    "sentence_transformers.sentence_transformer.modules.Normalize": "Normalize",
+    "sentence_transformers.sentence_transformer.modules.normalize.Normalize": "Normalize",
+}
 
 
 @dataclass(frozen=True)
 class SentenceTransformersInfo:
-    """What a sentence-transformers folder ships: its pooling (None: no Pooling module), Normalize, max length."""
+    """What a sentence-transformers folder ships: its pooling, Normalize, max length."""
 
-    pooling_modes: tuple[str, ...] | None
+    pooling_modes: tuple[str, ...]
     normalize: bool
     max_seq_length: int | None
     pooling_path: str | None  # "1_Pooling" (for the report's "1_Pooling/config.json")
+    include_prompt: bool = True  # False: sentence-transformers pools without the prompt's tokens
+    do_lower_case: bool = False  # sentence-transformers lower-cases every text before its tokenizer's own normalizer
 
 
 def _kind(type_name: str) -> str | None:
-    """``sentence_transformers.models.Pooling`` (any module path of the package) -> ``"Pooling"``."""
-    package, _, cls = type_name.rpartition(".")
-    return cls if package.split(".")[0] == "sentence_transformers" and cls in _KINDS else None
+    """``sentence_transformers.models.Pooling`` (a class path sentence-transformers writes) -> ``"Pooling"``; else None."""
+    return _MODULE_TYPES.get(type_name)
 
 
-def _pooling_modes(path: Path) -> tuple[str, ...]:
+def _pooling_modes(path: Path) -> tuple[tuple[str, ...], bool]:
+    """The modes of a Pooling config, and its ``include_prompt``."""
     from attn_export.validate.checkpoint_schema import StPoolingSchema
     from attn_export.validate.schema import read_json, validate
 
     raw = read_json(path, "a sentence-transformers Pooling config", _FIX, error=CheckpointError)
     cfg = validate(StPoolingSchema, raw, str(path), _FIX, error=CheckpointError)
     if cfg.pooling_mode is not None:  # sentence-transformers >= 6 writes one key; it wins over the legacy ones
-        return (cfg.pooling_mode,) if isinstance(cfg.pooling_mode, str) else tuple(cfg.pooling_mode)
+        return ((cfg.pooling_mode,) if isinstance(cfg.pooling_mode, str) else tuple(cfg.pooling_mode)), cfg.include_prompt
     modes = tuple(mode for key, mode in _LEGACY_ORDER if getattr(cfg, key))
-    return modes or ("mean",)  # sentence-transformers' own default when no flag is set
+    return modes or ("mean",), cfg.include_prompt  # sentence-transformers' own default when no flag is set
 
 
 def read_sentence_transformers(checkpoint_dir: str | os.PathLike[str]) -> SentenceTransformersInfo | None:
@@ -90,7 +113,8 @@ def read_sentence_transformers(checkpoint_dir: str | os.PathLike[str]) -> Senten
     for m, kind in zip(modules, kinds):
         if kind is None:
             raise CheckpointError(
-                f"{modules_path}: module {m.type!r} is not supported; supported sentence-transformers pipelines: Transformer, Pooling, Normalize"
+                f"{modules_path}: module {m.type!r} is not supported; supported sentence-transformers pipelines: Transformer, Pooling, "
+                "Normalize, by the class paths sentence-transformers writes (sentence_transformers.models.Pooling, ...); nothing else is imported"
             )
     order = [k for k in kinds if k is not None]
     if order[0] != "Transformer" or order.count("Transformer") != 1 or order.count("Pooling") > 1 or order.count("Normalize") > 1:
@@ -103,19 +127,24 @@ def read_sentence_transformers(checkpoint_dir: str | os.PathLike[str]) -> Senten
             f"{modules_path}: the Transformer module lives in {transformer.path!r}; pass --checkpoint {root / transformer.path} "
             "(config.json and the weights are there)"
         )
-    modes, pooling_path = None, None
-    if "Pooling" in order:
-        pooling = modules[order.index("Pooling")]
-        pooling_path = pooling.path
-        modes = _pooling_modes(inside(root, f"{pooling.path}/config.json", "Pooling config"))
+    if "Pooling" not in order:  # SentenceTransformer.encode itself fails on it: no sentence_embedding is produced
+        raise CheckpointError(
+            f"{modules_path}: expected a Pooling module after the Transformer, got {' -> '.join(order)}; sentence-transformers "
+            "cannot encode a pipeline without one: add sentence_transformers.models.Pooling and re-save the model"
+        )
+    pooling = modules[order.index("Pooling")]
+    pooling_path = pooling.path
+    modes, include_prompt = _pooling_modes(inside(root, f"{pooling.path}/config.json", "Pooling config"))
     normalize = "Normalize" in order
     if normalize and (cfg_path := inside(root, f"{modules[order.index('Normalize')].path}/config.json", "Normalize config")).is_file():
         validate(StNormalizeSchema, read_json(cfg_path, "a Normalize config", _FIX, error=CheckpointError), str(cfg_path), _FIX, error=CheckpointError)
-    max_len = None
+    max_len, lower = None, False
     if (sbert := inside(root, "sentence_bert_config.json", "sentence-transformers config")).is_file():
         raw_sb = read_json(sbert, "a sentence_bert_config.json", _FIX, error=CheckpointError)
-        max_len = validate(SentenceBertConfigSchema, raw_sb, str(sbert), _FIX, error=CheckpointError).max_seq_length
-    return SentenceTransformersInfo(pooling_modes=modes, normalize=normalize, max_seq_length=max_len, pooling_path=pooling_path)
+        sb = validate(SentenceBertConfigSchema, raw_sb, str(sbert), _FIX, error=CheckpointError)
+        max_len, lower = sb.max_seq_length, sb.do_lower_case
+    return SentenceTransformersInfo(pooling_modes=modes, normalize=normalize, max_seq_length=max_len, pooling_path=pooling_path,
+                                    include_prompt=include_prompt, do_lower_case=lower)  # fmt: skip
 
 
 def parse_pooling(text: str) -> tuple[str, ...]:
@@ -139,7 +168,4 @@ def resolve_pooling(checkpoint_dir: str | os.PathLike[str], override: str | None
         return PoolingConfig(modes=parse_pooling(override), normalize=normalize, source="--pooling")
     if info is None:
         return PoolingConfig(source="default mean")
-    if info.pooling_modes is None:
-        log.warning("%s: modules.json has no Pooling module; pooling with the default mean", checkpoint_dir)
-        return PoolingConfig(normalize=normalize, source="default mean (modules.json has no Pooling)")
     return PoolingConfig(modes=info.pooling_modes, normalize=normalize, source=f"{info.pooling_path}/config.json")

@@ -69,6 +69,10 @@ class LibraryReference:
             self.model = None  # the pipeline's Transformer module is the same AutoModel: load it once
         auto = self.model if self.model is not None else getattr(self.pipeline[0], "model", None)  # type: ignore[index]
         self.takes_token_types = auto is not None and "token_type_ids" in inspect.signature(auto.forward).parameters  # not DistilBERT
+        # what SentenceTransformer.encode applies before the model: the token limit (None: a plain folder) and the prompts
+        self.max_seq_length: int | None = getattr(self.pipeline, "max_seq_length", None) if self.pipeline is not None else None
+        self.prompts: dict[str, str] = dict(getattr(self.pipeline, "prompts", None) or {}) if self.pipeline is not None else {}
+        self.default_prompt_name: str | None = getattr(self.pipeline, "default_prompt_name", None) if self.pipeline is not None else None
         cls = type(auto).__name__
         self.description = f"transformers {cls} (eager)" + (
             f" + sentence-transformers pipeline (pooling {pooling.name})" if self.pipeline is not None else f" + pooling {pooling.name} ({pooling.source})"

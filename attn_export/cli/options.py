@@ -53,6 +53,7 @@ __all__ = [
     "OutOpt",
     "ForceOpt",
     "PoolingOpt",
+    "PromptOpt",
     "EncoderFormOpt",
     "PrecisionOpt",
     "ProgressOpt",
@@ -179,5 +180,6 @@ LayersMainOpt = Annotated[Optional[str], typer.Option("--layers", help="With --c
 MaxLenOpt = Annotated[Optional[int], typer.Option("--max-len", help="With --checkpoint: token limit of the corpus texts.", show_default="64", rich_help_panel=_CHECKPOINT)]
 MaxTextsOpt = Annotated[Optional[int], typer.Option("--max-texts", help="With --checkpoint: texts per corpus split (train, select, report).", show_default="320", rich_help_panel=_CHECKPOINT)]
 PoolingOpt = Annotated[Optional[str], typer.Option("--pooling", help="With --checkpoint: the sentence embedding's pooling, overriding the model's own: cls|mean|max|mean_sqrt_len_tokens|weightedmean|lasttoken (or several joined by +).", show_default="the model's (1_Pooling/config.json), else mean", rich_help_panel=_CHECKPOINT)]
+PromptOpt = Annotated[Optional[str], typer.Option("--prompt", help="With --checkpoint: the sentence-transformers prompt prepended to every text, by name (a key of prompts in config_sentence_transformers.json); '' for none.", show_default="the model's default_prompt_name, else none", rich_help_panel=_CHECKPOINT)]
 EncoderFormOpt = Annotated[Optional[str], typer.Option("--encoder-form", help="With --checkpoint: how the whole encoder is exported: padded (the (batch, seq) grid), packed (real tokens only: GEMMs, LayerNorm and GELU skip the padding; attention per sequence), or auto: both on ONNX Runtime targets, the faster on the real-text batches ships (padded on TensorRT targets).", show_default="auto", rich_help_panel=_CHECKPOINT)]
 LanguagesOpt = Annotated[Optional[str], typer.Option("--languages", help="With --checkpoint: corpus languages, e.g. en,de.", show_default="all shipped", rich_help_panel=_CHECKPOINT)]

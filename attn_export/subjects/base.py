@@ -73,6 +73,7 @@ class Subject(Protocol):
     def model_info(self) -> dict[str, Any]: ...
     def inputs_info(self) -> dict[str, Any]: ...
     def describe_data(self) -> str: ...
+    def notes(self) -> list[str]: ...  # what the report must say about the data (none for most subjects)
 
     # the eager reference and what is exported
     @property
@@ -122,6 +123,9 @@ class BaseSubject(ABC):
     @property
     @abstractmethod
     def module(self) -> nn.Module: ...
+
+    def notes(self) -> list[str]:
+        return []
 
     @property
     @abstractmethod

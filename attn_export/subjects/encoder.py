@@ -56,11 +56,15 @@ class EncoderSubject(BaseSubject):
         # the user's model, as its own library runs it: the reference every artifact is judged against
         self.reference = load_reference(self.path, conf.pooling, None if conf.head is None else conf.head.task)
         self.fidelity = check_fidelity(self.encoder, self.path, reference=self.reference, tokenizer=self.tokenizer)  # refuses a mismatch
+        self.prompt, self.max_len, self.text_notes = _text_settings(cfg, self.path, self.reference, self.tokenizer)
         if cfg.attention_impl != "math":
             from attn_export.layers.projections import set_attention_impl_
 
             set_attention_impl_(self.encoder, cfg.attention_impl)
-        self.data = TextData.build(cfg, self.tokenizer, conf.max_tokens)
+        max_tokens = min(conf.max_tokens, self.reference.max_seq_length or conf.max_tokens)  # encode never feeds more
+        self.data = TextData.build(cfg, self.tokenizer, max_tokens, self.prompt, self.max_len)
+        if self.data.split_note and "dropped" in self.data.split_note:
+            self.text_notes.append(f"--calib {self.data.split_note}")
         self.tokens = self.data.tokens
         lat_texts = [self.tokens["report"].texts[i % len(self.tokens["report"])] for i in range(cfg.batch)]
         self._latency_tokens = tokenize(self.tokenizer, lat_texts, cfg.seq_len, pad_to=cfg.seq_len)
@@ -93,7 +97,7 @@ class EncoderSubject(BaseSubject):
             "accuracy_data": f"{len(t['report'])} held-out texts of {d.source} (report split, never used for a decision)",
             "selection_data": f"{len(t['select'])} texts of {d.source} (select split): early stopping and route selection",
             "training_data": f"{len(t['train'])} texts of {d.train_source}: 8-bit ranges, low-rank, distillation",
-            "max_len": self.cfg.resolved_max_len, "batch": self.cfg.batch, "seq_len": self.cfg.seq_len, "seed": self.cfg.seed,
+            "max_len": self.max_len, "prompt": self.prompt.to_dict(), "batch": self.cfg.batch, "seq_len": self.cfg.seq_len, "seed": self.cfg.seed,
             "latency_data": f"the report split's texts in batches of {self.cfg.batch}, each padded to its longest (real texts), and "
                             f"{self.cfg.batch} report texts padded to {self.cfg.seq_len} tokens (fixed)",
             "split_sizes": {role: len(tokens) for role, tokens in t.items()},
@@ -103,6 +107,10 @@ class EncoderSubject(BaseSubject):
         if d.split_note:
             info["split"] = d.split_note
         return info
+
+    def notes(self) -> list[str]:
+        """What the report must say about the data: a lowered --max-len, the prompt applied, texts dropped."""
+        return list(self.text_notes)
 
     def describe_data(self) -> str:
         t = self.tokens
@@ -172,7 +180,7 @@ class EncoderSubject(BaseSubject):
                 self._distill_tokens = self.tokens["train"]
             else:
                 texts = list(load_text_corpus(self.cfg.resolved_languages).calib)
-                self._distill_tokens = tokenize(self.tokenizer, texts, self.cfg.resolved_max_len)
+                self._distill_tokens = tokenize(self.tokenizer, self.prompt.apply(texts), self.max_len)
         return self._distill_tokens
 
     def low_rank(self, student: nn.Module, config: Any) -> Any:
@@ -289,6 +297,26 @@ class EncoderSubject(BaseSubject):
         tolerance = {**bar.to_dict(), **({f"logit_{k}": v for k, v in spec.logits.to_dict().items()} if "logits" in result else {})}
         return Judgement(accuracy=acc, passed=not violations, tolerance=tolerance, score=float(result["embedding"]["mean_cosine"]),
                          violations=violations, details=details)  # fmt: skip
+
+
+def _text_settings(cfg: Any, path: Path, reference: Any, tokenizer: Any) -> tuple[Any, int, list[str]]:
+    """The prompt, the effective --max-len and their notes: what ``SentenceTransformer.encode`` applies to a text."""
+    from attn_export.checkpoint.pooling import read_sentence_transformers
+    from attn_export.checkpoint.prompts import check_library_prompt, effective_max_len, lower_case_, resolve_prompt
+
+    notes: list[str] = []
+    info = read_sentence_transformers(path)
+    prompt = resolve_prompt(path, cfg.prompt, include_prompt=True if info is None else info.include_prompt)
+    if info is not None and info.do_lower_case and lower_case_(tokenizer):
+        notes.append("do_lower_case (sentence_bert_config.json): texts are lower-cased before tokenization, as sentence-transformers does")
+    if reference.pipeline is not None:
+        check_library_prompt(prompt, cfg.prompt, reference.prompts, reference.default_prompt_name, str(path))
+    max_len, note = effective_max_len(cfg.resolved_max_len, reference.max_seq_length)
+    notes += [note] if note else []
+    if prompt.text:
+        notes.append(f"prompt {prompt.text!r} ({prompt.source}) is prepended to every text, as SentenceTransformer.encode does; "
+                     "feed the deployed model prompted texts")  # fmt: skip
+    return prompt, max_len, notes
 
 
 class _Summary:

@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 # Flags each kind owns; a flag of another kind is refused, naming it.
 _LAYER_FLAGS = ("layer", "d_model", "heads", "mask")
-_CHECKPOINT_FLAGS = ("layers", "max_len", "max_texts", "languages", "pooling", "encoder_form")
+_CHECKPOINT_FLAGS = ("layers", "max_len", "max_texts", "languages", "pooling", "prompt", "encoder_form")
 
 
 @dataclass(frozen=True)
@@ -192,6 +192,7 @@ class CheckpointKind(SubjectKind):
         folder = resolve_checkpoint(cfg.checkpoint)
         if os.path.lexists(folder / "tokenizer.json"):  # ids past the embedding matrix: refused before the model is built
             load_tokenizer(folder, conf.vocab_size)
+        _check_text_settings(cfg)
 
     def model_shape(self, cfg: RunOptions) -> ModelShape:
         from attn_export.checkpoint.config_file import encoder_parameter_count
@@ -220,3 +221,21 @@ def kind_of(cfg: RunOptions) -> SubjectKind:
         return KINDS["layer"]
     layers = (cfg.layers or "all").strip().lower()
     return KINDS["encoder" if layers == "all" else "encoder-layer"]
+
+
+def _check_text_settings(cfg: RunOptions) -> None:
+    """The sentence-transformers pipeline (modules.json) and its prompt (``--prompt``), and the --calib text count: no torch."""
+    from attn_export.checkpoint.config_file import resolve_checkpoint
+    from attn_export.checkpoint.pooling import read_sentence_transformers
+    from attn_export.checkpoint.prompts import resolve_prompt
+
+    path = resolve_checkpoint(cfg.checkpoint)  # type: ignore[arg-type]
+    info = read_sentence_transformers(path)  # an unknown module type or a pipeline without Pooling: one line, nothing imported
+    if info is None and cfg.prompt is not None and cfg.prompt.strip().lower() not in ("", "none"):
+        raise ConfigError(f"--prompt {cfg.prompt} names a sentence-transformers prompt, but {path} has no sentence-transformers files "
+                          "(modules.json); drop --prompt")  # fmt: skip
+    resolve_prompt(path, cfg.prompt, include_prompt=True if info is None else info.include_prompt)
+    if cfg.calib is not None:
+        from attn_export.subjects.text_data import read_text_file
+
+        read_text_file(cfg.calib)  # fewer than the minimum of distinct lines: refused before torch is imported

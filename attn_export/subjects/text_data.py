@@ -23,7 +23,7 @@ import numpy as np
 
 from attn_export.errors import DataError
 
-__all__ = ["JudgedSet", "TextData", "length_profile", "read_text_file"]
+__all__ = ["JudgedSet", "TextData", "length_profile", "read_text_file", "usable_user_texts"]
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,13 @@ _LONG_TEXTS = 16  # long texts judged when --seq-len exceeds every report text
 
 
 def read_text_file(path: Path) -> list[str]:
-    """``--calib FILE.txt`` for a checkpoint: UTF-8, one text per line, blank lines skipped."""
+    """``--calib FILE.txt`` for a checkpoint: UTF-8, one text per ``\\n``-terminated line, blank lines skipped.
+
+    Lines end at ``\\n`` only (``\\r\\n`` too): ``str.splitlines`` would also split a text at U+2028,
+    U+2029, ``\\x1c``..``\\x1e``, ``\\x85``..., turning one text into several. Fewer than
+    ``MIN_USER_TEXTS`` distinct lines is refused here, before any model is loaded.
+    """
+    from attn_export.checkpoint.corpus import MIN_USER_TEXTS
     from attn_export.paths import check_regular_file
 
     path = Path(path)
@@ -43,10 +49,66 @@ def read_text_file(path: Path) -> list[str]:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
         raise DataError(f"--calib {path} is not UTF-8 text (byte {err.start}); save it as UTF-8, one text per line") from None
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if len(lines) < 8:
-        raise DataError(f"--calib {path} holds {len(lines)} texts; pass at least 8, one per line")
+    lines = [line.strip() for line in text.split("\n") if line.strip()]
+    distinct = len(set(lines))
+    if distinct < MIN_USER_TEXTS:
+        same = f" ({distinct} distinct)" if distinct != len(lines) else ""
+        raise DataError(f"--calib {path} holds {len(lines)} texts{same}; pass at least {MIN_USER_TEXTS} distinct texts, one per line")
     return lines
+
+
+def _unk_id(tokenizer: Any) -> int | None:
+    model = tokenizer.model
+    token = getattr(model, "unk_token", None)
+    if token is not None:
+        return tokenizer.token_to_id(token)
+    unk = getattr(model, "unk_id", None)  # Unigram
+    return int(unk) if unk is not None else None
+
+
+def _real_tokens(tokenizer: Any, texts: list[str], max_len: int) -> list[tuple[tuple[int, ...], int]]:
+    """Each text's token ids (truncated to ``max_len``, as tokenized) and how many are real: neither special nor unknown."""
+    tokenizer.enable_truncation(max_length=max_len)
+    tokenizer.no_padding()
+    unk = _unk_id(tokenizer)
+    return [(tuple(e.ids), sum(1 for i, special in zip(e.ids, e.special_tokens_mask) if not special and i != unk))
+            for e in tokenizer.encode_batch(texts)]  # fmt: skip
+
+
+def usable_user_texts(tokenizer: Any, texts: list[str], prompt: Any, max_len: int, name: str) -> tuple[list[str], str]:
+    """The user's texts the model can tell apart: one per distinct token sequence, none without a real token; and a note.
+
+    Two lines the tokenizer maps to the same ids (case or whitespace variants for an uncased
+    model, texts equal in their first ``max_len`` tokens) are one input to the model: kept
+    once, so a report text is never a training text in disguise. A text with no real token
+    (zero-width or control characters, only unknown tokens) encodes to ``[CLS] [SEP]``, a
+    near-tie of every other such text: dropped, and refused when they are the majority.
+    """
+    from attn_export.checkpoint.corpus import MIN_USER_TEXTS
+
+    prompt_real = _real_tokens(tokenizer, [prompt.text], max_len)[0][1] if prompt.text else 0
+    seen: set[tuple[int, ...]] = set()
+    kept, empty, repeats = [], [], 0
+    for text, (ids, real) in zip(texts, _real_tokens(tokenizer, prompt.apply(texts), max_len)):
+        if real <= prompt_real:  # before the repeats: every such text encodes alike
+            empty.append(text)
+        elif ids in seen:
+            repeats += 1
+        else:
+            seen.add(ids)
+            kept.append(text)
+    if empty and len(empty) * 2 >= len(empty) + len(kept):
+        raise DataError(f"--calib {name}: {len(empty)} of {len(empty) + len(kept)} texts have no real token once tokenized (only special "
+                        f"or unknown tokens, e.g. {empty[0]!r}); pass texts in a language and script the model's tokenizer knows")  # fmt: skip
+    if len(kept) < MIN_USER_TEXTS:
+        raise DataError(f"--calib {name}: {len(texts)} texts, {len(kept)} distinct once tokenized ({repeats} repeat another text as the "
+                        f"tokenizer sees it, {len(empty)} have no real token); pass at least {MIN_USER_TEXTS} distinct texts")  # fmt: skip
+    parts = []
+    if repeats:
+        parts.append(f"{repeats} dropped as repeats of another text once tokenized (case/whitespace variants the tokenizer does not tell apart)")
+    if empty:
+        parts.append(f"{len(empty)} dropped with no real token (only special or unknown tokens, e.g. {empty[0]!r})")
+    return kept, f"{len(texts)} lines, " + ", ".join(parts) if parts else ""
 
 
 def length_profile(tokens: Any) -> dict[str, float]:
@@ -75,34 +137,42 @@ class TextData:
     split_note: str = ""
 
     @classmethod
-    def build(cls, cfg: Any, tokenizer: Any, max_tokens: int) -> TextData:
+    def build(cls, cfg: Any, tokenizer: Any, max_tokens: int, prompt: Any = None, max_len: int | None = None) -> TextData:
+        """The three roles' tokens; ``prompt`` (``checkpoint.prompts.TextPrompt``) is prepended to every text and
+        ``max_len`` (default ``--max-len``) is the effective token limit, as ``SentenceTransformer.encode`` tokenizes."""
         from attn_export.checkpoint.corpus import load_text_corpus, split_user_texts
+        from attn_export.checkpoint.prompts import TextPrompt
         from attn_export.checkpoint.text import tokenize
 
-        max_len = cfg.resolved_max_len
+        prompt = prompt or TextPrompt()
+        max_len = max_len or cfg.resolved_max_len
+
+        def tok(texts: list[str]) -> Any:
+            return tokenize(tokenizer, prompt.apply(texts), max_len)
+
         corpus = load_text_corpus(cfg.resolved_languages, max_per_split=cfg.resolved_max_texts)
         if cfg.calib is not None:
-            user = read_text_file(cfg.calib)
+            name = Path(cfg.calib).name
+            user, counted = usable_user_texts(tokenizer, read_text_file(cfg.calib), prompt, max_len, name)
             train, select, report = split_user_texts(user)
             cap = cfg.resolved_max_texts
             train, select, report = train[:cap], select[:cap], report[:cap]
-            name = Path(cfg.calib).name
-            data = cls({r: tokenize(tokenizer, t, max_len) for r, t in (("train", train), ("select", select), ("report", report))},
+            data = cls({r: tok(t) for r, t in (("train", train), ("select", select), ("report", report))},
                        str(cfg.calib), str(cfg.calib),
-                       split_note=f"{name}: {len(user)} texts split 60/20/20 by content hash into {len(train)} train / {len(select)} select / "
-                                  f"{len(report)} report")  # fmt: skip
-            data.extra.append(JudgedSet("shipped corpus test split", tokenize(tokenizer, list(corpus.test), max_len),
+                       split_note=f"{name}: {counted + '; ' if counted else ''}{len(user)} texts split 60/20/20 by content hash into "
+                                  f"{len(train)} train / {len(select)} select / {len(report)} report")  # fmt: skip
+            data.extra.append(JudgedSet("shipped corpus test split", tok(list(corpus.test)),
                                         f"{corpus.source}: {len(corpus.test)} held-out texts, five languages, judged beside {name}"))  # fmt: skip
         else:
-            data = cls({r: tokenize(tokenizer, list(t), max_len) for r, t in (("train", corpus.calib), ("select", corpus.val), ("report", corpus.test))},
+            data = cls({r: tok(list(t)) for r, t in (("train", corpus.calib), ("select", corpus.val), ("report", corpus.test))},
                        corpus.source, corpus.source)  # fmt: skip
         longest = int(np.asarray(data.tokens["report"].attention_mask).sum(axis=1).max())
-        if cfg.seq_len > longest:
-            data.extra.append(_long_texts(tokenizer, list(corpus.test), min(cfg.seq_len, max_tokens), longest))  # held-out texts only
+        if cfg.seq_len > longest and longest < max_tokens:
+            data.extra.append(_long_texts(tokenizer, list(corpus.test), min(cfg.seq_len, max_tokens), longest, prompt))  # held-out only
         return data
 
 
-def _long_texts(tokenizer: Any, texts: list[str], length: int, longest: int) -> JudgedSet:
+def _long_texts(tokenizer: Any, texts: list[str], length: int, longest: int, prompt: Any) -> JudgedSet:
     """Corpus texts joined, whole, until each reaches ``length`` tokens (``--seq-len``): the engine's length profile."""
     from attn_export.checkpoint.text import tokenize
 
@@ -117,7 +187,7 @@ def _long_texts(tokenizer: Any, texts: list[str], length: int, longest: int) -> 
                 break
     if len(joined) < 2:
         raise DataError(f"the corpus is too short to build texts of {length} tokens for --seq-len; lower --seq-len")
-    tokens = tokenize(tokenizer, joined, length)
+    tokens = tokenize(tokenizer, prompt.apply(joined), length)
     return JudgedSet(f"long texts filling {length} tokens", tokens,
                      f"--seq-len {length} exceeds the longest report text ({longest} tokens): {len(joined)} texts of whole corpus sentences "
                      f"joined to {length} tokens")  # fmt: skip
