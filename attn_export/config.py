@@ -312,7 +312,9 @@ class RunConfig:
 
         from attn_export.runtime.tensorrt.spec import EngineSpec, ShapeProfile
 
-        precision = self.quantize if self.quantize in ("int8", "fp8") else ("int8" if self.quantize else self.precision)
+        from attn_export.vocabulary import engine_precision
+
+        precision = engine_precision(self.quantize, self.precision)
         spec = self.engine or EngineSpec(precision=precision)
         if spec.profiles is None:  # type: ignore[attr-defined]
             opt = (self.batch, self.seq_len)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from attn_export.compress.registry import Method, PlanContext, Skip, methods
 from attn_export.select import NOISE_BAND
+from attn_export.vocabulary import EIGHT_BIT, engine_precision
 
 if TYPE_CHECKING:
     from attn_export.config import RunConfig
@@ -173,7 +174,7 @@ def export_spec(cfg: RunConfig, profile: SubjectProfile, graph_precision: str, e
 
 def _fp32_source(cfg: RunConfig, plan: Plan, spec: ExportSpec, form: str) -> str:
     """The fp32 graph compression starts from: the run's own export, or a second fp32 export of the subject."""
-    fp32_spec, why = export_spec(cfg, plan.profile, "fp32", ("int8" if cfg.quantize == "auto" else cfg.quantize) or "fp32", form)
+    fp32_spec, why = export_spec(cfg, plan.profile, "fp32", engine_precision(cfg.quantize, "fp32"), form)
     if cfg.quantize and fp32_spec.attention == "long-seq":
         # Static Q/DQ cannot yet rewrite the long-seq graph's Loop/If subgraphs (onnx.checker refuses the
         # result), so the 8-bit routes start from the target's decomposed form; model.onnx keeps long-seq.
@@ -220,7 +221,7 @@ def eight_bit_precisions(cfg: RunConfig, target: Target) -> tuple[tuple[str, ...
     if arch is None:
         return ("int8",), "--quantize auto: int8, which every TensorRT GPU runs; pass --gpu-arch to consider FP8 (sm89 and later)"
     best, why = best_8bit(arch, str(cfg.resolved_trt_version))
-    both = tuple(p for p in ("fp8", "int8") if supports(arch, p, str(cfg.resolved_trt_version)))
+    both = tuple(p for p in EIGHT_BIT if supports(arch, p, str(cfg.resolved_trt_version)))
     if len(both) > 1:
         return both, f"--quantize auto on {arch}: {' and '.join(both)} both run ({why}); the more accurate on the select split ships"
     return (best,), f"--quantize auto on {arch}: {why}"
@@ -336,8 +337,9 @@ def make_plan(cfg: RunConfig) -> Plan:
     profile = cfg.kind.profile(cfg)
     forms, form_why = encoder_forms(cfg, profile)
     form = forms[0] if len(forms) == 1 else "padded"
-    engine_precision = ("int8" if cfg.quantize == "auto" else cfg.quantize) if cfg.quantize and cfg.precision == "fp32" else cfg.precision
-    spec, why = export_spec(cfg, profile, cfg.precision, engine_precision, form)
+    # the engine model.onnx is built into: an fp16 graph stays fp16 even when --quantize adds 8-bit routes
+    engine = engine_precision(cfg.quantize, cfg.precision) if cfg.precision == "fp32" else cfg.precision
+    spec, why = export_spec(cfg, profile, cfg.precision, engine, form)
     base = f"onnx-{spec.precision}"
     plan = Plan(cfg, profile, [Step(base, ExportStep(spec.precision, spec), "subject", "model.onnx")], deploy_source=base,
                 deploy_precision=cfg.precision)  # fmt: skip

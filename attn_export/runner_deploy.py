@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from attn_export.artifacts import Artifact
 from attn_export.plan import Plan
 from attn_export.validate.report import Report, Stage
+from attn_export.vocabulary import engine_precision
 
 if TYPE_CHECKING:
     from attn_export.subjects.base import Judgement, Subject
@@ -85,7 +86,8 @@ def deploy(plan: Plan, subject: Subject, artifacts: Mapping[str, Artifact], chos
         onnx = artifacts[plan.deploy_source].path  # type: ignore[assignment]
     target, spec = cfg.target_info, cfg.engine_spec()
     shipped = next((e.get("precision") for e in report.selection.values() if isinstance(e, dict) and e.get("artifact") == str(onnx)), None)
-    if shipped in ("int8", "fp8") and spec.precision != shipped:  # --quantize auto: the engine is built in the precision that shipped
+    shipped = engine_precision(None, spec.precision, shipped)
+    if spec.precision != shipped:  # --quantize auto: the engine is built in the precision that shipped
         import dataclasses
 
         spec = dataclasses.replace(spec, precision=shipped)

@@ -28,7 +28,7 @@ from typing import Any
 
 from attn_export.errors import ConfigError
 from attn_export.validate.pareto import ParetoPoint, pareto_front
-from attn_export.vocabulary import CALIB_METHODS
+from attn_export.vocabulary import CALIB_METHODS, precision_names
 
 __all__ = ["MAX_POINTS", "SweepConfig", "SweepPoint", "pareto_rows", "run_sweep", "with_calibration", "write_sweep"]
 
@@ -77,7 +77,7 @@ class SweepConfig:
     quantize: tuple[str | None, ...] = (None, "int8")
     int8_mode: tuple[str, ...] = ("dynamic", "static")
     calib_method: tuple[str, ...] = CALIB_METHODS
-    precision: tuple[str, ...] = ("fp32", "fp16")
+    precision: tuple[str, ...] = precision_names(export_float=True)
     base: dict[str, Any] = field(default_factory=dict)  # RunConfig fields of every point (subject, shapes, threads, repeats, --calib...)
     max_points: int = MAX_POINTS
 
@@ -95,7 +95,7 @@ class SweepConfig:
         base = {"repeats": 5}
         base.update(overrides.pop("base", {}))
         return cls(low_rank=(None, 0.5), distill=(None, 40), quantize=(None, "int8"), int8_mode=("dynamic", "static"), calib_method=("minmax",),
-                   precision=("fp32", "fp16"), base=base, **overrides)  # fmt: skip
+                   precision=precision_names(export_float=True), base=base, **overrides)  # fmt: skip
 
     def points(self) -> list[SweepPoint]:
         """The grid without meaningless combinations (distillation without low-rank, int8 of fp16, calibration of dynamic)."""

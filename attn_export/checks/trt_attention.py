@@ -29,6 +29,7 @@ import onnx_ir as ir
 
 from attn_export.checks.trt_support import Finding
 from attn_export.errors import ConfigError
+from attn_export.vocabulary import PRECISIONS
 from attn_export.runtime.tensorrt.spec import ShapeProfile, TrtVersion, parse_trt_version
 
 __all__ = [
@@ -107,15 +108,16 @@ def trt_attention_form(
     ``quantize_attention_bmm``). ONNX ``Attention`` is chosen only where IAttention has a
     fused kernel; everywhere else the decomposed form, which always builds.
     """
-    if precision not in ("fp32", "fp16", "int8", "fp8"):
-        raise ConfigError(f"expected precision fp32, fp16, int8 or fp8, got {precision!r}")
+    if precision not in PRECISIONS:
+        raise ConfigError(f"expected precision {', '.join(tuple(PRECISIONS)[:-1])} or {tuple(PRECISIONS)[-1]}, got {precision!r}")
     ver = trt_version if isinstance(trt_version, TrtVersion) else parse_trt_version(str(trt_version))
     # fp32 engines run the graph's fp32 whatever the typing; only fp16/int8 weak builds pick precisions
     strongly = strongly_typed or ver.major >= 11 or precision == "fp32"
     dtype = "FLOAT16" if precision == "fp16" and strongly else "FLOAT"
-    quantized = precision in ("int8", "fp8") and quantize_attention_bmm
+    eight_bit = PRECISIONS[precision].quantized
+    quantized = eight_bit and quantize_attention_bmm
     has_kernel, why = iattention_kernel(dtype, head_dim, trt_version, strongly, quantized)
-    if precision in ("int8", "fp8") and not quantized and ver >= ATTENTION_IMPORTER:
+    if eight_bit and not quantized and ver >= ATTENTION_IMPORTER:
         why = f"the {precision} graph keeps the attention itself in fp32 (Q/DQ on the projections only): {why}"
     if has_kernel:
         return "onnx-attention", why

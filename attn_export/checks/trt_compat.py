@@ -29,6 +29,7 @@ from attn_export.checks.trt_support import MIN_OPSET, OP_SUPPORT, Finding, escap
 from attn_export.errors import CompatibilityError, ConfigError
 from attn_export.runtime.tensorrt.releases import release
 from attn_export.runtime.tensorrt.spec import ShapeProfile, TrtVersion
+from attn_export.vocabulary import PRECISIONS
 
 __all__ = ["Finding", "CompatReport", "check_trt_compat", "const_array", "report_dict", "SEVERITIES"]
 
@@ -102,8 +103,8 @@ def check_trt_compat(
     model = ir.serde.deserialize_model(proto)
     opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 0))
     precision = precision or _infer_precision(model)
-    if precision not in ("fp32", "fp16", "int8", "fp8"):
-        raise ConfigError(f"expected precision fp32, fp16, int8 or fp8, got {precision!r}")
+    if precision not in PRECISIONS:
+        raise ConfigError(f"expected precision {', '.join(tuple(PRECISIONS)[:-1])} or {tuple(PRECISIONS)[-1]}, got {precision!r}")
     report = CompatReport(str(trt_version).strip(), name, opset, precision)
     add = report.findings.append
 

@@ -20,10 +20,11 @@ import typer
 from attn_export.errors import ConfigError
 from attn_export.resources import parse_bytes
 from attn_export.runtime.tensorrt.spec import EngineSpec, ShapeProfile
+from attn_export.vocabulary import precision_names
 
 __all__ = ["PRECISIONS", "register", "check_trt", "engine_spec_from_options"]
 
-PRECISIONS = ("fp32", "fp16", "int8", "fp8")
+PRECISIONS = precision_names()
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ def check_trt(
     min_shape: Optional[str] = typer.Option(None, "--min-shape", help="Profile min BATCHxSEQ, e.g. 1x16.", show_default="off"),
     opt_shape: Optional[str] = typer.Option(None, "--opt-shape", help="Profile opt BATCHxSEQ, e.g. 8x128.", show_default="off"),
     max_shape: Optional[str] = typer.Option(None, "--max-shape", help="Profile max BATCHxSEQ, e.g. 32x512.", show_default="off"),
-    precision: Optional[str] = typer.Option(None, "--precision", help="Engine precision fp32|fp16|int8|fp8 (default: from the graph).", show_default="from the graph"),
+    precision: Optional[str] = typer.Option(None, "--precision", help=f"Engine precision {'|'.join(PRECISIONS)} (default: from the graph).", show_default="from the graph"),
     gpu_arch: Optional[str] = typer.Option(None, "--gpu-arch", help="GPU the engine is for (sm87 Orin, sm89 Ada, sm90 Hopper, sm100 Blackwell...): FP8 is checked against it.", show_default="unchecked"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the findings as JSON.", show_default="off"),
     errors_only: bool = typer.Option(False, "--errors-only", metavar="", help="Print errors only.", show_default="off"),

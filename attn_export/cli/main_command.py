@@ -94,6 +94,7 @@ def config_from_options(options: dict[str, Any]) -> Any:
     from attn_export.config import RunConfig
     from attn_export.resources import parse_bytes
     from attn_export.validate.tolerances import parse_tolerance_overrides
+    from attn_export.vocabulary import engine_precision
 
     opts = {k: v for k, v in options.items() if k not in OUTPUT_ONLY}
     opts["max_memory"] = parse_bytes(opts.get("max_memory"), "--max-memory")
@@ -101,7 +102,7 @@ def config_from_options(options: dict[str, Any]) -> Any:
     opts["tolerance_overrides"] = tolerances or None
     engine_args = {k: opts.pop(k) for k in ENGINE_OPTIONS}
     engine = engine_spec_from_options(
-        precision=opts["quantize"] if opts.get("quantize") in ("int8", "fp8") else ("int8" if opts.get("quantize") not in (None, "none") else opts.get("precision", "fp32")),
+        precision=engine_precision(opts.get("quantize"), opts.get("precision", "fp32")),
         min_shape=engine_args["min_shape"], opt_shape=engine_args["opt_shape"], max_shape=engine_args["max_shape"],
         workspace=engine_args["workspace"], timing_cache=engine_args["timing_cache"],
         hardware_compatibility=engine_args["hardware_compatibility"], version_compatible=engine_args["version_compatible"],

@@ -13,6 +13,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from attn_export.vocabulary import precision_names
+
 __all__ = [
     "AtolOpt",
     "CosineMinOpt",
@@ -102,7 +104,7 @@ AttentionOpt = Annotated[
 AttentionImplOpt = Annotated[
     str, typer.Option("--attention-impl", help="Eager reference attention: math (explicit, the ground truth) | sdpa (PyTorch's fused kernel).", rich_help_panel=_EXPORT)
 ]
-PrecisionOpt = Annotated[str, typer.Option("--precision", help="Export precision: fp32|fp16.", rich_help_panel=_EXPORT)]
+PrecisionOpt = Annotated[str, typer.Option("--precision", help=f"Export precision: {'|'.join(precision_names(export_float=True))}.", rich_help_panel=_EXPORT)]
 OutOpt = Annotated[Path, typer.Option("--out", help="Output directory.", rich_help_panel=_OUTPUT)]
 ForceOpt = Annotated[
     bool,

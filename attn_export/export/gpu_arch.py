@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 
 from attn_export.errors import ConfigError
 from attn_export.runtime.tensorrt.spec import TrtVersion, parse_trt_version
+from attn_export.vocabulary import ARCH_PRECISIONS as PRECISIONS
+from attn_export.vocabulary import EIGHT_BIT
 
 __all__ = [
     "ARCHS",
@@ -44,8 +46,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-PRECISIONS: tuple[str, ...] = ("fp16", "bf16", "int8", "fp8", "fp4")
-EIGHT_BIT: tuple[str, ...] = ("fp8", "int8")  # best first: what --quantize auto prefers where the GPU runs both
+# PRECISIONS (the table's columns) and EIGHT_BIT (best first) come from the vocabulary.
 
 SOURCES: dict[str, str] = {
     "matrix": "TensorRT 10.14.1 Support Matrix, 'GPU Architecture and Precision Support' "

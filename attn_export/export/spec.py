@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from attn_export.errors import ConfigError
-from attn_export.vocabulary import ATTENTION_FORMS, ENCODER_FORMS, PACKED_ATTENTION_FORMS
+from attn_export.vocabulary import ATTENTION_FORMS, ENCODER_FORMS, PACKED_ATTENTION_FORMS, precision_names
 
 __all__ = ["ENCODER_FORMS", "ExportSpec", "PRECISIONS", "MIN_OPSET", "DEFAULT_OPSET"]
 
-PRECISIONS: tuple[str, ...] = ("fp32", "fp16")
+PRECISIONS: tuple[str, ...] = precision_names(export_float=True)  # the float types a graph is exported in (fp32, fp16)
 # "auto": the flash kernel each mask allows; "chunked": the query-block Loop for every mask.
 LONG_SEQ_STRATEGIES: tuple[str, ...] = ("auto", "chunked")
 # The ONNX Attention op exists from opset 23; the decomposed form runs from opset 17

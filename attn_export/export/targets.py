@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from attn_export.errors import ConfigError
 from attn_export.export.spec import DEFAULT_OPSET, MIN_OPSET, ExportSpec
 from attn_export.runtime.tensorrt.releases import Release, release_for_target
+from attn_export.vocabulary import PRECISIONS
 
 __all__ = ["FP16_MODES", "INT8_MODES", "Target", "TARGETS", "DEFAULT_TARGET", "get_target", "export_spec_for"]
 
@@ -34,7 +35,6 @@ INT8_MODES: tuple[str, ...] = ("qdq-strong", "qdq+flag")
 # The attention form every TensorRT release parses and builds (MatMul/Softmax/MatMul, opset 17+): what a
 # TensorRT target exports when its own form needs a newer opset than the release's parser reads.
 ANY_RELEASE_FORM = "decomposed"
-TARGET_PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
 
 
 @dataclass(frozen=True)
@@ -93,11 +93,11 @@ class Target:
 
     def graph_precision(self, precision: str) -> str:
         """The float precision of the exported graph for a requested ``precision``."""
-        if precision not in TARGET_PRECISIONS:
-            raise ConfigError(f"expected --precision in {', '.join(TARGET_PRECISIONS)}, got {precision!r}")
+        if precision not in PRECISIONS:
+            raise ConfigError(f"expected --precision in {', '.join(PRECISIONS)}, got {precision!r}")
         if precision == "fp16" and self.fp16_mode == "graph":
             return "fp16"
-        # builder-flag fp16 and every int8 graph start from fp32 (the quantizer calibrates in fp32).
+        # builder-flag fp16 and every 8-bit graph start from fp32 (the quantizer calibrates in fp32).
         return "fp32"
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attn_export.errors import DataError
+from attn_export.vocabulary import PRECISIONS
 from attn_export.validate.gate_result import UNKNOWN_CLASS
 from attn_export.validate.schema import (
     BASELINE_FORMAT_V1,
@@ -57,39 +58,15 @@ __all__ = [
 BASELINE_FORMAT = BASELINE_FORMAT_V2  # what --update-baseline writes; format 1 is still read
 _GATED = ("cosine", "sqnr_db", "rel_l2", "max_abs")  # mean_abs is reported, not gated by default
 
-# slack = abs + rel * |baseline value|. fp32 figures are summation-order noise (they move a
-# little between CPUs), int8 figures move with the quantizer's kernel choice, so their
-# slack is wide in relative terms but tight on cosine, the figure users read.
+# One row per precision of the vocabulary (vocabulary.PRECISIONS says why each figure, fp8's included):
+# plain dicts, as a baseline file writes them. slack = abs + rel * |baseline value|.
 DEFAULT_GATE_TOLERANCES: dict[str, dict[str, dict[str, float]]] = {
-    "fp32": {
-        "cosine": {"abs": 1e-6},
-        "sqnr_db": {"abs": 10.0},
-        "rel_l2": {"abs": 1e-6, "rel": 1.0},
-        "max_abs": {"abs": 1e-5, "rel": 1.0},
-    },
-    "fp16": {
-        "cosine": {"abs": 2e-5},
-        "sqnr_db": {"abs": 3.0},
-        "rel_l2": {"abs": 1e-4, "rel": 0.5},
-        "max_abs": {"abs": 1e-3, "rel": 1.0},
-    },
-    "int8": {
-        "cosine": {"abs": 2e-4},
-        "sqnr_db": {"abs": 1.5},
-        "rel_l2": {"abs": 1e-3, "rel": 0.25},
-        "max_abs": {"abs": 1e-2, "rel": 0.5},
-    },
+    name: {metric: dict(slack) for metric, slack in p.gate_slack.items()} for name, p in PRECISIONS.items()
 }
-
-# Added to a metric's own slack when the report's CPU class has no entry of its own. Sized
-# from issue 9's measurement: static int8 on the default layer gave cosine 0.999932 with VNNI
-# and 0.999141 on AVX2 (U8S8 saturation), i.e. rel_l2 0.0117 -> 0.0415 (3.6x) and SQNR
-# 38.7 -> 27.6 dB. fp32/fp16 move only by summation order between classes.
+# Added to a metric's own slack when the report's CPU class has no entry of its own.
 DEFAULT_CROSS_CLASS_SLACK: dict[str, dict[str, dict[str, float]]] = {
-    "fp32": {"cosine": {"abs": 1e-6}, "sqnr_db": {"abs": 10.0}, "rel_l2": {"abs": 1e-6, "rel": 1.0}, "max_abs": {"abs": 1e-5, "rel": 1.0}},
-    "fp16": {"cosine": {"abs": 5e-5}, "sqnr_db": {"abs": 3.0}, "rel_l2": {"abs": 1e-4, "rel": 0.5}, "max_abs": {"abs": 1e-3, "rel": 1.0}},
-    "int8": {"cosine": {"abs": 1e-3}, "sqnr_db": {"abs": 12.0}, "rel_l2": {"abs": 1e-2, "rel": 3.0}, "max_abs": {"abs": 5e-2, "rel": 3.0}},
-}  # fmt: skip
+    name: {metric: dict(slack) for metric, slack in p.cross_class_slack.items()} for name, p in PRECISIONS.items()
+}
 
 # The most slack a baseline may give (the module docstring says why each figure).
 MAX_SLACK: dict[str, dict[str, float]] = {

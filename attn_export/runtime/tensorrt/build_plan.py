@@ -35,12 +35,14 @@ from dataclasses import dataclass, field
 
 from attn_export.errors import ConfigError
 from attn_export.runtime.tensorrt.spec import DLA_RELEASES, EngineSpec, TrtVersion, dla_supported, parse_trt_version
+from attn_export.vocabulary import PRECISIONS, precision_names
 
 __all__ = ["GRAPH_PRECISIONS", "SOURCES", "BuildPlan", "PrecisionPlan", "plan_build", "plan_table", "precision_plan", "trtexec_precision_args"]
 
 log = logging.getLogger(__name__)
 
-GRAPH_PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8", "fp8")
+GRAPH_PRECISIONS: tuple[str, ...] = tuple(PRECISIONS)  # a graph in any precision of the vocabulary
+_FLOATS: tuple[str, ...] = precision_names(export_float=True)  # what a graph's float parts are
 FP8_FLAG_DEPRECATED = TrtVersion(10, 12)
 _TRTEXEC = {"FP16": "--fp16", "INT8": "--int8", "FP8": "--fp8"}
 
@@ -107,18 +109,18 @@ def precision_plan(
     v = trt_version if isinstance(trt_version, TrtVersion) else parse_trt_version(str(trt_version))
     if graph not in GRAPH_PRECISIONS:
         raise ConfigError(f"expected a graph precision in {', '.join(GRAPH_PRECISIONS)}, got {graph!r}")
-    if float_type not in ("fp32", "fp16"):
+    if float_type not in _FLOATS:
         raise ConfigError(f"expected float_type fp32 or fp16, got {float_type!r}")
     if graph == "fp16":
         float_type = "fp16"
     want = engine_precision or ("fp32" if graph == "fp32" else graph)
-    if graph == "fp32" and want not in ("fp32", "fp16"):
+    if graph == "fp32" and want not in _FLOATS:
         raise ConfigError(f"an fp32 graph builds as fp32 or fp16, got --precision {want}; quantize the graph first for {want}")
     if arch is not None:
         from attn_export.export.gpu_arch import parse_gpu_arch, require_precision
 
         arch = parse_gpu_arch(arch)
-        require_precision(arch, "fp16" if graph == "fp32" and want == "fp16" else ("fp16" if graph in ("fp32", "fp16") else graph), v)
+        require_precision(arch, "fp16" if graph == "fp32" and want == "fp16" else ("fp16" if graph in _FLOATS else graph), v)
     reasons: list[str] = []
     sources: list[str] = []
     typed_in_graph = float_type == "fp16"  # fp16 weights or fp16 float parts: the precision already lives in the graph
@@ -128,7 +130,7 @@ def precision_plan(
         if graph == "fp32" and want == "fp16":
             raise ConfigError(f"TensorRT {v} removed BuilderFlag.FP16: the fp16 precision must be in the graph; export with --precision fp16")
         reasons.append(f"TensorRT {v} is always strongly typed: each tensor runs in its ONNX type, no precision flags")
-        if graph in ("int8", "fp8") and float_type == "fp32":
+        if PRECISIONS[graph].quantized and float_type == "fp32":
             reasons.append(f"the {graph} graph's float layers (Softmax, LayerNorm, fallback GEMMs) run in fp32; cast them to fp16 in the graph for speed")
         sources.append("trt11")
         return _plan(v, graph, float_type, True, (), reasons, sources, arch)
@@ -207,7 +209,7 @@ class BuildPlan:
 def plan_build(spec: EngineSpec, trt_version: str | TrtVersion, graph_float: str, has_qdq: bool, arch: str | None = None) -> BuildPlan:
     """The build of ``spec`` on ``trt_version`` for a graph of float type ``graph_float`` (with Q/DQ or not), on ``arch`` when known."""
     ver = trt_version if isinstance(trt_version, TrtVersion) else parse_trt_version(str(trt_version))
-    quantized = spec.precision in ("int8", "fp8")
+    quantized = PRECISIONS[spec.precision].quantized
     if quantized and not has_qdq:
         raise ConfigError(
             f"{spec.precision} engines need Q/DQ nodes in the ONNX graph (explicit quantization; calibrators are deprecated "

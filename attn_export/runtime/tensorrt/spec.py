@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from attn_export.errors import ConfigError
+from attn_export.vocabulary import PRECISIONS
 
 __all__ = [
     "DLA_RELEASES",
@@ -34,7 +35,7 @@ HARDWARE_COMPATIBILITY: dict[str, tuple[str, str]] = {
     "ampere+": ("AMPERE_PLUS", "ampere+"),
     "same-compute-capability": ("SAME_COMPUTE_CAPABILITY", "sameComputeCapability"),
 }
-ENGINE_PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8", "fp8")
+ENGINE_PRECISIONS: tuple[str, ...] = tuple(PRECISIONS)  # every precision of the vocabulary builds an engine
 
 
 @dataclass(frozen=True, order=True)
