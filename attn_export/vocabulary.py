@@ -37,7 +37,7 @@ __all__ = [
     "Precision",
     "check_heads",
     "engine_precision",
-    "precision",
+    "get_precision",
     "precision_names",
 ]
 
@@ -157,7 +157,7 @@ def precision_names(*, export_float: bool | None = None) -> tuple[str, ...]:
     return tuple(n for n, p in PRECISIONS.items() if export_float is None or p.export_float == export_float)
 
 
-def precision(name: str, *, what: str = "a precision", choices: tuple[str, ...] | None = None) -> Precision:
+def get_precision(name: str, *, what: str = "a precision", choices: tuple[str, ...] | None = None) -> Precision:
     """The ``Precision`` called ``name`` (limited to ``choices`` when given); ConfigError otherwise."""
     allowed = choices if choices is not None else tuple(PRECISIONS)
     if name not in allowed:

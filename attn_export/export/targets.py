@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from attn_export.errors import ConfigError
 from attn_export.export.spec import DEFAULT_OPSET, MIN_OPSET, ExportSpec
 from attn_export.runtime.tensorrt.releases import Release, release_for_target
-from attn_export.vocabulary import PRECISIONS
+from attn_export.vocabulary import get_precision
 
 __all__ = ["FP16_MODES", "INT8_MODES", "Target", "TARGETS", "DEFAULT_TARGET", "get_target", "export_spec_for"]
 
@@ -93,8 +93,7 @@ class Target:
 
     def graph_precision(self, precision: str) -> str:
         """The float precision of the exported graph for a requested ``precision``."""
-        if precision not in PRECISIONS:
-            raise ConfigError(f"expected --precision in {', '.join(PRECISIONS)}, got {precision!r}")
+        get_precision(precision, what="--precision")
         if precision == "fp16" and self.fp16_mode == "graph":
             return "fp16"
         # builder-flag fp16 and every 8-bit graph start from fp32 (the quantizer calibrates in fp32).

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 from attn_export.errors import ConfigError
 from attn_export.runtime.tensorrt.spec import DLA_RELEASES, EngineSpec, TrtVersion, dla_supported, parse_trt_version
-from attn_export.vocabulary import PRECISIONS, precision_names
+from attn_export.vocabulary import PRECISIONS, get_precision, precision_names
 
 __all__ = ["GRAPH_PRECISIONS", "SOURCES", "BuildPlan", "PrecisionPlan", "plan_build", "plan_table", "precision_plan", "trtexec_precision_args"]
 
@@ -107,8 +107,7 @@ def precision_plan(
     strongly_typed: None = the release's default for this graph; True/False to insist (refused where impossible).
     """
     v = trt_version if isinstance(trt_version, TrtVersion) else parse_trt_version(str(trt_version))
-    if graph not in GRAPH_PRECISIONS:
-        raise ConfigError(f"expected a graph precision in {', '.join(GRAPH_PRECISIONS)}, got {graph!r}")
+    get_precision(graph, what="a graph precision", choices=GRAPH_PRECISIONS)
     if float_type not in _FLOATS:
         raise ConfigError(f"expected float_type fp32 or fp16, got {float_type!r}")
     if graph == "fp16":

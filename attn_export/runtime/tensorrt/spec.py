@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from attn_export.errors import ConfigError
-from attn_export.vocabulary import PRECISIONS
+from attn_export.vocabulary import PRECISIONS, get_precision
 
 __all__ = [
     "DLA_RELEASES",
@@ -201,8 +201,7 @@ class EngineSpec:
     gpu_arch: str | None = None  # the GPU the engine is built for (export/gpu_arch.py): a precision it lacks is refused
 
     def __post_init__(self) -> None:
-        if self.precision not in ENGINE_PRECISIONS:
-            raise ConfigError(f"expected engine precision in {', '.join(ENGINE_PRECISIONS)}, got {self.precision!r}")
+        get_precision(self.precision, what="engine precision", choices=ENGINE_PRECISIONS)
         if self.hardware_compatibility not in HARDWARE_COMPATIBILITY:
             raise ConfigError(
                 f"expected --hardware-compatibility in {', '.join(HARDWARE_COMPATIBILITY)}, got {self.hardware_compatibility!r}"

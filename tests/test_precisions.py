@@ -1,0 +1,49 @@
+"""The one vocabulary of precisions: its facts agree with the modules that read them, an unknown
+name is refused with the allowed ones, and the engine's precision is decided by one function."""
+
+from __future__ import annotations
+
+import pytest
+
+from attn_export.compress.registry import precisions as quantize_precisions
+from attn_export.errors import ConfigError
+from attn_export.export.gpu_arch import ARCHS
+from attn_export.runtime.tensorrt.spec import EngineSpec
+from attn_export.vocabulary import ARCH_PRECISIONS, EIGHT_BIT, PRECISIONS, engine_precision, get_precision, precision_names
+
+
+def test_the_table_order_and_its_facts():
+    assert precision_names() == ("fp32", "fp16", "int8", "fp8")
+    assert precision_names(export_float=True) == ("fp32", "fp16")
+    assert {n: (p.bits, p.number_kind) for n, p in PRECISIONS.items()} == {
+        "fp32": (32, "float"), "fp16": (16, "float"), "int8": (8, "int"), "fp8": (8, "float")}  # fmt: skip
+    # the 8-bit formats are exactly what --quantize reaches through the registry, best first for auto
+    assert set(EIGHT_BIT) == {n for n, p in PRECISIONS.items() if p.quantized} == set(quantize_precisions())
+    # every precision but fp32 is a column of the GPU table, and every architecture fills it
+    assert {n for n, p in PRECISIONS.items() if p.arch_column} <= set(ARCH_PRECISIONS)
+    assert all(set(a.precisions) == set(ARCH_PRECISIONS) for a in ARCHS.values())
+
+
+def test_an_unknown_precision_is_refused_with_the_allowed_ones():
+    assert get_precision("fp8").bits == 8
+    with pytest.raises(ConfigError, match=r"expected a precision in fp32, fp16, int8, fp8, got 'bf16'; use one of"):
+        get_precision("bf16")
+    with pytest.raises(ConfigError, match=r"expected engine precision in fp32, fp16, int8, fp8, got 'fp4'"):
+        EngineSpec(precision="fp4")
+
+
+@pytest.mark.parametrize(
+    ("quantize", "float_precision", "shipped", "engine"),
+    [
+        (None, "fp32", None, "fp32"),
+        ("none", "fp16", None, "fp16"),
+        ("int8", "fp32", None, "int8"),
+        ("fp8", "fp16", None, "fp8"),
+        ("auto", "fp32", None, "int8"),  # until selection says which 8-bit format shipped
+        ("auto", "fp32", "fp8", "fp8"),
+        (None, "int8", "fp8", "fp8"),  # the deploy step: the shipped 8-bit format wins
+        (None, "fp16", "fp32", "fp16"),  # a float stage that shipped leaves the engine's precision alone
+    ],
+)
+def test_engine_precision_is_decided_by_one_function(quantize, float_precision, shipped, engine):
+    assert engine_precision(quantize, float_precision, shipped) == engine
