@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from attn_export.artifacts import Artifact
 from attn_export.plan import Plan
 from attn_export.validate.report import Report, Stage
-from attn_export.vocabulary import engine_precision
+from attn_export.vocabulary import PRECISIONS, engine_precision
 
 if TYPE_CHECKING:
     from attn_export.subjects.base import Judgement, Subject
@@ -117,7 +117,8 @@ def _build_engine(onnx: Path, spec: Any, subject: Subject, report: Report, point
     report.notes.extend(result.warnings)
     name = f"trt-{spec.precision}"
     runner = TrtRunner(EngineFromPath(engine_path))
-    key = "fp16" if spec.precision == "fp32" else spec.precision
+    # an fp32 engine may run its GEMMs in TF32 (TensorRT's default on Ampere and later): judged at fp16's bar
+    key = PRECISIONS["fp16" if spec.precision == "fp32" else spec.precision].tolerance_key
     judgement = subject.judge(runner, "report", key)
     timing = time_pass({"eager": subject.eager_runner, name: lambda: runner}, points[:1])
     lat = timing.latency.get(points[0].label, {})

@@ -29,6 +29,7 @@ import numpy as np
 from attn_export._quiet import EXPORT_NOISE, quieted
 from attn_export.errors import ConfigError, ToleranceError
 from attn_export.validate.tolerances import TOLERANCES, Tolerance
+from attn_export.vocabulary import PRECISIONS
 
 if TYPE_CHECKING:  # torch and onnxruntime load only when a comparison runs: the plugin stays cheap to enable
     from torch import nn
@@ -40,7 +41,7 @@ __all__ = ["assert_matches_eager", "attn_export_compare", "compare_to_eager"]
 
 def _tolerance(tol: Tolerance | float | None, precision: str) -> Tolerance:
     if tol is None:
-        return TOLERANCES.get(precision, TOLERANCES["fp32"]).tensor
+        return TOLERANCES[PRECISIONS[precision].tolerance_key if precision in PRECISIONS else "fp32"].tensor
     if isinstance(tol, Tolerance):
         return tol
     if isinstance(tol, (int, float)):

@@ -96,6 +96,8 @@ class Precision:
       Q/DQ format that ``--quantize`` makes from an fp32 graph.
     arch_column: the GPU table (``export.gpu_arch``) records whether each architecture runs it
       (fp32 runs on every GPU, so it has no column).
+    trt_weak_flags: the TensorRT ``BuilderFlag`` members a weakly typed build (TensorRT 10.x) sets
+      to run it (``runtime/tensorrt/build_plan.py``): 8-bit Q/DQ regions with fp16 for the rest.
     """
 
     name: str
@@ -106,6 +108,7 @@ class Precision:
     cross_class_slack: Slack
     export_float: bool
     arch_column: bool
+    trt_weak_flags: tuple[str, ...] = ()
 
     @property
     def quantized(self) -> bool:
@@ -140,9 +143,11 @@ PRECISIONS: Mapping[str, Precision] = MappingProxyType({
         Precision("fp32", 32, "float", "fp32", _slack(1e-6, 10.0, (1e-6, 1.0), (1e-5, 1.0)), _slack(1e-6, 10.0, (1e-6, 1.0), (1e-5, 1.0)),
                   export_float=True, arch_column=False),
         Precision("fp16", 16, "float", "fp16", _slack(2e-5, 3.0, (1e-4, 0.5), (1e-3, 1.0)), _slack(5e-5, 3.0, (1e-4, 0.5), (1e-3, 1.0)),
-                  export_float=True, arch_column=True),
-        Precision("int8", 8, "int", "int8", _EIGHT_BIT_SLACK, _EIGHT_BIT_CROSS, export_float=False, arch_column=True),
-        Precision("fp8", 8, "float", "fp8", _EIGHT_BIT_SLACK, _EIGHT_BIT_CROSS, export_float=False, arch_column=True),
+                  export_float=True, arch_column=True, trt_weak_flags=("FP16",)),
+        Precision("int8", 8, "int", "int8", _EIGHT_BIT_SLACK, _EIGHT_BIT_CROSS, export_float=False, arch_column=True,
+                  trt_weak_flags=("INT8", "FP16")),
+        Precision("fp8", 8, "float", "fp8", _EIGHT_BIT_SLACK, _EIGHT_BIT_CROSS, export_float=False, arch_column=True,
+                  trt_weak_flags=("FP8", "FP16")),
     )
 })  # fmt: skip
 # The 8-bit formats, best first: what --quantize auto prefers where the GPU runs both.

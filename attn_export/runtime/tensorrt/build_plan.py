@@ -142,17 +142,17 @@ def precision_plan(
         return _plan(v, graph, float_type, True, (), reasons, sources, arch)
     flags: tuple[str, ...] = ()
     if graph == "fp32" and want == "fp16":
-        flags = ("FP16",)
+        flags = PRECISIONS[want].trt_weak_flags
         reasons.append("fp32 graph, fp16 chosen by the builder (weak typing)")
         sources.append("weak-fp16")
     elif graph == "int8":
-        flags = ("INT8", "FP16")
+        flags = PRECISIONS[graph].trt_weak_flags
         reasons.append("Q/DQ regions run int8, the rest fp16 (weakly typed)")
         sources.append("weak-int8")
     elif graph == "fp8":
         if hardware_compatibility == "ampere+":
             raise ConfigError("BuilderFlag.FP8 is not supported with --hardware-compatibility ampere+ (Ampere has no FP8); use none")
-        flags = ("FP8", "FP16")
+        flags = PRECISIONS[graph].trt_weak_flags
         reasons.append("FP8 Q/DQ regions run fp8, the rest fp16 (weakly typed, as NVIDIA's FP8 ONNX demos build); never with --int8")
         if v >= FP8_FLAG_DEPRECATED:
             reasons.append(f"BuilderFlag.FP8 is deprecated from TensorRT {FP8_FLAG_DEPRECATED}: a strongly typed build of an fp16-cast graph is the lasting form")
