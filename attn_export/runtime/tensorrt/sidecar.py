@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from attn_export.errors import ConfigError, EngineError
 from attn_export.run_dir import sha256_file  # one file hash for run manifests and engine sidecars
-from attn_export.runtime.tensorrt.spec import HARDWARE_COMPATIBILITY, parse_trt_version
+from attn_export.runtime.tensorrt.spec import ENGINE_PRECISIONS, HARDWARE_COMPATIBILITY, parse_trt_version
 
 __all__ = [
     "SIDECAR_SCHEMA",
@@ -74,7 +74,7 @@ class EngineSidecar(BaseModel):
     tensorrt_version: str
     gpu_name: str = Field(min_length=1)
     compute_capability: str = Field(pattern=r"^\d+\.\d+$")  # "9.0"
-    precision: Literal["fp32", "fp16", "int8"]
+    precision: Literal[tuple(ENGINE_PRECISIONS)]  # type: ignore[valid-type]  # every precision an engine is built in
     strongly_typed: bool
     builder_flags: list[str]
     profiles: dict[str, dict[Literal["min", "opt", "max"], Shape]]  # input -> {"min": [...], "opt": [...], "max": [...]}
