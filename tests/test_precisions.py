@@ -47,3 +47,14 @@ def test_an_unknown_precision_is_refused_with_the_allowed_ones():
 )
 def test_engine_precision_is_decided_by_one_function(quantize, float_precision, shipped, engine):
     assert engine_precision(quantize, float_precision, shipped) == engine
+
+
+@pytest.mark.parametrize("name", ["fp16", "int8", "fp8"])
+def test_the_jetson_bundles_note_names_the_flags_trtexec_gets(name):
+    from attn_export.deploy.jetson_bundle import _precision_note
+    from attn_export.runtime.tensorrt.build_plan import precision_plan
+
+    note = _precision_note(EngineSpec(precision=name), [], 2)
+    args = precision_plan("10.3", "fp32" if name == "fp16" else name, engine_precision=name if name == "fp16" else None,
+                          arch="sm89" if name == "fp8" else None).trtexec_args  # fmt: skip
+    assert args and all(f"`{a}`" in note for a in args), (note, args)

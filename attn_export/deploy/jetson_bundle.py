@@ -40,6 +40,7 @@ from attn_export.errors import DataError
 from attn_export.runtime.tensorrt.sidecar import sha256_file
 from attn_export.runtime.tensorrt.spec import EngineSpec
 from attn_export.runtime.tensorrt.trtexec import onnx_io_dims, shell_line, trtexec_command
+from attn_export.vocabulary import PRECISIONS
 
 __all__ = ["write_jetson_bundle", "BUNDLE_FILES"]
 
@@ -97,10 +98,11 @@ def _check_reference(inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.
 def _precision_note(spec: EngineSpec, cmd: list[str], blocks: int) -> str:
     if "--stronglyTyped" in cmd:
         return f"{spec.precision}: the precision lives in the graph (strongly typed build); TensorRT runs each tensor in its ONNX type."
-    if spec.precision == "fp32":
-        return "fp32: no reduced precision; TensorRT's fused MHA kernels are fp16/int8, so attention runs unfused."
+    flags = PRECISIONS[spec.precision].trt_weak_flags  # what trtexec is asked for: --fp16, --int8 --fp16, --fp8 --fp16
+    if not flags:
+        return f"{spec.precision}: no reduced precision; TensorRT's fused MHA kernels are fp16/int8, so attention runs unfused."
     return (
-        f"{spec.precision}: the graph is fp32 and the precision is chosen at build time (`--fp16`/`--int8`). On TensorRT 10.3 "
+        f"{spec.precision}: the graph is fp32 and the precision is chosen at build time ({' '.join(f'`--{f.lower()}`' for f in flags)}). On TensorRT 10.3 "
         f"this lets TensorRT choose fp16 for the whole MatMul -> Softmax -> MatMul chain of the {blocks} attention block(s) "
         "and fuse it into its MHA kernel; fp32 islands written into a fp16 graph would pin the softmax in fp32 and stop that fusion."
     )
