@@ -311,7 +311,6 @@ class RunConfig:
         import dataclasses
 
         from attn_export.runtime.tensorrt.spec import EngineSpec, ShapeProfile
-
         from attn_export.vocabulary import engine_precision
 
         precision = engine_precision(self.quantize, self.precision)

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attn_export.errors import DataError
-from attn_export.vocabulary import PRECISIONS
 from attn_export.validate.gate_result import UNKNOWN_CLASS
 from attn_export.validate.schema import (
     BASELINE_FORMAT_V1,
@@ -40,6 +39,7 @@ from attn_export.validate.schema import (
     validate_baseline,
     validate_report,
 )
+from attn_export.vocabulary import PRECISIONS
 
 __all__ = [
     "BASELINE_FORMAT",

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from attn_export.validate.gate import DEFAULT_CROSS_CLASS_SLACK, DEFAULT_GATE_TOLERANCES, check_report, make_baseline
 from attn_export.validate import Accuracy, Latency, Report, Stage
+from attn_export.validate.gate import DEFAULT_CROSS_CLASS_SLACK, DEFAULT_GATE_TOLERANCES, check_report, make_baseline
 from attn_export.validate.tolerances import TOLERANCES
 from attn_export.vocabulary import PRECISIONS
 
