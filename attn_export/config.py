@@ -120,6 +120,7 @@ class RunConfig:
     def _check_choices(self) -> None:
         from attn_export.compress.registry import precisions, route_names
         from attn_export.export.targets import TARGETS
+        from attn_export.vocabulary import check_export_precision
 
         if self.target not in TARGETS:
             raise ConfigError(f"expected --target in {', '.join(TARGETS)}, got {self.target!r}")
@@ -127,6 +128,7 @@ class RunConfig:
             self.quantize = None
         if self.quantize is not None and self.quantize not in (*precisions(), "auto"):
             raise ConfigError(f"expected --quantize in {'|'.join(('none', *precisions(), 'auto'))}, got {self.quantize!r}")
+        check_export_precision(self.precision)
         modes = ("auto", *dict.fromkeys(r for p in precisions() for r in route_names(p)))
         if self.int8_mode not in modes:
             raise ConfigError(f"expected --int8-mode in {'|'.join(modes)}, got {self.int8_mode!r}")

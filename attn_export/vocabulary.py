@@ -35,6 +35,7 @@ __all__ = [
     "POOLING_MODES",
     "PRECISIONS",
     "Precision",
+    "check_export_precision",
     "check_heads",
     "engine_precision",
     "get_precision",
@@ -167,6 +168,15 @@ def get_precision(name: str, *, what: str = "a precision", choices: tuple[str, .
     allowed = choices if choices is not None else tuple(PRECISIONS)
     if name not in allowed:
         raise ConfigError(f"expected {what} in {', '.join(allowed)}, got {name!r}; use one of {', '.join(allowed)}")
+    return PRECISIONS[name]
+
+
+def check_export_precision(name: str) -> Precision:
+    """``--precision``: the float type a graph is exported in; an 8-bit name points at ``--quantize``."""
+    floats = precision_names(export_float=True)
+    if name not in floats:
+        fix = f"--quantize {name}" if name in PRECISIONS else f"--precision {floats[0]}"
+        raise ConfigError(f"expected --precision in {'|'.join(floats)}, got {name!r}; use {fix}")
     return PRECISIONS[name]
 
 

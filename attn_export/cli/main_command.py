@@ -94,13 +94,14 @@ def config_from_options(options: dict[str, Any]) -> Any:
     from attn_export.config import RunConfig
     from attn_export.resources import parse_bytes
     from attn_export.validate.tolerances import parse_tolerance_overrides
-    from attn_export.vocabulary import engine_precision
+    from attn_export.vocabulary import check_export_precision, engine_precision
 
     opts = {k: v for k, v in options.items() if k not in OUTPUT_ONLY}
     opts["max_memory"] = parse_bytes(opts.get("max_memory"), "--max-memory")
     tolerances = parse_tolerance_overrides({flag: opts.pop(name, None) for name, flag in TOLERANCE_OPTIONS.items()})
     opts["tolerance_overrides"] = tolerances or None
     engine_args = {k: opts.pop(k) for k in ENGINE_OPTIONS}
+    check_export_precision(opts.get("precision", "fp32"))  # before the engine spec, which would name the engine instead
     engine = engine_spec_from_options(
         precision=engine_precision(opts.get("quantize"), opts.get("precision", "fp32")),
         min_shape=engine_args["min_shape"], opt_shape=engine_args["opt_shape"], max_shape=engine_args["max_shape"],
