@@ -49,6 +49,7 @@ TABLE: dict[str, tuple[object, dict[str, object], str]] = {
     "attention_impl": ("sdpa", {}, "config:attention_impl"),
     "precision": ("fp16", {}, "plan"),
     "out": (Path("elsewhere"), {}, "config:out"),
+    "force": (True, {}, "config:force"),
     "threads": (1, {}, "config:resolved_threads"),
     "warmup": (1, {}, "config:warmup"),
     "repeats": (5, {}, "config:repeats"),

@@ -53,6 +53,7 @@ __all__ = [
     "OutOpt",
     "PoolingOpt",
     "EncoderFormOpt",
+    "ForceOpt",
     "PrecisionOpt",
     "ProgressOpt",
     "QuantizeOpt",
@@ -102,6 +103,7 @@ AttentionImplOpt = Annotated[
 ]
 PrecisionOpt = Annotated[str, typer.Option("--precision", help="Export precision: fp32|fp16.", rich_help_panel=_EXPORT)]
 OutOpt = Annotated[Path, typer.Option("--out", help="Output directory.", rich_help_panel=_OUTPUT)]
+ForceOpt = Annotated[bool, typer.Option("--force", metavar="", help="Files in --out with names a run writes that attn-export did not write (no run.json of its own lists them) are moved into a new folder beside it, OUT.attn-export-aside-<UTC time>/, instead of refusing the run.", show_default="off", rich_help_panel=_OUTPUT)]
 ThreadsOpt = Annotated[
     Optional[int], typer.Option("--threads", help="Threads for eager and ONNX Runtime (the same count for both).", show_default="all cores", rich_help_panel=_COMPARE)
 ]
