@@ -46,7 +46,7 @@ from typing import Any
 
 from attn_export.errors import ConfigError
 from attn_export.paths import COMMAND_LINE, given_empty
-from attn_export.run_dir_aside import (  # fmt: skip
+from attn_export.run_dir_aside import (
     ARTIFACT_PATTERNS,
     LOCK_NAME,
     MANIFEST_FORMAT,
@@ -340,7 +340,7 @@ class RunDir:
             "started": self.started, **{k: v for k, v in fields.items() if k != "status"}, "config": self.config,
         }  # fmt: skip
         if self._base is not None:  # it amends that run: its command, seed and options stay, with this command added
-            data.update({k: self._base[k] for k in ("command", "seed", "versions", "started", "config") if k in self._base})
+            data.update({k: self._base[k] for k in ("command", "seed", "versions", "started", "config", "deployed") if k in self._base})
             data["amended"] = [*(self._base.get("amended") or []), {"command": list(command) if command else None, "started": self.started}]
         if self.aside is not None:  # --force: where the user's files went
             data["moved_aside"] = {"folder": str(self.aside), "files": self._aside_files}
