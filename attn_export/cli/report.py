@@ -31,7 +31,6 @@ def run_report(
     files there stay, and stay listed in its run.json; a report.md attn-export did not write is
     refused, or moved beside the folder with ``force``."""
     from attn_export.run_dir import REPORT_FILES, check_owned, claim
-    from attn_export.validate.render import write_reports
 
     target = out or report_json.parent
     check_name_lengths(target, "--out")
@@ -39,6 +38,8 @@ def run_report(
         raise ConfigError(f"--out {target}: expected a folder, got a file; pass a folder for report.md and report.html")
     check_output_file(target / "report.html", "--out")
     check_owned(target, "--out", force, names=REPORT_FILES)
+    from attn_export.validate.render import write_reports
+
     with writing(target, "--out"), claim(target, "--out", config={"command": "report"}, force=force, names=REPORT_FILES):
         return write_reports(report_json, target, bench_json, "auto" if attention_maps else None, progress=progress)
 

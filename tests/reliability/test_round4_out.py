@@ -66,6 +66,9 @@ def test_c21_force_moves_the_users_files_into_a_named_sibling_and_the_run_succee
     assert manifest["status"] == "complete"
     assert manifest["moved_aside"] == {"folder": str(aside), "files": ["model.onnx", "report.md"]}, "run.json names the folder"
     assert (out / "model.onnx").read_bytes() != USER["model.onnx"] and set(USER) <= set(manifest["artifacts"])
+    from attn_export.run_dir_aside import named_like_ours
+
+    assert all(named_like_ours(rel) for rel in manifest["artifacts"]), "a name the run writes that the refusal would not protect"
 
 
 def test_c21_a_normal_rerun_into_our_own_out_still_replaces_the_earlier_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
