@@ -100,8 +100,8 @@ class RunConfig:
     triton: Path | None = None
     # output
     out: Path = field(default_factory=lambda: Path("attn-export-out"))
+    force: bool = False  # files attn-export did not write in --out, --bundle, --triton: moved into a new folder beside each, instead of a refusal
     render: bool = True
-    force: bool = False  # move files attn-export did not write out of --bundle/--triton (into a sibling folder) instead of refusing
     # resources: the memory budget the estimate is held to (None: what the machine has free)
     max_memory: int | None = None
 
@@ -146,8 +146,10 @@ class RunConfig:
     def check_paths(self) -> None:
         """Refuse output and input paths that cannot work, before any model is built."""
         from attn_export.paths import check_input_file, check_output_dir, check_output_file
+        from attn_export.run_dir_aside import check_owned
 
         check_output_dir(self.out, "--out")
+        check_owned(self.out, "--out", self.force)  # the user's own model.onnx is never overwritten (run_dir)
         deploy = [(flag, Path(path)) for flag, path in (("--bundle", self.bundle), ("--triton", self.triton)) if path is not None]
         for flag, path in deploy:
             check_output_dir(path, flag)

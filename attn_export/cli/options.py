@@ -106,7 +106,7 @@ PrecisionOpt = Annotated[str, typer.Option("--precision", help="Export precision
 OutOpt = Annotated[Path, typer.Option("--out", help="Output directory.", rich_help_panel=_OUTPUT)]
 ForceOpt = Annotated[
     bool,
-    typer.Option("--force", metavar="", help="Move files attn-export did not write out of the output folders (into DIR.attn-export-aside-TIME) instead of refusing.",
+    typer.Option("--force", metavar="", help="Files in the output folders (--out, --bundle, --triton) with names a run writes that attn-export did not write are moved into a new folder beside each, DIR.attn-export-aside-<UTC time>/, instead of refusing the run.",
                  show_default="off", rich_help_panel=_OUTPUT),
 ]
 ThreadsOpt = Annotated[

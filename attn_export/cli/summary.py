@@ -28,7 +28,9 @@ def artifact_paths(report: Any, out: Path) -> list[str]:
     for name in ("report.json", "report.md", "report.html"):
         if (out / name).is_file():
             paths.append(str(out / name))
-    paths.extend(str(p) for p in sorted(out.glob("*.png")))
+    from attn_export.run_dir_aside import REPORT_FILES
+
+    paths.extend(str(out / name) for name in REPORT_FILES if name.endswith(".png") and (out / name).is_file())  # not a user's own .png
     deploy = report.selection.get("deploy") or {}
     for key in ("jetson_bundle", "triton_repo"):
         if deploy.get(key):

@@ -20,6 +20,7 @@ from attn_export.cli.options import (
     CalibOpt,
     CheckpointMainOpt,
     DModelOpt,
+    ForceOpt,
     HeadsOpt,
     JsonOpt,
     LanguagesOpt,
@@ -90,6 +91,7 @@ def sweep(
     max_points: Annotated[int, typer.Option("--max-points", help="Refuse a grid with more points than this (each point is a pipeline run).")] = 64,
     yes: Annotated[bool, typer.Option("--yes", metavar="", help="Run a grid larger than --max-points anyway.", show_default="off")] = False,
     save_models: Annotated[bool, typer.Option("--save-models", metavar="", help="Keep the Pareto points' models in OUT/models/.", show_default="off")] = False,
+    force: ForceOpt = False,
     quiet: QuietOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -111,11 +113,12 @@ def sweep(
     for point in cfg.points():  # every point is a valid main command, refused as one before any work
         cfg.run_config(point, out)
     probe = max((cfg.run_config(p, out) for p in cfg.points()), key=lambda c: c.estimate_memory().total)
+    probe.force = force  # --out is the sweep's: files attn-export did not write are refused, or moved aside with --force
     probe.preflight()
     from attn_export.run_dir import claim
 
     config = {"command": "sweep", "quick": quick, **{k: list(v) for k, v in overrides.items()}, **{k: str(v) for k, v in base.items()}}
-    with claim(out, "--out", config=config, seed=seed):
+    with claim(out, "--out", config=config, seed=seed, force=force):
         with progress_bar(not (quiet or as_json), f"sweep ({len(cfg.points())} configs)") as cb:
             result = run_sweep(cfg, progress=cb, save_models=out / "models" if save_models else None)
         with writing(out, "--out"):
