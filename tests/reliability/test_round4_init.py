@@ -110,6 +110,52 @@ def test_c27_default_int8_passes_on_a_freshly_initialised_model(family: str, fre
     assert _shared_bias_readers(out / "model.padded.onnx") >= 2, "the exported graph no longer shares a bias across layers: the case lost its trigger"
 
 
+ROUTES = {  # route -> (its flags, the stages it must build)
+    "int8-static": (["--quantize", "int8", "--int8-mode", "static"], {"int8-static", "int8-static-packed"}),
+    "int8-dynamic": (["--quantize", "int8", "--int8-mode", "dynamic"], {"int8-dynamic", "int8-dynamic-packed"}),
+    "int8-weight-only": (["--quantize", "int8", "--int8-mode", "weight-only"], {"int8-weight-only", "int8-weight-only-packed"}),
+    "fp8-sm90": (["--quantize", "fp8", "--target", "tensorrt", "--gpu-arch", "sm90"], {"fp8-static"}),
+}
+
+
+def _tie_layers(src: Path, dst: Path) -> Path:
+    """``src`` with every layer's weights set to layer 0's (transformers' load and save): weights, not only biases, are shared in the export."""
+    import re
+    import shutil
+
+    import transformers
+
+    model = transformers.AutoModel.from_pretrained(str(src)).eval()
+    state = model.state_dict()
+    tied = {k: state[re.sub(r"\.layer\.\d+\.", ".layer.0.", k)] for k in state}
+    model.load_state_dict(tied)
+    model.save_pretrained(str(dst))
+    shutil.copy(src / "tokenizer.json", dst / "tokenizer.json")
+    return dst
+
+
+def _shared_weight_readers(onnx_path: Path) -> int:
+    """How many MatMuls read the most-read 2-D constant weight of the graph (> 1: layers share a weight)."""
+    model = ir.load(onnx_path)
+    counts = [sum(1 for user, i in v.uses() if user.op_type == "MatMul" and i == 1) for v in model.graph.initializers.values() if len(v.shape or ()) == 2]
+    return max(counts, default=0)
+
+
+@pytest.mark.parametrize("route", list(ROUTES), ids=[f"c27-tied-layers-{r}" for r in ROUTES])
+def test_c27_every_route_passes_when_layers_share_their_weights(route: str, fresh_checkpoint, tmp_path: Path, capsys) -> None:
+    """A freshly initialised BERT whose two layers are equal: every constant is one initializer read by both layers
+    (the float copies of the static route's fallback and FP8's re-quantized weights included)."""
+    flags, want = ROUTES[route]
+    folder = _tie_layers(fresh_checkpoint("bert"), tmp_path / "tied")
+    out = tmp_path / "out"
+    o = run_cli(["--checkpoint", folder, *flags, "--out", out, *FAST], capsys, tmp_path)
+    assert o.code == 0, f"exit {o.code}: {o.err[-2000:]}"
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert report["verdict"]["passed"] and want <= {s["name"] for s in report["stages"]}, (report["verdict"], [s["name"] for s in report["stages"]])
+    fp32 = out / ("model.padded.onnx" if (out / "model.padded.onnx").exists() else "model.onnx")
+    assert _shared_weight_readers(fp32) >= 2, "the export no longer shares a weight across layers: the case lost its trigger"
+
+
 # -- the fold itself, on a graph small enough to read ------------------------------------------------
 D, T = 8, 5
 
