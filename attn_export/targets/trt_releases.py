@@ -15,6 +15,9 @@ Columns, each with its source (``SOURCES``):
   cannot read it.
 * ``jetpack``: the JetPack that ships the release for Jetson Orin, or None when no JetPack
   does (the 10.x server releases; 11.0-11.3, which have no JetPack build at all).
+
+``TrtVersion`` and ``parse_trt_version`` (major.minor from any spelling pip or a user writes) live
+here too, below ``runtime/`` and ``checks/``, which read them (``runtime.tensorrt.spec`` re-exports them).
 """
 
 from __future__ import annotations
