@@ -142,8 +142,8 @@ def skip_reason(variant: str, point: Point, max_peak_gib: float) -> str | None:
 
 def measure_memory_here(variant: str, point: Point, onnx_dir: Path, threads: int, mask: str) -> dict[str, Any]:
     """Run in the fresh subprocess: the first inference's peak RSS delta."""
-    from attn_export.validate.memory import memory_method, peak_memory_delta
     from attn_export.validate import set_threads
+    from attn_export.validate.memory import memory_method, peak_memory_delta
 
     set_threads(threads)
     runner = build_runner(variant, onnx_dir, threads, mask)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from attn_export.errors import ConfigError
-from attn_export.targets.trt_releases import TrtVersion, parse_trt_version  # the release data lives below runtime (targets/)
+from attn_export.targets.trt_releases import TrtVersion, parse_trt_version  # re-exported: the data lives in targets/
 
 __all__ = [
     "DLA_RELEASES",
