@@ -286,7 +286,7 @@ class RunConfig:
     @property
     def resolved_gpu_arch(self) -> str | None:
         """The GPU architecture an engine is built for: ``--gpu-arch``, else the target's (Jetson: sm87), else unknown (None)."""
-        from attn_export.export.gpu_arch import default_arch, parse_gpu_arch
+        from attn_export.targets.gpu_arch import default_arch, parse_gpu_arch
 
         return parse_gpu_arch(self.gpu_arch) if self.gpu_arch is not None else default_arch(self.target)
 

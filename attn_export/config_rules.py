@@ -125,7 +125,7 @@ def _check_precision(cfg: Any, target: Any) -> None:
     if cfg.int8_mode != "auto" and routes[0].produces != "eager" and routes[0].deploy_refusal(target):
         raise ConfigError(f"--int8-mode {cfg.int8_mode} cannot target {target.name}: {routes[0].deploy_refusal(target)}")
     if target.is_tensorrt and cfg.quantize not in ("int8",):
-        from attn_export.export.gpu_arch import archs_with, require_precision
+        from attn_export.targets.gpu_arch import archs_with, require_precision
 
         arch = cfg.resolved_gpu_arch
         if arch is None:
