@@ -302,8 +302,12 @@ def _notes(plan: Plan, stages: dict[str, Stage], report: Report, timing: TimingR
         report.notes.extend(_disagreement(plan, stage, str(stage.details.get("judged_on") or "the report split")))
 
 
-def run(cfg: RunConfig, progress: Progress | None = None) -> RunResult:
-    """Run ``cfg`` (a ``RunConfig``): every stage, side-by-side timing, judging, selection, deploy, report."""
+def run(cfg: RunConfig, progress: Progress | None = None, quiet: bool = False) -> RunResult:
+    """Run ``cfg`` (a ``RunConfig``): every stage, side-by-side timing, judging, selection, deploy, report.
+
+    What libraries log while loading (transformers' load report) goes to ``OUT/run.log``; with
+    ``quiet`` every library record and Python warning does, and none reaches the terminal."""
+    from attn_export._quiet import RUN_LOG_NAME, run_log
     from attn_export.extras import check_extras
     from attn_export.process import ProcessSettings, process_settings
     from attn_export.run_dir import claim_output
@@ -314,7 +318,7 @@ def run(cfg: RunConfig, progress: Progress | None = None) -> RunResult:
     check_extras(cfg)
     threads = cfg.resolved_threads
     # the run owns --out (lock, earlier run's files aside, run.json; cleaned up on failure)
-    with claim_output(cfg) as owner, process_settings(ProcessSettings(threads=threads)):
+    with claim_output(cfg) as owner, process_settings(ProcessSettings(threads=threads)), run_log(cfg.out / RUN_LOG_NAME, terminal=not quiet):
         say(f"building the subject ({cfg.kind.name}: {cfg.checkpoint or cfg.resolved_layer})")
         subject = make_subject(cfg)
         plan = make_plan(cfg)
