@@ -150,14 +150,22 @@ def estimate_memory(cfg: RunOptions) -> MemoryEstimate:
 
 
 def _artifacts(cfg: RunOptions) -> int:
-    """How many artifacts the run builds, each with its own session: the plan's stages (both encoder
-    forms of a checkpoint, every 8-bit route), or the flags' count where no plan can be made."""
-    try:
-        from attn_export.plan import make_plan  # noqa: PLC0415 - light (no torch), but not needed to parse a size
+    """How many artifacts the run builds, each with its own session: the routes the flags ask for, times
+    the encoder forms (``--encoder-form auto`` builds a whole encoder both padded and packed, as
+    ``plan.encoder_forms`` decides; counted here from the same flags, since the plan imports the config)."""
+    per_form = 1 + (cfg.precision == "fp16") + 2 * (cfg.quantize is not None) + 2 * (cfg.low_rank is not None)
+    return per_form * _encoder_forms(cfg)
 
-        return max(1, len(make_plan(cfg).steps))  # type: ignore[arg-type]
-    except Exception:  # noqa: BLE001 - a config the plan refuses is refused by its own check, with its own message
-        return 1 + (cfg.precision == "fp16") + 2 * (cfg.quantize is not None) + 2 * (cfg.low_rank is not None)
+
+def _encoder_forms(cfg: RunOptions) -> int:
+    if (getattr(cfg, "encoder_form", None) or "auto") != "auto" or cfg.low_rank is not None or getattr(cfg, "distill", None) is not None:
+        return 1
+    try:
+        whole_encoder = cfg.kind.profile(cfg).kind == "encoder"  # type: ignore[attr-defined]
+        tensorrt = cfg.target_info.is_tensorrt  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - a config its own checks refuse: count it as one form
+        return 1
+    return 2 if whole_encoder and not tensorrt else 1
 
 
 def address_space_limit() -> int | None:
