@@ -63,7 +63,7 @@ MARKER_NAME = ".attn-export-moved"  # inside PREVIOUS_NAME: the whole earlier ru
 TRASH_PREFIX = ".attn-export-discard-"
 # What a run writes into --out; used only where no manifest lists the files (see the module doc).
 ARTIFACT_PATTERNS = ("model*.onnx", "model*.onnx.data", "model*.engine", "model*.engine.*", "report.json", "report.md", "report.html",
-                     "*.png", "bench.json", "bench.md", "sweep.json", "pareto.md", MANIFEST_NAME)  # fmt: skip
+                     "*.png", "bench.json", "bench.md", "sweep.json", "pareto.md", "run.log", MANIFEST_NAME)  # fmt: skip
 _LEFTOVERS = (".*.tmp",)  # an atomic write cut short by a kill (attn_export._atomic names)
 _MAX_MANIFEST_BYTES = 64 << 20
 

@@ -117,7 +117,8 @@ _USER_OS_ERRORS = {errno.ENOSPC: "free some disk space or pass another --out", e
 
 
 # What a native library or torch says when an allocation fails (MemoryError is Python's own).
-_OUT_OF_MEMORY = re.compile(r"bad_alloc|can't allocate memory|Failed to allocate memory|out of memory|Cannot allocate memory", re.IGNORECASE)
+_OUT_OF_MEMORY = re.compile(r"bad_alloc|can't allocate memory|Failed to allocate memory|out of memory|Cannot allocate memory|not enough memory",
+                            re.IGNORECASE)
 
 
 def memory_ran_out(err: BaseException) -> str | None:
@@ -323,7 +324,7 @@ def _dispatch(argv: list[str]) -> int:
         except AttnExportError as e:
             if received() is not None:  # an interrupt some library wrapped into its own error
                 return _interrupted(received())  # type: ignore[arg-type]
-            print(f"attn-export: error: {_one_line(memory_ran_out(e) or str(e))}", file=sys.stderr)
+            print(f"attn-export: error: {_one_line(str(e))}", file=sys.stderr)  # our own message says what ran out and the fix
             return 2
         if received() is not None or rv == 130:  # typer returns Ctrl-C as exit code 130, without a word
             return _interrupted(received() or signal.SIGINT)

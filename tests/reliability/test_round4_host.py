@@ -194,3 +194,15 @@ def test_c28_diverted_library_logs_reach_the_run_log_and_the_loggers_are_restore
         assert logging.getLogger().handlers == root_handlers and not any(h.filters for h in root_handlers)
     finally:
         lib.removeHandler(own)
+
+
+def test_c28_c11_a_link_at_run_log_is_refused_before_anything_is_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The run's log is a name the run writes: a symbolic link there (to a file outside --out) is refused
+    like one at model.onnx, so the log is never written through it."""
+    outside = tmp_path / "notes.txt"
+    outside.write_text("mine\n")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "run.log").symlink_to(outside)
+    o = run_cli([*TINY, "--quiet", "--out", tmp_path / "out"], capsys, tmp_path)
+    assert_refused(o, "run.log", max_seconds=120)
+    assert outside.read_text() == "mine\n" and (tmp_path / "out" / "run.log").is_symlink()
