@@ -88,22 +88,26 @@ class _Divert(logging.Handler):
 def diverted(names: Iterable[str], level: int = logging.ERROR) -> Iterator[None]:
     """What the named loggers say below ``level`` goes to the run's log (if a run holds one), not the terminal.
 
-    Their levels stay as the libraries set them (a library that configures its logger when imported
-    must be imported before the block, or it replaces what is set here); handlers and ``propagate``
-    are put back on the way out."""
-    saved: list[tuple[logging.Logger, list[logging.Handler], bool]] = []
+    A logger below WARNING is raised to it for the block (INFO chatter is not kept). A library that
+    configures its logger when imported must be imported before the block, or it replaces what is set
+    here. Handlers, ``propagate`` and levels are put back on the way out."""
+    saved: list[tuple[logging.Logger, list[logging.Handler], bool, int]] = []
+    floor = min(level, logging.WARNING)  # INFO and DEBUG chatter (one line per node) is not even kept
     for name in names:
         logger = logging.getLogger(name)
-        saved.append((logger, list(logger.handlers), logger.propagate))
+        saved.append((logger, list(logger.handlers), logger.propagate, logger.level))
         logger.handlers = [_Divert(logger, level, list(logger.handlers), logger.propagate)]
         logger.propagate = False
+        if logger.getEffectiveLevel() < floor:
+            logger.setLevel(floor)
     try:
         yield
     finally:
-        for logger, handlers, propagate in reversed(saved):
+        for logger, handlers, propagate, old_level in reversed(saved):
             added = [h for h in logger.handlers if not isinstance(h, _Divert) and h not in handlers]  # a handler added meanwhile stays
             logger.handlers = handlers + added
             logger.propagate = propagate
+            logger.setLevel(old_level)
 
 
 def _not_a_library(record: logging.LogRecord) -> bool:

@@ -181,19 +181,25 @@ def test_c28_diverted_library_logs_reach_the_run_log_and_the_loggers_are_restore
     lib.setLevel(logging.WARNING)
     lib.propagate = False
     root_handlers = list(logging.getLogger().handlers)
+    chatty = logging.getLogger("chatty_library")
+    chatty.setLevel(logging.INFO)  # as onnxruntime's quantizer sets itself up: one INFO line per node
     try:
-        with run_log(tmp_path / "run.log", terminal=False), quiet_loggers(["some_library"]):
+        with run_log(tmp_path / "run.log", terminal=False), quiet_loggers(["some_library"]), quiet_loggers(["chatty_library"], logging.WARNING):
+            chatty.info("quantizing node 17")
             lib.warning("\x1b[1mLOAD REPORT\x1b[0m pooler MISSING")
             lib.error("an error the user must see")
             warnings.warn("a library's deprecation", UserWarning, stacklevel=1)
         assert seen == ["an error the user must see"]
         assert lib.handlers == [own] and lib.level == logging.WARNING and lib.propagate is False
+        assert chatty.level == logging.INFO and chatty.handlers == [] and chatty.propagate is True
         assert getattr(logging, "_warnings_showwarning", None) is None  # warnings no longer captured
         log = (tmp_path / "run.log").read_text()
+        assert "quantizing node" not in log
         assert "LOAD REPORT pooler MISSING" in log and "an error the user must see" in log and "a library's deprecation" in log, log
         assert logging.getLogger().handlers == root_handlers and not any(h.filters for h in root_handlers)
     finally:
         lib.removeHandler(own)
+        chatty.setLevel(logging.NOTSET)
 
 
 def test_c28_c11_a_link_at_run_log_is_refused_before_anything_is_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
