@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from attn_export.config_rules import LIMITS, check_combinations, check_numbers
 from attn_export.errors import ConfigError
 from attn_export.export.targets import DEFAULT_TARGET
-from attn_export.resources import MemoryEstimate, available_memory, estimate_memory, format_bytes
+from attn_export.resources import MemoryEstimate, check_fits, estimate_memory
 from attn_export.vocabulary import CALIB_CHOICES, CPU_INT8_ENCODINGS, LOW_RANK_METHODS, LOW_RANK_TARGET_NAMES
 
 if TYPE_CHECKING:
@@ -174,15 +174,10 @@ class RunConfig:
         self.check_memory()
 
     def check_memory(self) -> MemoryEstimate:
-        """Refuse a run whose estimated peak memory exceeds ``--max-memory`` (default: the memory available)."""
+        """Refuse a run whose estimated peak memory exceeds ``--max-memory`` (default: the memory available)
+        or the address-space limit (``ulimit -v``): ``resources.check_fits``."""
         est = self.estimate_memory()
-        budget = self.max_memory if self.max_memory is not None else available_memory()
-        if budget is not None and est.total > budget:
-            where = "--max-memory" if self.max_memory is not None else "available on this machine"
-            raise ConfigError(
-                f"expected the run to fit in memory, but it needs about {format_bytes(est.total)} ({est.describe()}) and "
-                f"{format_bytes(budget)} is {where}; lower --batch/--seq-len/--d-model, or pass --max-memory SIZE to try anyway"
-            )
+        check_fits(est, self.max_memory)
         return est
 
     def estimate_memory(self) -> MemoryEstimate:

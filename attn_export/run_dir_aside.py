@@ -68,7 +68,7 @@ TRASH_PREFIX = ".attn-export-discard-"
 REPORT_FILES = ("report.md", "report.html", "latency.png", "pareto.png", "error_histograms.png", "sensitivity.png", "seq_scaling.png",
                 "attention_maps.png")  # fmt: skip  # validate.render.write_reports
 ARTIFACT_PATTERNS = ("model*.onnx", "model*.onnx.data", "model*.engine", "model*.engine.*", "report.json", *REPORT_FILES,
-                     "bench.json", "bench.md", "sweep.json", "pareto.md", MANIFEST_NAME)  # fmt: skip
+                     "bench.json", "bench.md", "sweep.json", "pareto.md", "run.log", MANIFEST_NAME)  # fmt: skip
 NESTED_PATTERNS = ("models/*.onnx",)  # sweep --save-models
 _LEFTOVERS = (".*.tmp",)  # an atomic write cut short by a kill (attn_export._atomic names)
 _MAX_MANIFEST_BYTES = 64 << 20
