@@ -63,7 +63,7 @@ def sweep_axis(text: str | None, flag: str, kind: type) -> tuple[Any, ...] | Non
 
 
 def sweep(
-    quick: Annotated[bool, typer.Option("--quick", metavar="", help="Small grid: --low-rank none,0.5 --distill none,40 --quantize none,int8 --int8-mode dynamic,static --calib-method minmax --precision fp32,fp16.", show_default="off")] = False,
+    quick: Annotated[bool, typer.Option("--quick", metavar="", help="Small grid: --low-rank none,0.5 --distill none,40 --quantize none,int8 --int8-mode dynamic,static --calib-method minmax --precision fp32,fp16; an axis flag given beside it replaces that axis.", show_default="off")] = False,
     out: Annotated[Path, typer.Option("--out", help="Output folder for sweep.json, pareto.md and pareto.png.")] = Path("attn-export-sweep"),
     low_rank: Annotated[str | None, typer.Option("--low-rank", help="Low-rank ratios (none = no factorization).", show_default="none,0.75,0.5,0.25", rich_help_panel=_AXES)] = None,
     distill: Annotated[str | None, typer.Option("--distill", help="Distillation steps (none = no distillation).", show_default="none,100,300", rich_help_panel=_AXES)] = None,
