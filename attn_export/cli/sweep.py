@@ -59,7 +59,11 @@ def sweep_axis(text: str | None, flag: str, kind: type) -> tuple[Any, ...] | Non
             raise ConfigError(f"expected {flag} as a comma list of {kind.__name__} values or none, got {part!r} in {text!r}") from None
     if not values:
         raise ConfigError(f"expected {flag} to name at least one value, got {text!r}")
-    return tuple(dict.fromkeys(values))
+    if len(set(values)) != len(values):  # the grid's size is bounded by --max-points; a repeat is a typo, not a point
+        repeated = next(v for v in values if values.count(v) > 1)
+        raise ConfigError(f"expected each {flag} value once, got {'none' if repeated is None else repeated} {values.count(repeated)} times; "
+                          f"use {flag} {','.join('none' if v is None else str(v) for v in dict.fromkeys(values))}")  # fmt: skip
+    return tuple(values)
 
 
 def sweep(

@@ -172,6 +172,8 @@ def test_c29_pooling_with_20001_modes_is_refused_before_any_work(tmp_path, capsy
         pytest.param(["--checkpoint", "minilm", "--pooling", "mean+mean"], "expected each --pooling mode once", id="c29-pooling-mode-twice"),
         pytest.param(["--low-rank", "0.5", "--low-rank-targets", "q,k,q"], "expected each --low-rank-targets value once", id="c29-low-rank-target-twice"),
         pytest.param(["--checkpoint", "minilm", "--languages", "en,de,en"], "expected each --languages value once", id="c29-language-twice"),
+        pytest.param(["sweep", "--low-rank", "0.5,none,0.5"], "expected each --low-rank value once, got 0.5 2 times; use --low-rank 0.5,none",
+                     id="c29-sweep-axis-value-twice"),
         pytest.param(["bench", "--seqs", "128,128"], "expected each --seqs value once, got 128 2 times", id="c29-bench-seq-twice"),
         pytest.param(["bench", "--variants", "eager-fp32,eager-fp32"], "expected each --variants value once", id="c29-bench-variant-twice"),
         pytest.param(["bench", "--batches", ",".join(map(str, range(1, 2002)))], "expected at most 32 values in --batches", id="c29-bench-2001-batches"),
