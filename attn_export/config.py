@@ -142,6 +142,9 @@ class RunConfig:
         bad = [t for t in targets if t not in LOW_RANK_TARGET_NAMES]
         if bad or not targets:
             raise ConfigError(f"expected --low-rank-targets from {','.join(LOW_RANK_TARGET_NAMES)}, got {self.low_rank_targets!r}")
+        for flag, values in (("--low-rank-targets", targets), ("--languages", self.resolved_languages or ())):
+            if len(set(values)) != len(values):  # a repeat would factorize twice, or read a corpus twice
+                raise ConfigError(f"expected each {flag} value once, got {','.join(values)}; use {flag} {','.join(dict.fromkeys(values))}")
 
     def check_paths(self) -> None:
         """Refuse output and input paths that cannot work, before any model is built."""
@@ -171,6 +174,7 @@ class RunConfig:
         and the memory estimate against what is available (``--max-memory`` overrides it)."""
         self.check_paths()
         self.kind.preflight(self)
+        self.kind.check_tolerance_outputs(self)  # the outputs are known once the subject is (config.json: a task head or not)
         self.check_memory()
 
     def check_memory(self) -> MemoryEstimate:

@@ -141,8 +141,8 @@ def _parse_fallback(value: object) -> str | int:
     text = str(value).strip().lower()
     if text in ("auto", "none"):
         return text
-    if not text.isdigit():
-        raise ConfigError(f"expected --int8-fallback auto|none|N, got {value!r}; use auto (keeps in float only what the tolerance needs)")
+    if not (text.isascii() and text.isdigit()):  # str.isdigit() is also true of '²' and '①', which int() refuses
+        raise ConfigError(f"expected --int8-fallback auto|none|N (N in ASCII digits), got {value!r}; use auto (keeps in float only what the tolerance needs)")
     return int(text)
 
 

@@ -57,7 +57,7 @@ def bench(
         for v in values or ():
             int_in(flag, v, 1, hi)
     overrides: dict[str, Any] = {"d_model": d_model, "heads": heads, "threads": threads}
-    for key, val in (("seqs", seq_list), ("batches", batch_list), ("variants", strs(variants)), ("ceiling_size", ceiling_size)):
+    for key, val in (("seqs", seq_list), ("batches", batch_list), ("variants", strs(variants, "--variants")), ("ceiling_size", ceiling_size)):
         if val is not None:
             overrides[key] = val
     check_output_dir(out, "--out")

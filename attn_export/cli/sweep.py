@@ -60,11 +60,15 @@ def sweep_axis(text: str | None, flag: str, kind: type) -> tuple[Any, ...] | Non
             raise ConfigError(f"expected {flag} as a comma list of {kind.__name__} values or none, got {part!r} in {text!r}") from None
     if not values:
         raise ConfigError(f"expected {flag} to name at least one value, got {text!r}")
-    return tuple(dict.fromkeys(values))
+    if len(set(values)) != len(values):  # the grid's size is bounded by --max-points; a repeat is a typo, not a point
+        repeated = next(v for v in values if values.count(v) > 1)
+        raise ConfigError(f"expected each {flag} value once, got {'none' if repeated is None else repeated} {values.count(repeated)} times; "
+                          f"use {flag} {','.join('none' if v is None else str(v) for v in dict.fromkeys(values))}")  # fmt: skip
+    return tuple(values)
 
 
 def sweep(
-    quick: Annotated[bool, typer.Option("--quick", metavar="", help="Small grid: --low-rank none,0.5 --distill none,40 --quantize none,int8 --int8-mode dynamic,static --calib-method minmax --precision fp32,fp16.", show_default="off")] = False,
+    quick: Annotated[bool, typer.Option("--quick", metavar="", help="Small grid: --low-rank none,0.5 --distill none,40 --quantize none,int8 --int8-mode dynamic,static --calib-method minmax --precision fp32,fp16; an axis flag given beside it replaces that axis.", show_default="off")] = False,
     out: Annotated[Path, typer.Option("--out", help="Output folder for sweep.json, pareto.md and pareto.png.")] = Path("attn-export-sweep"),
     low_rank: Annotated[str | None, typer.Option("--low-rank", help="Low-rank ratios (none = no factorization).", show_default="none,0.75,0.5,0.25", rich_help_panel=_AXES)] = None,
     distill: Annotated[str | None, typer.Option("--distill", help="Distillation steps (none = no distillation).", show_default="none,100,300", rich_help_panel=_AXES)] = None,
