@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import ModuleType
 from typing import Any
 
@@ -40,20 +40,15 @@ def lazy_exports(package: str, where: Mapping[str, str]) -> tuple[Callable[[str]
     return __getattr__, __dir__
 
 
-@contextlib.contextmanager
-def quiet_loggers(names: Iterable[str], level: int = logging.ERROR) -> Iterator[None]:
-    """Raise the given loggers to ``level`` for the block, then put them back as they were.
+def quiet_loggers(names: Iterable[str], level: int = logging.ERROR) -> contextlib.AbstractContextManager[None]:
+    """What the given loggers say below ``level`` stays off the terminal for the block (into the run's
+    log, ``_quiet.run_log``, when a run holds one); their handlers are put back as they were after it.
 
     Why: importing or loading third-party libraries logs what a CPU user cannot act on (torchao's
-    CUDA-only kernels, torch's pytree registration notices, transformers' loading chatter), and
-    the toolkit must not change other libraries' loggers for good.
+    CUDA-only kernels, torch's pytree registration notices, transformers' loading report), and
+    the toolkit must not change other libraries' loggers for good. A library that sets up its
+    logger when imported (transformers) must be imported before the block.
     """
-    loggers = [logging.getLogger(n) for n in names]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(level)
-    try:
-        yield
-    finally:
-        for lg, old in zip(loggers, levels):
-            lg.setLevel(old)
+    from attn_export._quiet import diverted
+
+    return diverted(names, level)

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from attn_export.config_rules import LIMITS, check_combinations, check_numbers
 from attn_export.errors import ConfigError
 from attn_export.export.targets import DEFAULT_TARGET
-from attn_export.resources import MemoryEstimate, available_memory, estimate_memory, format_bytes
+from attn_export.resources import MemoryEstimate, check_fits, estimate_memory
 from attn_export.vocabulary import CALIB_CHOICES, CPU_INT8_ENCODINGS, LOW_RANK_METHODS, LOW_RANK_TARGET_NAMES
 
 if TYPE_CHECKING:
@@ -100,8 +100,8 @@ class RunConfig:
     triton: Path | None = None
     # output
     out: Path = field(default_factory=lambda: Path("attn-export-out"))
+    force: bool = False  # files attn-export did not write in --out, --bundle, --triton: moved into a new folder beside each, instead of a refusal
     render: bool = True
-    force: bool = False  # move files attn-export did not write out of --bundle/--triton (into a sibling folder) instead of refusing
     # resources: the memory budget the estimate is held to (None: what the machine has free)
     max_memory: int | None = None
 
@@ -144,12 +144,17 @@ class RunConfig:
         bad = [t for t in targets if t not in LOW_RANK_TARGET_NAMES]
         if bad or not targets:
             raise ConfigError(f"expected --low-rank-targets from {','.join(LOW_RANK_TARGET_NAMES)}, got {self.low_rank_targets!r}")
+        for flag, values in (("--low-rank-targets", targets), ("--languages", self.resolved_languages or ())):
+            if len(set(values)) != len(values):  # a repeat would factorize twice, or read a corpus twice
+                raise ConfigError(f"expected each {flag} value once, got {','.join(values)}; use {flag} {','.join(dict.fromkeys(values))}")
 
     def check_paths(self) -> None:
         """Refuse output and input paths that cannot work, before any model is built."""
         from attn_export.paths import check_input_file, check_output_dir, check_output_file
+        from attn_export.run_dir_aside import check_owned
 
         check_output_dir(self.out, "--out")
+        check_owned(self.out, "--out", self.force)  # the user's own model.onnx is never overwritten (run_dir)
         deploy = [(flag, Path(path)) for flag, path in (("--bundle", self.bundle), ("--triton", self.triton)) if path is not None]
         for flag, path in deploy:
             check_output_dir(path, flag)
@@ -171,18 +176,14 @@ class RunConfig:
         and the memory estimate against what is available (``--max-memory`` overrides it)."""
         self.check_paths()
         self.kind.preflight(self)
+        self.kind.check_tolerance_outputs(self)  # the outputs are known once the subject is (config.json: a task head or not)
         self.check_memory()
 
     def check_memory(self) -> MemoryEstimate:
-        """Refuse a run whose estimated peak memory exceeds ``--max-memory`` (default: the memory available)."""
+        """Refuse a run whose estimated peak memory exceeds ``--max-memory`` (default: the memory available)
+        or the address-space limit (``ulimit -v``): ``resources.check_fits``."""
         est = self.estimate_memory()
-        budget = self.max_memory if self.max_memory is not None else available_memory()
-        if budget is not None and est.total > budget:
-            where = "--max-memory" if self.max_memory is not None else "available on this machine"
-            raise ConfigError(
-                f"expected the run to fit in memory, but it needs about {format_bytes(est.total)} ({est.describe()}) and "
-                f"{format_bytes(budget)} is {where}; lower --batch/--seq-len/--d-model, or pass --max-memory SIZE to try anyway"
-            )
+        check_fits(est, self.max_memory)
         return est
 
     def estimate_memory(self) -> MemoryEstimate:
@@ -286,7 +287,7 @@ class RunConfig:
     @property
     def resolved_gpu_arch(self) -> str | None:
         """The GPU architecture an engine is built for: ``--gpu-arch``, else the target's (Jetson: sm87), else unknown (None)."""
-        from attn_export.export.gpu_arch import default_arch, parse_gpu_arch
+        from attn_export.targets.gpu_arch import default_arch, parse_gpu_arch
 
         return parse_gpu_arch(self.gpu_arch) if self.gpu_arch is not None else default_arch(self.target)
 

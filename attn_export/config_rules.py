@@ -125,7 +125,7 @@ def _check_precision(cfg: Any, target: Any) -> None:
     if cfg.int8_mode != "auto" and routes[0].produces != "eager" and routes[0].deploy_refusal(target):
         raise ConfigError(f"--int8-mode {cfg.int8_mode} cannot target {target.name}: {routes[0].deploy_refusal(target)}")
     if target.is_tensorrt and cfg.quantize not in ("int8",):
-        from attn_export.export.gpu_arch import archs_with, require_precision
+        from attn_export.targets.gpu_arch import archs_with, require_precision
 
         arch = cfg.resolved_gpu_arch
         if arch is None:
@@ -141,8 +141,8 @@ def _parse_fallback(value: object) -> str | int:
     text = str(value).strip().lower()
     if text in ("auto", "none"):
         return text
-    if not text.isdigit():
-        raise ConfigError(f"expected --int8-fallback auto|none|N, got {value!r}; use auto (keeps in float only what the tolerance needs)")
+    if not (text.isascii() and text.isdigit()):  # str.isdigit() is also true of '²' and '①', which int() refuses
+        raise ConfigError(f"expected --int8-fallback auto|none|N (N in ASCII digits), got {value!r}; use auto (keeps in float only what the tolerance needs)")
     return int(text)
 
 

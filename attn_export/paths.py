@@ -19,7 +19,7 @@ from pathlib import Path
 
 from attn_export.errors import AttnExportError, ConfigError
 
-__all__ = ["COMMAND_LINE", "check_input_file", "check_output_dir", "check_output_file", "check_regular_file", "file_kind", "given_empty"]
+__all__ = ["COMMAND_LINE", "check_input_file", "check_name_lengths", "check_output_dir", "check_output_file", "check_regular_file", "file_kind", "given_empty"]
 
 _PSEUDO_FS = ("/proc", "/sys", "/dev")
 
@@ -64,6 +64,21 @@ def _refuse_empty(flag: str, what: str) -> None:
         raise ConfigError(f"{flag} '': expected {what}, got an empty string; pass a path (e.g. {flag} out)")
 
 
+_NAME_MAX, _PATH_MAX = 255, 4096  # bytes: Linux's limits for one name and for a whole path
+
+
+def check_name_lengths(path: Path, flag: str) -> None:
+    """A name over NAME_MAX (or a path over PATH_MAX) fails every call with ENAMETOOLONG: refuse it by name first."""
+    for part in path.parts:
+        size = len(os.fsencode(part))
+        if size > _NAME_MAX:
+            raise ConfigError(f"{flag}: expected each folder or file name within {_NAME_MAX} bytes (the filesystem's limit), got one of {size} "
+                              f"bytes ({part[:24]}...); pass a shorter {flag}")  # fmt: skip
+    size = len(os.fsencode(os.path.abspath(path)))
+    if size >= _PATH_MAX:
+        raise ConfigError(f"{flag}: expected a path within {_PATH_MAX - 1} bytes, got {size}; pass a shorter {flag}")
+
+
 def file_kind(mode: int) -> str:
     """What a ``st_mode`` is, in words: "a regular file", "a FIFO", "a character device"..."""
     for test, name in ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symbolic link"),
@@ -99,6 +114,7 @@ def check_output_dir(path: Path, flag: str = "--out") -> None:
     """``path`` is, or can become, a writable directory (nothing is created)."""
     path = Path(path)
     _refuse_empty(flag, "a folder")
+    check_name_lengths(path, flag)
     _refuse_pseudo(path, flag)
     if path.exists() and not path.is_dir():
         raise ConfigError(f"{flag} {path} is a file; pass a directory (it is created if missing)")
@@ -113,6 +129,7 @@ def check_output_file(path: Path, flag: str) -> None:
     """``path`` can be written as a file: not a directory or a FIFO/device, and its folder exists or can be created writable."""
     path = Path(path)
     _refuse_empty(flag, "a file path")
+    check_name_lengths(path, flag)
     _refuse_pseudo(path, flag)
     if path.is_dir():
         raise ConfigError(f"{flag} {path} is a directory; pass a file path")

@@ -215,7 +215,7 @@ def eight_bit_precisions(cfg: RunConfig, target: Target) -> tuple[tuple[str, ...
         return (str(cfg.quantize),), ""
     if not target.is_tensorrt:
         return ("int8",), f"--quantize auto: int8 ({target.name} has no FP8 kernels)"
-    from attn_export.export.gpu_arch import best_8bit, supports
+    from attn_export.targets.gpu_arch import best_8bit, supports
 
     arch = cfg.resolved_gpu_arch
     if arch is None:

@@ -14,8 +14,11 @@ rendering, followed by a run that failed, lost the last complete run. So a run:
    regular file with one link, or refused) before writing anything; a second run refuses at
    once, naming the PID that holds it. (flock, not a PID file: the kernel drops the lock when
    its holder dies, so a crashed run never blocks the next one.)
-3. brings back the last complete run if a run was killed (``run_dir_aside.recover``), then
-   moves that run's files aside into ``OUT/.attn-export-previous/`` and writes ``run.json``
+3. brings back the last complete run if a run was killed (``run_dir_aside.recover``); refuses
+   a ``--out`` holding a file with a name a run writes that no complete ``run.json`` lists with
+   its bytes (the user's own ``model.onnx``), unless ``--force`` moves such files into a new
+   folder beside ``--out`` (``check_owned`` makes the same check before any work); then
+   moves the last run's files aside into ``OUT/.attn-export-previous/`` and writes ``run.json``
    "running" (with a snapshot of what ``--out`` held, so a kill can be cleaned up later);
 4. on success writes ``run.json`` "complete" atomically, last (command line, seed, versions,
    configuration and the sha256 of every file it wrote): that is the commit, and only then is
@@ -37,7 +40,7 @@ import logging
 import os
 import stat
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +52,13 @@ from attn_export.run_dir_aside import (
     MANIFEST_FORMAT,
     MANIFEST_NAME,
     PREVIOUS_NAME,
+    REPORT_FILES,
+    check_owned,
+    conflict_error,
     discard_aside,
     earlier_files,
+    foreign_files,
+    is_manifest,
     is_reserved,
     move_aside,
     read_manifest,
@@ -58,7 +66,7 @@ from attn_export.run_dir_aside import (
     refuse_links,
     restore,
 )
-from attn_export.run_dir_fs import OutDir, Stat, sha256_fd, stat_key, take_lock
+from attn_export.run_dir_fs import OutDir, Stat, make_sibling, move_into, sha256_fd, stat_key, take_lock
 
 __all__ = [
     "ARTIFACT_PATTERNS",
@@ -66,14 +74,15 @@ __all__ = [
     "MANIFEST_FORMAT",
     "MANIFEST_NAME",
     "PREVIOUS_NAME",
+    "REPORT_FILES",
     "RunDir",
+    "check_owned",
     "claim",
     "claim_output",
     "sha256_file",
 ]
 
 log = logging.getLogger(__name__)
-
 
 
 def sha256_file(path: str | os.PathLike[str]) -> str:
@@ -106,8 +115,15 @@ class RunDir:
     """The claim of one run on its output folder; use through ``claim()`` / ``claim_output()``."""
 
     def __init__(self, out: Path, flag: str = "--out", config: Mapping[str, Any] | None = None, seed: int | None = None,
-                 deployed: Mapping[str, Path | None] | None = None) -> None:  # fmt: skip
+                 deployed: Mapping[str, Path | None] | None = None, force: bool = False, names: Iterable[str] | None = None) -> None:  # fmt: skip
         self.out = Path(out)
+        # only these names are this command's (``report``): the rest of the run in --out stays, and stays listed
+        self.names = None if names is None else frozenset(names)
+        self._base: dict[str, Any] | None = None  # that run's manifest
+        self._kept: set[str] = set()
+        self.force = force  # move files attn-export did not write into a new sibling folder instead of refusing
+        self.aside: Path | None = None  # that folder, once made
+        self._aside_files: list[str] = []
         self.flag = flag
         self.config = dict(config or {})
         self.seed = seed
@@ -217,9 +233,19 @@ class RunDir:
             raise
         try:
             refuse_links(self.dir, self.out, self.deployed.values())
+            if self.force and not is_manifest(self.dir):
+                self._set_aside([MANIFEST_NAME])  # a run.json that is not an attn-export manifest is the user's file too
             recover(self.dir)  # a killed run's files out, the last complete run back in
             manifest, _ = read_manifest(self.dir)
-            self._moved = move_aside(self.dir, earlier_files(self.dir, manifest), self.started)
+            foreign = foreign_files(self.dir, manifest, self.names)  # the user's files at names this run may write
+            if foreign and not self.force:
+                raise conflict_error(self.out, self.flag, foreign[0])
+            self._set_aside(foreign)
+            earlier = earlier_files(self.dir, manifest)
+            if self.names is not None:
+                self._base, self._kept = manifest, {rel for rel in earlier if rel not in self.names and rel != MANIFEST_NAME}
+                earlier = [rel for rel in earlier if rel not in self._kept]
+            self._moved = move_aside(self.dir, earlier, self.started)
             before = self._top()
             before.pop(MANIFEST_NAME, None)
             self._touched = {rel.split("/", 1)[0] for rel in self._moved if "/" in rel}  # folders an earlier run wrote into
@@ -234,6 +260,16 @@ class RunDir:
             raise
         return self
 
+    def _set_aside(self, files: list[str]) -> None:
+        """--force: move the user's files into a new folder beside --out (``run_dir_fs.make_sibling``), before anything is written."""
+        if not files:
+            return
+        if self.aside is None:
+            self.aside = make_sibling(self.dir, _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
+        move_into(self.dir, files, self.aside)
+        self._aside_files += files
+        log.warning("--force: moved %d file(s) attn-export did not write out of %s into %s: %s", len(files), self.out, self.aside, ", ".join(files))
+
     def finish(self) -> Path:
         """Write the complete manifest (the commit), then drop the earlier run's files and release the folder."""
         try:
@@ -246,6 +282,8 @@ class RunDir:
                         files = sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
                         deployed[flag] = {"path": str(folder.absolute()),
                                           "files": {p.relative_to(folder).as_posix(): {"sha256": self._hash(p), "size_bytes": p.stat().st_size} for p in files}}  # fmt: skip
+                if self._base is not None:  # the entries of the files it left in place
+                    artifacts = {**{rel: e for rel, e in self._base["artifacts"].items() if rel in self._kept}, **artifacts}
                 path = self._write_manifest({"status": "complete", "finished": _now(), "artifacts": artifacts, "deployed": deployed})
                 self._committed = True
             except BaseException:
@@ -301,6 +339,11 @@ class RunDir:
             "command": list(command) if command else None, "seed": self.seed, "versions": _versions(),
             "started": self.started, **{k: v for k, v in fields.items() if k != "status"}, "config": self.config,
         }  # fmt: skip
+        if self._base is not None:  # it amends that run: its command, seed and options stay, with this command added
+            data.update({k: self._base[k] for k in ("command", "seed", "versions", "started", "config", "deployed") if k in self._base})
+            data["amended"] = [*(self._base.get("amended") or []), {"command": list(command) if command else None, "started": self.started}]
+        if self.aside is not None:  # --force: where the user's files went
+            data["moved_aside"] = {"folder": str(self.aside), "files": self._aside_files}
         self.dir.write_atomic(MANIFEST_NAME, (json.dumps(data, indent=2, default=str) + "\n").encode("utf-8"))
         return self.out / MANIFEST_NAME
 
@@ -336,9 +379,11 @@ def _is_within(path: Path, folder: Path) -> bool:
 
 @contextlib.contextmanager
 def claim(out: str | os.PathLike[str], flag: str = "--out", *, config: Mapping[str, Any] | None = None, seed: int | None = None,
-          deployed: Mapping[str, Path | None] | None = None) -> Iterator[RunDir]:  # fmt: skip
-    """Own ``out`` for the block: lock, earlier run aside, manifest on success, clean-up on failure."""
-    owner = RunDir(Path(out), flag, config, seed, deployed).acquire()
+          deployed: Mapping[str, Path | None] | None = None, force: bool = False, names: Iterable[str] | None = None) -> Iterator[RunDir]:  # fmt: skip
+    """Own ``out`` for the block: lock, the user's files refused (or, ``force``, moved beside it),
+    earlier run aside, manifest on success, clean-up on failure. With ``names`` (``attn-export
+    report``) only those files of the earlier run are replaced; its other files stay listed."""
+    owner = RunDir(Path(out), flag, config, seed, deployed, force, names).acquire()
     try:
         yield owner
     except BaseException:
@@ -348,5 +393,7 @@ def claim(out: str | os.PathLike[str], flag: str = "--out", *, config: Mapping[s
 
 
 def claim_output(cfg: Any) -> contextlib.AbstractContextManager[RunDir]:
-    """``claim()`` for a ``RunConfig``: its --out, options, seed and deployment folders."""
-    return claim(cfg.out, "--out", config=cfg.to_dict(), seed=cfg.seed, deployed={"--bundle": cfg.bundle, "--triton": cfg.triton})
+    """``claim()`` for a ``RunConfig``: its --out, options, seed, deployment folders and --force."""
+    return claim(cfg.out, "--out", config=cfg.to_dict(), seed=cfg.seed, deployed={"--bundle": cfg.bundle, "--triton": cfg.triton},
+                 force=cfg.force)  # fmt: skip
+

@@ -25,9 +25,11 @@ file in the aside folder goes back. ``--out`` then holds the last complete run a
 the new run keeps aside until it completes itself.
 
 Only files are moved: those a complete ``run.json`` lists whose bytes still match the sha256
-it recorded (or, at the top level, that have a name a run writes), or for a folder without
-``run.json`` (written before run manifests existed) the names a run writes; all reached
-through ``run_dir_fs.OutDir``, which follows no link.
+it recorded, all reached through ``run_dir_fs.OutDir``, which follows no link. A file with a
+name a run writes that no complete ``run.json`` lists with a matching sha256 (the user's own
+``model.onnx``, a listed file edited since, any such file in a folder without ``run.json``)
+is not ours: ``foreign_files`` finds it, and the run refuses the folder unless ``--force``
+moves it into a new sibling folder first (``run_dir_fs.move_to_sibling``).
 """
 
 from __future__ import annotations
@@ -46,11 +48,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from attn_export.errors import ConfigError
-from attn_export.run_dir_fs import OutDir, stat_key
+from attn_export.run_dir_fs import SIBLING_INFIX, OutDir, stat_key
 
 __all__ = [
-    "ARTIFACT_PATTERNS", "LOCK_NAME", "MANIFEST_FORMAT", "MANIFEST_NAME", "MARKER_NAME", "PREVIOUS_NAME", "TRASH_PREFIX",
-    "discard_aside", "earlier_files", "is_reserved", "move_aside", "read_manifest", "recover", "refuse_links", "restore",
+    "ARTIFACT_PATTERNS", "NESTED_PATTERNS", "REPORT_FILES", "LOCK_NAME", "MANIFEST_FORMAT", "MANIFEST_NAME", "MARKER_NAME", "PREVIOUS_NAME", "TRASH_PREFIX",
+    "check_owned", "conflict_error", "discard_aside", "earlier_files", "foreign_files", "is_manifest", "is_reserved", "move_aside", "read_manifest", "recover", "refuse_links", "restore",
 ]  # fmt: skip
 
 log = logging.getLogger(__name__)
@@ -61,9 +63,13 @@ LOCK_NAME = ".attn-export.lock"
 PREVIOUS_NAME = ".attn-export-previous"
 MARKER_NAME = ".attn-export-moved"  # inside PREVIOUS_NAME: the whole earlier run is aside
 TRASH_PREFIX = ".attn-export-discard-"
-# What a run writes into --out; used only where no manifest lists the files (see the module doc).
-ARTIFACT_PATTERNS = ("model*.onnx", "model*.onnx.data", "model*.engine", "model*.engine.*", "report.json", "report.md", "report.html",
-                     "*.png", "bench.json", "bench.md", "sweep.json", "pareto.md", MANIFEST_NAME)  # fmt: skip
+# Every name a command writes into --out (the main command and ``encoder``, ``sweep``, ``bench``,
+# ``report``): such a file that no complete run.json of ours lists is the user's (see the module doc).
+REPORT_FILES = ("report.md", "report.html", "latency.png", "pareto.png", "error_histograms.png", "sensitivity.png", "seq_scaling.png",
+                "attention_maps.png")  # fmt: skip  # validate.render.write_reports
+ARTIFACT_PATTERNS = ("model*.onnx", "model*.onnx.data", "model*.engine", "model*.engine.*", "report.json", *REPORT_FILES,
+                     "bench.json", "bench.md", "sweep.json", "pareto.md", "run.log", MANIFEST_NAME)  # fmt: skip
+NESTED_PATTERNS = ("models/*.onnx",)  # sweep --save-models
 _LEFTOVERS = (".*.tmp",)  # an atomic write cut short by a kill (attn_export._atomic names)
 _MAX_MANIFEST_BYTES = 64 << 20
 
@@ -75,6 +81,13 @@ def is_reserved(name: str) -> bool:
 
 def _named_like_ours(name: str, leftovers: bool = False) -> bool:
     return any(fnmatch.fnmatchcase(name, p) for p in ARTIFACT_PATTERNS + (_LEFTOVERS if leftovers else ()))
+
+
+def named_like_ours(rel: str) -> bool:
+    """``rel`` (relative to --out) is a name a run writes: at the top level, or in a folder a run fills."""
+    if rel.count("/") == 1:
+        return any(fnmatch.fnmatchcase(rel, p) for p in NESTED_PATTERNS)
+    return "/" not in rel and _named_like_ours(rel)
 
 
 def inside(rel: object) -> bool:
@@ -114,7 +127,7 @@ def read_manifest(od: OutDir) -> tuple[dict[str, Any] | None, int]:
     """(``OUT/run.json`` validated, its inode change time in ns), or (None, 0) when there is none."""
     from attn_export.validate.schema import RunManifestSchema, validate
 
-    fix = f"it is not an attn-export run manifest: move it away or pass another {od.flag}"
+    fix = f"it is not an attn-export run manifest: move it away, pass another {od.flag}, or --force to move it aside"
     where = f"{od.path / MANIFEST_NAME}"
     raw = od.read(MANIFEST_NAME, _MAX_MANIFEST_BYTES + 1)
     if raw is None:
@@ -131,6 +144,15 @@ def read_manifest(od: OutDir) -> tuple[dict[str, Any] | None, int]:
     validate(RunManifestSchema, data, where, fix, error=ConfigError)
     st = od.lstat(MANIFEST_NAME)
     return data, (st.st_ctime_ns if st is not None else 0)
+
+
+def is_manifest(od: OutDir) -> bool:
+    """Whether ``OUT/run.json`` is missing or an attn-export run manifest (not a file of the user's)."""
+    try:
+        read_manifest(od)
+    except ConfigError:
+        return False
+    return True
 
 
 class _Claim(BaseModel):
@@ -150,31 +172,59 @@ def _claim_of(manifest: dict[str, Any]) -> _Claim | None:
         return None  # an unreadable snapshot: fall back to the names a run writes
 
 
-# -- the earlier run's files -------------------------------------------------------------------
+# -- the earlier run's files, and the user's ------------------------------------------------------
+def _owned(od: OutDir, manifest: dict[str, Any] | None) -> set[str]:
+    """The files a complete ``manifest`` lists whose bytes still match the sha256 it recorded."""
+    owned: set[str] = set()
+    if manifest is None or manifest.get("status") != "complete":
+        return owned
+    for rel, entry in (manifest.get("artifacts") or {}).items():
+        if not inside(rel) or rel == MANIFEST_NAME or not isinstance(entry, dict):
+            continue
+        st = od.lstat(rel)  # a link on the way is refused: a path the run uses
+        if st is None:
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            raise od.link_error(rel)
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        if st.st_size == entry.get("size_bytes") and od.sha256(rel) == entry.get("sha256"):
+            owned.add(rel)
+        elif not named_like_ours(rel):
+            log.warning("left %s in place: run.json lists it, but it is not the file that run wrote (sha256 differs)", rel)
+    return owned
+
+
 def earlier_files(od: OutDir, manifest: dict[str, Any] | None) -> list[str]:
-    """The files of the complete earlier run in --out, ``run.json`` last."""
-    if manifest is not None:
-        names = []
-        for rel, entry in (manifest.get("artifacts") or {}).items():
-            if not inside(rel) or rel == MANIFEST_NAME:
-                continue
-            st = od.lstat(rel)  # a link on the way is refused: a path the run uses
-            if st is None:
-                continue
-            if stat.S_ISLNK(st.st_mode):
-                raise od.link_error(rel)
-            if not stat.S_ISREG(st.st_mode):
-                continue
-            if od.sha256(rel) == entry.get("sha256") or ("/" not in rel and _named_like_ours(rel)):
-                names.append(rel)
-            else:
-                log.warning("left %s in place: run.json lists it, but it is not the file that run wrote (sha256 differs)", rel)
-        return sorted(names) + [MANIFEST_NAME]
-    report = od.lstat("report.json")
-    if report is None or not stat.S_ISREG(report.st_mode):
-        return []  # not a folder an attn-export run wrote: leave it alone
-    top = od.entries("")
-    return sorted(n for n, st in top.items() if stat.S_ISREG(st.st_mode) and _named_like_ours(n))
+    """The files of the complete earlier run in --out, ``run.json`` last (none without a manifest)."""
+    if manifest is None:
+        return []
+    return sorted(_owned(od, manifest)) + [MANIFEST_NAME]
+
+
+def foreign_files(od: OutDir, manifest: dict[str, Any] | None, names: Iterable[str] | None = None) -> list[str]:
+    """Files in --out with a name a run writes (only ``names``, when given) that no complete
+    ``run.json`` lists with a matching sha256: the user's (see the module doc), sorted."""
+    owned = _owned(od, manifest)
+    wanted = None if names is None else set(names)
+    found: list[str] = []
+    for name, st in od.entries("").items():
+        if is_reserved(name) or name == MANIFEST_NAME:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            candidates = [name]
+        elif stat.S_ISDIR(st.st_mode) and any(p.startswith(name + "/") for p in NESTED_PATTERNS):
+            candidates = list(od.files(name))
+        else:
+            continue
+        found += [rel for rel in candidates if named_like_ours(rel) and rel not in owned and (wanted is None or rel in wanted)]
+    return sorted(found)
+
+
+def conflict_error(out: Path, flag: str, rel: str) -> ConfigError:
+    """The one line that refuses a --out holding a file attn-export did not write."""
+    return ConfigError(f"{flag} {out} holds {out / rel}, which attn-export did not write (no run.json of its own lists it with these bytes); "
+                       f"pass another {flag}, or --force to move such files aside into {out}{SIBLING_INFIX}<UTC time>/ first")  # fmt: skip
 
 
 def move_aside(od: OutDir, files: list[str], started: str) -> list[str]:
@@ -281,3 +331,26 @@ def recover(od: OutDir) -> None:
         _discard_incomplete(od, manifest or {}, since)
     restore(od, strict=True)
     log.info("put the last complete run back from %s", PREVIOUS_NAME)
+
+
+def check_owned(out: str | os.PathLike[str], flag: str = "--out", force: bool = False, names: Iterable[str] | None = None) -> None:
+    """Refuse, before any work, a ``out`` holding a file with a name a run writes that attn-export
+    did not write (``run_dir_aside.foreign_files``); read-only. ``claim`` checks again under its lock."""
+    from attn_export.paths import given_empty
+
+    path = Path(out)
+    if force or given_empty(flag) or os.path.islink(path) or not os.path.isdir(path):
+        return  # moved aside by the claim, or refused there (a link), or nothing there yet
+    od = OutDir(path, flag)
+    try:
+        refuse_links(od, path, ())
+        if od.lstat(PREVIOUS_NAME) is not None:
+            return  # a run was cut short here: the claim decides once it has put the last complete run back
+        manifest, _ = read_manifest(od)
+        if manifest is not None and manifest.get("status") != "complete":
+            return  # a run still running (the lock refuses) or killed (the claim cleans it up)
+        foreign = foreign_files(od, manifest, names)
+        if foreign:
+            raise conflict_error(path, flag, foreign[0])
+    finally:
+        od.close()

@@ -25,12 +25,13 @@ from pathlib import Path, PurePosixPath
 
 from attn_export.errors import ConfigError
 
-__all__ = ["OutDir", "Stat", "lock_holder", "sha256_fd", "stat_key", "take_lock"]
+__all__ = ["SIBLING_INFIX", "OutDir", "Stat", "lock_holder", "make_sibling", "move_into", "sha256_fd", "stat_key", "take_lock"]
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 Stat = tuple[int, int, int]  # (inode, mtime_ns, size); folders have size -1
+SIBLING_INFIX = ".attn-export-aside-"  # OUT.attn-export-aside-<UTC time>: where --force moves the user's files
 
 
 def sha256_fd(fd: int) -> str:
@@ -301,3 +302,77 @@ def lock_holder(od: OutDir, name: str) -> str:
             return f"PID {info['pid']}{started}"
         time.sleep(0.05)
     return "PID unknown"
+
+
+def _sibling_name(base: str, stamp: str, attempt: int) -> str:
+    """``base.attn-export-aside-stamp[-n]``, ``base`` shortened (by bytes) so the name stays within NAME_MAX."""
+    tail = SIBLING_INFIX + stamp + (f"-{attempt}" if attempt else "")
+    room = 255 - len(tail.encode())
+    raw = base.encode()[:room]
+    return raw.decode(errors="ignore") + tail
+
+
+def make_sibling(od: OutDir, stamp: str) -> Path:
+    """A NEW folder beside --out, ``OUT.attn-export-aside-<stamp>``, for the files ``--force`` moves out of it.
+
+    Made with ``mkdir``: an existing name is never reused (the next free ``-1``, ``-2``... is
+    taken). Nothing is copied later, only renamed, so it must be on the filesystem of --out: a
+    --out that is a mount point is refused here, before anything moves.
+    """
+    out = Path(os.path.realpath(od.path))  # --out itself is no link (OutDir); its parents may be
+    fix = f"move them yourself or pass another {od.flag}"
+    try:
+        pfd = os.open(out.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as err:
+        raise ConfigError(f"{od.flag} {od.path}: cannot open its parent folder to move the files attn-export did not write ({err.strerror or err}); {fix}") from None
+    try:
+        for attempt in range(100):
+            name = _sibling_name(out.name, stamp, attempt)
+            try:
+                os.mkdir(name, 0o777, dir_fd=pfd)
+                break
+            except FileExistsError:
+                continue
+            except OSError as err:
+                raise ConfigError(f"{od.flag} {od.path}: cannot create {out.parent / name} for the files attn-export did not write ({err.strerror or err}); {fix}") from None
+        else:
+            raise ConfigError(f"{od.flag} {od.path}: every {out}{SIBLING_INFIX}{stamp} name is taken; remove some or pass another {od.flag}")
+        st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
+    finally:
+        os.close(pfd)
+    sibling = out.parent / name
+    if st.st_dev != os.fstat(od.fd).st_dev:
+        os.rmdir(sibling)
+        raise ConfigError(f"{od.flag} {od.path} is on another filesystem than its parent folder, so its files cannot be moved beside it; {fix}")
+    return sibling
+
+
+def move_into(od: OutDir, files: list[str], folder: Path) -> None:
+    """Rename ``files`` (relative to --out; subfolders kept) into ``folder``, reached without following links."""
+    try:
+        afd = os.open(folder, _DIR)
+    except OSError as err:
+        raise ConfigError(f"{od.flag} {od.path}: cannot open {folder} ({err.strerror or err}); move the files yourself or pass another {od.flag}") from None
+    try:
+        for rel in files:
+            parts = PurePosixPath(rel).parts
+            dfd = os.dup(afd)
+            try:
+                for part in parts[:-1]:
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(part, 0o777, dir_fd=dfd)
+                    sub = os.open(part, _DIR, dir_fd=dfd)
+                    os.close(dfd)
+                    dfd = sub
+                with od.parent(rel) as (sfd, sname):
+                    with contextlib.suppress(FileNotFoundError):  # never replace what is already there
+                        os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False)
+                        raise FileExistsError(errno.EEXIST, "a file of that name is already there")
+                    os.rename(sname, parts[-1], src_dir_fd=sfd, dst_dir_fd=dfd)
+            except OSError as err:
+                raise ConfigError(f"{od.flag} {od.path}: could not move {rel} into {folder} ({err.strerror or err}); the files moved so far "
+                                  f"are there: move the rest yourself or pass another {od.flag}") from None  # fmt: skip
+            finally:
+                os.close(dfd)
+    finally:
+        os.close(afd)

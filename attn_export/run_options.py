@@ -40,6 +40,8 @@ class RunOptions(Protocol):
     calib_method: str | None
     smoothquant: float | str | None
     gpu_arch: str | None
+    # judging
+    tolerance_overrides: dict[str, dict[str, float]] | None
 
     @property
     def kind(self) -> Any: ...  # subjects.kinds.SubjectKind

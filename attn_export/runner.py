@@ -303,8 +303,12 @@ def _notes(plan: Plan, stages: dict[str, Stage], report: Report, timing: TimingR
         report.notes.extend(_disagreement(plan, stage, str(stage.details.get("judged_on") or "the report split")))
 
 
-def run(cfg: RunConfig, progress: Progress | None = None) -> RunResult:
-    """Run ``cfg`` (a ``RunConfig``): every stage, side-by-side timing, judging, selection, deploy, report."""
+def run(cfg: RunConfig, progress: Progress | None = None, quiet: bool = False) -> RunResult:
+    """Run ``cfg`` (a ``RunConfig``): every stage, side-by-side timing, judging, selection, deploy, report.
+
+    What libraries log while loading (transformers' load report) goes to ``OUT/run.log``; with
+    ``quiet`` every library record and Python warning does, and none reaches the terminal."""
+    from attn_export._quiet import RUN_LOG_NAME, run_log
     from attn_export.deploy.folder import claim_deploy_folders
     from attn_export.extras import check_extras
     from attn_export.process import ProcessSettings, process_settings
@@ -317,7 +321,8 @@ def run(cfg: RunConfig, progress: Progress | None = None) -> RunResult:
     threads = cfg.resolved_threads
     # the run holds its --bundle/--triton folders (lock; --force moves foreign files aside) for as long as
     # it owns --out (lock, earlier run's files aside, run.json; cleaned up on failure): run.json describes them
-    with claim_deploy_folders(cfg) as deploy_claims, claim_output(cfg) as owner, process_settings(ProcessSettings(threads=threads)):
+    with (claim_deploy_folders(cfg) as deploy_claims, claim_output(cfg) as owner, process_settings(ProcessSettings(threads=threads)),
+          run_log(cfg.out / RUN_LOG_NAME, terminal=not quiet)):
         moved = [f"{c.flag} {c.folder}: moved what attn-export did not write into {aside}" for c in deploy_claims if (aside := c.make_room(cfg.force))]
         for note in moved:
             say(note)

@@ -92,10 +92,11 @@ class SweepConfig:
 
     @classmethod
     def quick(cls, **overrides: Any) -> SweepConfig:
-        base = {"repeats": 5}
-        base.update(overrides.pop("base", {}))
-        return cls(low_rank=(None, 0.5), distill=(None, 40), quantize=(None, "int8"), int8_mode=("dynamic", "static"), calib_method=("minmax",),
-                   precision=precision_names(export_float=True), base=base, **overrides)  # fmt: skip
+        """The small grid of ``sweep --quick``; an axis (or setting) in ``overrides`` replaces the preset's (``--quick --low-rank 0.5``)."""
+        preset: dict[str, Any] = {"low_rank": (None, 0.5), "distill": (None, 40), "quantize": (None, "int8"), "int8_mode": ("dynamic", "static"),
+                                  "calib_method": ("minmax",), "precision": precision_names(export_float=True)}  # fmt: skip
+        base = {"repeats": 5, **overrides.pop("base", {})}
+        return cls(**{**preset, **overrides, "base": base})
 
     def points(self) -> list[SweepPoint]:
         """The grid without meaningless combinations (distillation without low-rank, int8 of fp16, calibration of dynamic)."""

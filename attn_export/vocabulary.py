@@ -95,7 +95,7 @@ class Precision:
     cross_class_slack: added to that slack when the report's CPU class has no baseline entry of its own.
     export_float: an ONNX graph can be exported in it (``--precision``); otherwise it is an 8-bit
       Q/DQ format that ``--quantize`` makes from an fp32 graph.
-    arch_column: the GPU table (``export.gpu_arch``) records whether each architecture runs it
+    arch_column: the GPU table (``targets.gpu_arch``) records whether each architecture runs it
       (fp32 runs on every GPU, so it has no column).
     trt_weak_flags: the TensorRT ``BuilderFlag`` members a weakly typed build (TensorRT 10.x) sets
       to run it (``runtime/tensorrt/build_plan.py``): 8-bit Q/DQ regions with fp16 for the rest.

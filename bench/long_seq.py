@@ -14,7 +14,7 @@ padded; --mask causal|window|none for the other kinds) at B=1 for each L, and at
 
 Latency: all variants of a grid point timed round-robin in this process on the same input
 (``validate.latency.time_runners``), same thread count for PyTorch and ONNX Runtime; p50 ms.
-Peak memory: each variant's first inference in a fresh subprocess (``benchmark.memory``:
+Peak memory: each variant's first inference in a fresh subprocess (``validate.memory``:
 peak RSS delta after ``malloc_trim``, weights excluded), so no runtime's leftovers count.
 The subprocess runs with glibc's ``MALLOC_MMAP_THRESHOLD_=131072`` (same for every variant):
 glibc otherwise raises its mmap threshold after the first large free and serves later
@@ -142,8 +142,8 @@ def skip_reason(variant: str, point: Point, max_peak_gib: float) -> str | None:
 
 def measure_memory_here(variant: str, point: Point, onnx_dir: Path, threads: int, mask: str) -> dict[str, Any]:
     """Run in the fresh subprocess: the first inference's peak RSS delta."""
-    from attn_export.benchmark.memory import memory_method, peak_memory_delta
     from attn_export.validate import set_threads
+    from attn_export.validate.memory import memory_method, peak_memory_delta
 
     set_threads(threads)
     runner = build_runner(variant, onnx_dir, threads, mask)

@@ -9,7 +9,7 @@ onnxruntime quantize`` if ``real_text.py`` built it into ``--cache``. Each (mode
 in a fresh Python process (so no earlier allocation is counted) with a plain ONNX Runtime session
 (``--threads`` intra-op threads, memory arena off, so the figure is the inference's, not the
 arena's high-water mark from another shape): one warm-up call, then the peak RSS delta of one call
-(``attn_export.benchmark.memory``, method ``vmhwm-reset``; weights already loaded are not counted).
+(``attn_export.validate.memory``, method ``vmhwm-reset``; weights already loaded are not counted).
 
 Inputs: the first 8 test texts padded to 128 tokens (the fixed input of ``real_text.py``), and
 random token ids with no padding at (1, 512) and (8, 512): the packed form's worst case (nothing to
@@ -51,7 +51,7 @@ def child(path: str, batch: int, seq: int, kind: str, threads: int) -> None:
     """One point in this (fresh) process: print its peak RSS delta in bytes as JSON."""
     import onnxruntime as ort
 
-    from attn_export.benchmark.memory import memory_method, peak_memory_delta
+    from attn_export.validate.memory import memory_method, peak_memory_delta
 
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.enable_cpu_mem_arena, so.log_severity_level = threads, False, 3

@@ -3,9 +3,9 @@
 from attn_export.benchmark.ceilings import Ceilings, measure_ceilings
 from attn_export.benchmark.flops import FlopCount, count_flops, count_module_flops
 from attn_export.benchmark.harness import BenchConfig, run_bench
-from attn_export.benchmark.memory import peak_memory_delta
 from attn_export.benchmark.table import markdown_tables, results_table, variants_table
 from attn_export.benchmark.variants import VARIANTS
+from attn_export.validate.memory import peak_memory_delta
 
 __all__ = [
     "VARIANTS",

@@ -23,9 +23,9 @@ import numpy as np
 
 from attn_export.benchmark.ceilings import measure_ceilings
 from attn_export.benchmark.flops import count_module_flops
-from attn_export.benchmark.memory import memory_method
 from attn_export.benchmark.variants import DEFAULT_VARIANTS, LINEAR_MEMORY_VARIANTS, VARIANTS
 from attn_export.errors import ConfigError
+from attn_export.validate.memory import memory_method
 
 __all__ = ["BenchConfig", "paired_ratio", "run_bench"]
 

@@ -50,7 +50,7 @@ from attn_export.checkpoint.paths import JSON_MAX_BYTES
 from attn_export.checkpoint.paths import inside as _inside
 from attn_export.errors import CheckpointError
 from attn_export.layers.encoder import SentenceEncoder
-from attn_export.layers.encoder_config import EncoderConfig
+from attn_export.layers.encoder_config import EncoderConfig, HeadConfig
 
 __all__ = [
     "KNOWN_CHECKPOINTS",
@@ -58,6 +58,7 @@ __all__ = [
     "load_bert_checkpoint",
     "read_bert_config",
     "read_checkpoint_config",
+    "read_head",
     "resolve_checkpoint",
 ]
 
@@ -188,6 +189,14 @@ def _state_dict(family: Family, config: EncoderConfig, tensors: Mapping[str, tor
     if dropped:
         log.info("dropped %d keys that AutoModel drops too (e.g. %s)", len(dropped), dropped[0])
     return state
+
+
+def read_head(checkpoint_dir: str | os.PathLike[str]) -> HeadConfig | None:
+    """The task head a checkpoint holds (None: a bare encoder), from config.json's ``architectures``, else from
+    the safetensors headers' key names: no tensor data is read (what ``--atol logits:...`` may name)."""
+    checkpoint_dir = resolve_checkpoint(checkpoint_dir)
+    family, _config, raw = read_checkpoint_config(checkpoint_dir)
+    return detect_head(family, raw, _check_headers(_weight_files(checkpoint_dir)), str(checkpoint_dir / "config.json"))
 
 
 def load_bert_checkpoint(checkpoint_dir: str | os.PathLike[str], pooling: str | None = None) -> SentenceEncoder:

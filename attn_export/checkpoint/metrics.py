@@ -102,7 +102,7 @@ def classification_agreement(reference: np.ndarray, candidate: np.ndarray, mask:
     """Compare classifier logits: (N, L) per text, or (B, S, L) per token with ``mask`` (B, S), 1 = real token.
 
     Returns ``label_agreement`` (fraction of rows with the same arg-max label), ``mean_cosine``
-    and ``min_cosine`` of the logit rows, ``max_abs`` and ``num_rows``.
+    and ``min_cosine`` of the logit rows, ``max_abs``, ``rel_l2`` (||candidate - reference|| / ||reference||) and ``num_rows``.
     """
     ref = np.asarray(reference, dtype=np.float64)
     out = np.asarray(candidate, dtype=np.float64)
@@ -117,12 +117,13 @@ def classification_agreement(reference: np.ndarray, candidate: np.ndarray, mask:
         raise DataError("expected at least one row of logits to compare, got none")
     if not np.all(np.isfinite(out)):
         nan = float("nan")
-        return {"label_agreement": 0.0, "mean_cosine": nan, "min_cosine": nan, "max_abs": nan, "num_rows": float(ref.shape[0])}
+        return {"label_agreement": 0.0, "mean_cosine": nan, "min_cosine": nan, "max_abs": nan, "rel_l2": nan, "num_rows": float(ref.shape[0])}
     cos = row_cosines(ref, out)
     return {
         "label_agreement": float(np.mean(ref.argmax(-1) == out.argmax(-1))),
         "mean_cosine": float(cos.mean()),
         "min_cosine": float(cos.min()),
         "max_abs": float(np.abs(ref - out).max()),
+        "rel_l2": float(np.linalg.norm(out - ref) / max(float(np.linalg.norm(ref)), 1e-30)),
         "num_rows": float(ref.shape[0]),
     }

@@ -154,7 +154,11 @@ def parse_pooling(text: str) -> tuple[str, ...]:
     modes = tuple(aliases.get(m, m) for m in modes)
     bad = [m for m in modes if m not in POOLING_MODES]
     if bad or not modes:
-        raise ConfigError(f"expected --pooling one of {', '.join(POOLING_MODES)} (or several joined by '+'), got {text!r}")
+        raise ConfigError(f"expected --pooling one of {', '.join(POOLING_MODES)} (or several joined by '+'), got {str(text)[:80]!r}")
+    if len(set(modes)) != len(modes):  # each mode once: at most len(POOLING_MODES) poolings, each concatenated into the embedding
+        repeated = next(m for m in modes if modes.count(m) > 1)
+        raise ConfigError(f"expected each --pooling mode once (at most {len(POOLING_MODES)}), got {repeated} {modes.count(repeated)} times; "
+                          f"drop the repeats, e.g. --pooling {'+'.join(dict.fromkeys(modes))}")  # fmt: skip
     return modes
 
 

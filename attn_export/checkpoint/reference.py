@@ -108,10 +108,14 @@ class LibraryReference:
 def _quiet_loading() -> Iterator[None]:
     """transformers' weight-loading bars off and torchao's CUDA-only import notices hidden, then restored:
     a CI log gets no progress redraws, and nothing the user cannot act on."""
+    try:  # first: importing it sets up its logger (level, handler), which would replace what quiet_loggers sets
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.get_logger()
+    except ImportError:  # _transformers_model says which package to install
+        hf_logging = None
     with quiet_loggers(("torchao", "torch.utils._pytree", "transformers", "sentence_transformers")):
-        try:
-            from transformers.utils import logging as hf_logging
-        except ImportError:  # _transformers_model says which package to install
+        if hf_logging is None:
             yield
             return
         bars = hf_logging.is_progress_bar_enabled()

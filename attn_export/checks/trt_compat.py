@@ -27,8 +27,8 @@ import onnx_ir as ir
 from attn_export.checks.trt_attention import attention_findings, mha_fusion_findings
 from attn_export.checks.trt_support import MIN_OPSET, OP_SUPPORT, Finding, escape_text, max_opset
 from attn_export.errors import CompatibilityError, ConfigError
-from attn_export.runtime.tensorrt.releases import release
-from attn_export.runtime.tensorrt.spec import ShapeProfile, TrtVersion
+from attn_export.runtime.tensorrt.spec import ShapeProfile
+from attn_export.targets.trt_releases import TrtVersion, release
 from attn_export.vocabulary import PRECISIONS
 
 __all__ = ["Finding", "CompatReport", "check_trt_compat", "const_array", "report_dict", "SEVERITIES"]

@@ -23,7 +23,7 @@ import logging
 import onnx_ir as ir
 
 from attn_export.checks.trt_support import Finding
-from attn_export.runtime.tensorrt.spec import TrtVersion
+from attn_export.targets.trt_releases import TrtVersion
 
 __all__ = ["FP8_MHA_HEAD_SIZES", "FP8_PARSER_SINCE", "fp8_findings", "qdq_kinds"]
 
@@ -54,7 +54,7 @@ def qdq_kinds(model: ir.Model) -> dict[str, int]:
 
 def fp8_findings(model: ir.Model, version: TrtVersion, arch: str | None = None) -> list[Finding]:
     """The FP8-specific findings for ``model`` on TensorRT ``version`` and GPU ``arch`` (None: not known)."""
-    from attn_export.export.gpu_arch import archs_with, parse_gpu_arch, supports
+    from attn_export.targets.gpu_arch import archs_with, parse_gpu_arch, supports
 
     kinds = qdq_kinds(model)
     if _FP8 not in kinds:

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attn_export.runtime.tensorrt.releases import RELEASES
-from attn_export.runtime.tensorrt.releases import SOURCES as RELEASE_SOURCES
-from attn_export.runtime.tensorrt.spec import TrtVersion
+from attn_export.targets.trt_releases import RELEASES, TrtVersion
+from attn_export.targets.trt_releases import SOURCES as RELEASE_SOURCES
 
 __all__ = ["escape_text", "Finding", "OpSupport", "OP_SUPPORT", "max_opset", "MIN_OPSET", "OPERATORS_MD", "OPSET_SOURCES", "CHANGELOG"]
 
@@ -184,7 +183,7 @@ OP_SUPPORT: dict[str, OpSupport] = {
 
 
 # Each release -> (the highest default-domain opset its parser accepts, the source): the release table's column
-# (runtime/tensorrt/releases.py), which the exporter's default opset follows as well.
+# (targets/trt_releases.py), which the exporter's default opset follows as well.
 OPSET_SOURCES: dict[TrtVersion, tuple[int, str]] = {v: (r.max_opset, RELEASE_SOURCES[r.opset_source]) for v, r in RELEASES.items()}
 
 

@@ -54,13 +54,31 @@ def progress_bar(enabled: bool, label: str) -> Iterator[Callable[[str, int, int]
         yield lambda msg, done, total: bar.update(task, description=msg, completed=done, total=total if total > 0 else None)
 
 
+# A comma list multiplies work (bench runs every value of one list with every value of another): each value
+# once, and at most this many, so a pasted 20,000-value list is refused before the first run, not after days.
+MAX_LIST_VALUES = 32
+
+
+def distinct(values: tuple[object, ...], flag: str) -> None:
+    """A comma list of at most ``MAX_LIST_VALUES`` distinct values; one line naming ``flag`` otherwise."""
+    if len(values) > MAX_LIST_VALUES:
+        raise ConfigError(f"expected at most {MAX_LIST_VALUES} values in {flag} (each one more run), got {len(values)}; pass fewer")
+    if len(set(values)) != len(values):
+        repeated = next(v for v in values if values.count(v) > 1)
+        raise ConfigError(f"expected each {flag} value once, got {repeated} {values.count(repeated)} times; "
+                          f"use {flag} {','.join(map(str, dict.fromkeys(values)))}")  # fmt: skip
+
+
 def ints(text: str | None, flag: str) -> tuple[int, ...] | None:
     if text is None:
         return None
-    try:
-        return tuple(int(t) for t in text.split(",") if t.strip())
-    except ValueError:
-        raise ConfigError(f"expected {flag} as comma-separated integers like 128,512, got {text!r}") from None
+    parts = [t.strip() for t in text.split(",") if t.strip()]
+    # ASCII only: int() takes '١٢' (Arabic-Indic digits) too, and str.isdigit() alone takes '²', which int() refuses
+    if not all(t.removeprefix("-").isascii() and t.removeprefix("-").isdigit() and len(t) <= 30 for t in parts):
+        raise ConfigError(f"expected {flag} as comma-separated integers like 128,512, got {text[:80]!r}")
+    values = tuple(int(t) for t in parts)
+    distinct(values, flag)
+    return values
 
 
 
@@ -70,8 +88,12 @@ def int_in(flag: str, value: int | None, lo: int, hi: int) -> None:
         raise ConfigError(f"expected {flag} in [{lo}, {hi}], got {value}")
 
 
-def strs(text: str | None) -> tuple[str, ...] | None:
-    return None if text is None else tuple(t.strip() for t in text.split(",") if t.strip())
+def strs(text: str | None, flag: str) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    values = tuple(t.strip() for t in text.split(",") if t.strip())
+    distinct(values, flag)
+    return values
 
 
 @contextmanager

@@ -8,19 +8,29 @@ and it restores everything on the way out.
 
 Exit codes, for every command: 0 success; 1 a tolerance or gate failure (the report says
 which), or an unexpected internal error (one line, the traceback saved to a file); 2 bad
-input (``attn-export: error: <one line>``); 130 interrupted (Ctrl-C); 143 terminated.
+input (``attn-export: error: <one line>``), memory that ran out, or a standard output that
+cannot be written; 130 interrupted (Ctrl-C); 143 terminated.
+
+The standard streams are inputs too: a closed one (``>&-``) is /dev/null for the command (so
+no file the run opens lands on descriptor 1 or 2), and a crash in native code (a library that
+cannot allocate under ``ulimit -v``) leaves the Python stacks in a crash file, not on the terminal.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import faulthandler
 import importlib
+import io
 import logging
+import os
 import re
 import signal
 import sys
 import tempfile
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 
 import typer
@@ -106,6 +116,139 @@ _USER_OS_ERRORS = {errno.ENOSPC: "free some disk space or pass another --out", e
                    errno.EPERM: "check its permissions or pass another path"}  # fmt: skip
 
 
+# What a native library or torch says when an allocation fails (MemoryError is Python's own).
+_OUT_OF_MEMORY = re.compile(r"bad_alloc|can't allocate memory|Failed to allocate memory|out of memory|Cannot allocate memory|not enough memory",
+                            re.IGNORECASE)
+
+
+def memory_ran_out(err: BaseException) -> str | None:
+    """The one line for an allocation that failed anywhere in ``err``'s chain, or None.
+
+    The run's memory estimate refuses what cannot fit before anything is built
+    (``resources.check_fits``); this is what is left when the estimate was short."""
+    from attn_export.resources import format_bytes, memory_budgets
+
+    seen: set[int] = set()
+    cause: BaseException | None = err
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, MemoryError) or (isinstance(cause, OSError) and cause.errno == errno.ENOMEM) or (
+                isinstance(cause, RuntimeError) and _OUT_OF_MEMORY.search(str(cause))):  # fmt: skip
+            limits = ", ".join(f"{format_bytes(b.limit)} {b.source}" for b in memory_budgets(None))
+            return (f"memory ran out ({limits or 'no limit known'}); raise the limit (ulimit -v, the container's memory), "
+                    "or lower --batch/--seq-len/--d-model or drop a --quantize/--low-rank stage")  # fmt: skip
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+@contextlib.contextmanager
+def standard_streams() -> Iterator[None]:
+    """A closed stdin, stdout or stderr (``attn-export ... >&-``) becomes /dev/null for the command.
+
+    Python sets ``sys.stdout`` to None when descriptor 1 is closed at start-up: every print (and
+    rich's ``isatty``) failed. Worse, the first file the run opened would get descriptor 1, and
+    anything a library writes to stdout would land in it. The descriptors are filled with
+    /dev/null, the Python streams set on them, and both put back on the way out."""
+    filled: list[int] = []
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            filled.append(fd)
+    saved = {name: getattr(sys, name) for name in ("stdin", "stdout", "stderr")}
+    replaced = [name for name, stream in saved.items() if stream is None or (name != "stdin" and not _writable(stream))]
+    for name in replaced:  # its own /dev/null: the descriptor number may belong to a file an import opened meanwhile
+        setattr(sys, name, open(os.devnull, "r" if name == "stdin" else "w", encoding="utf-8"))  # noqa: SIM115 - closed below
+    try:
+        yield
+    finally:
+        for name in replaced:
+            with contextlib.suppress(OSError, ValueError):
+                getattr(sys, name).close()
+            setattr(sys, name, saved[name])
+        for fd in filled:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _writable(stream: object) -> bool:
+    """False for a stream on a descriptor opened read-only (a shell wrapper's script took the closed
+    descriptor 2 before exec'ing Python: every write failed with EBADF); True when unknown."""
+    import fcntl
+
+    try:
+        flags = fcntl.fcntl(stream.fileno(), fcntl.F_GETFL)  # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return True
+    return flags & os.O_ACCMODE != os.O_RDONLY
+
+
+class StdoutError(Exception):
+    """Standard output could not be written (a full disk, /dev/full, a closed pipe)."""
+
+
+def check_stdout_written() -> None:
+    """Flush stdout; raise ``StdoutError`` naming it if the write fails (then stdout is /dev/null, so
+    the interpreter's own flush at exit cannot print a second error)."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError) as err:
+        _silence_stdout()
+        raise StdoutError(getattr(err, "strerror", None) or str(err)) from None
+
+
+def _silence_stdout() -> None:
+    if sys.stdout is sys.__stdout__ and sys.stdout is not None:
+        with contextlib.suppress(OSError, ValueError):
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, sys.stdout.fileno())
+            os.close(null)
+
+
+def _stdout_failed(err: OSError) -> bool:
+    """Whether ``err`` (no file name) came from writing stdout: stdout fails again when flushed."""
+    if err.filename is not None or sys.stdout is None:
+        return False
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        _silence_stdout()
+        return True
+    return False
+
+
+@contextlib.contextmanager
+def crash_file() -> Iterator[None]:
+    """Python's stacks at a crash in native code (SIGSEGV, SIGABRT) go to a file, not the terminal.
+
+    A library that cannot allocate under ``ulimit -v`` may crash instead of raising; the memory
+    preflight refuses such runs, and if one still crashes, ``$TMPDIR/attn-export-crash-*.txt``
+    holds where (the next run into the same --out restores the previous run). Left alone when
+    faulthandler is already on (``python -X faulthandler``, pytest). Removed after a clean exit."""
+    if faulthandler.is_enabled():
+        yield
+        return
+    try:
+        f = tempfile.NamedTemporaryFile("w", prefix="attn-export-crash-", suffix=".txt", delete=False)  # noqa: SIM115 - closed below
+    except OSError:
+        yield
+        return
+    try:
+        f.write(f"attn-export (pid {os.getpid()}) crashed in native code; the Python stacks at the crash follow.\n")
+        f.flush()
+        faulthandler.enable(file=f, all_threads=True)
+        yield
+    finally:
+        faulthandler.disable()
+        f.close()
+        with contextlib.suppress(OSError):
+            os.unlink(f.name)
+
+
 def _interrupted(signum: int) -> int:
     from attn_export.interrupts import announce
 
@@ -120,16 +263,28 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     token = COMMAND_LINE.set(("attn-export", *argv))
     try:
-        with interrupt_signals():
+        with standard_streams(), crash_file(), interrupt_signals():
             try:
-                return _dispatch(argv)
+                code = _dispatch(argv)
+                check_stdout_written()
+                return code
             except KeyboardInterrupt:
                 return _interrupted(signal.SIGINT)
             except Terminated:
                 return _interrupted(signal.SIGTERM)
+            except StdoutError as e:
+                print(f"attn-export: error: cannot write to standard output: {_one_line(str(e))}; redirect it to a writable file", file=sys.stderr)
+                return 2
             except Exception as e:  # noqa: BLE001 - a signal wrapped into another exception, or an internal error
                 if received() is not None:
                     return _interrupted(received())  # type: ignore[arg-type]
+                if isinstance(e, OSError) and _stdout_failed(e):
+                    print(f"attn-export: error: cannot write to standard output: {e.strerror or e}; redirect it to a writable file", file=sys.stderr)
+                    return 2
+                ran_out = memory_ran_out(e)
+                if ran_out:
+                    print(f"attn-export: error: {ran_out}", file=sys.stderr)
+                    return 2
                 if isinstance(e, OSError) and e.errno in _USER_OS_ERRORS:
                     where = f" {e.filename}" if e.filename else ""
                     print(f"attn-export: error: cannot write or read{where}: {e.strerror}; {_USER_OS_ERRORS[e.errno]}", file=sys.stderr)
@@ -169,7 +324,7 @@ def _dispatch(argv: list[str]) -> int:
         except AttnExportError as e:
             if received() is not None:  # an interrupt some library wrapped into its own error
                 return _interrupted(received())  # type: ignore[arg-type]
-            print(f"attn-export: error: {_one_line(str(e))}", file=sys.stderr)
+            print(f"attn-export: error: {_one_line(str(e))}", file=sys.stderr)  # our own message says what ran out and the fix
             return 2
         if received() is not None or rv == 130:  # typer returns Ctrl-C as exit code 130, without a word
             return _interrupted(received() or signal.SIGINT)

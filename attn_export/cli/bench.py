@@ -18,6 +18,7 @@ from attn_export.cli._common import (
     strs,
     writing,
 )
+from attn_export.cli.options import ForceOpt
 
 __all__ = ["CEILING_SIZE", "register"]
 
@@ -36,21 +37,13 @@ def bench(
     heads: Annotated[int, typer.Option("--heads", help="Attention heads.")] = 8,
     ceiling_size: Annotated[int | None, typer.Option("--ceiling-size", help="N of the NxN GEMMs that measure the ceilings (default 2048, quick 1024).", show_default="off")] = None,
     threads: ThreadsFlag = None,
+    force: ForceOpt = False,
     quiet: QuietFlag = False,
 ) -> None:
     """Every variant side by side: latency, ratio to eager, memory, efficiency vs measured GEMM ceilings."""
-    from attn_export.benchmark import (
-        BenchConfig,
-        markdown_tables,
-        results_table,
-        run_bench,
-        variants_table,
-    )
     from attn_export.config import LIMITS
     from attn_export.paths import check_output_dir
-    from attn_export.run_dir import claim
-    from attn_export.validate.plots import plot_seq_scaling
-    from attn_export.validate.report import atomic_write_text
+    from attn_export.run_dir import check_owned, claim
     from attn_export.vocabulary import check_heads
 
     # every flag and the output folder before the first GEMM (the main command's bounds)
@@ -64,16 +57,21 @@ def bench(
         for v in values or ():
             int_in(flag, v, 1, hi)
     overrides: dict[str, Any] = {"d_model": d_model, "heads": heads, "threads": threads}
-    for key, val in (("seqs", seq_list), ("batches", batch_list), ("variants", strs(variants)), ("ceiling_size", ceiling_size)):
+    for key, val in (("seqs", seq_list), ("batches", batch_list), ("variants", strs(variants, "--variants")), ("ceiling_size", ceiling_size)):
         if val is not None:
             overrides[key] = val
-    cfg = BenchConfig.quick(**overrides) if quick else BenchConfig(**overrides)
+    check_output_dir(out, "--out")
+    check_owned(out, "--out", force)  # before torch is imported: the user's bench.json is never overwritten
     import time
 
-    check_output_dir(out, "--out")
+    from attn_export.benchmark import BenchConfig, markdown_tables, results_table, run_bench, variants_table
+    from attn_export.validate.plots import plot_seq_scaling
+    from attn_export.validate.report import atomic_write_text
+
+    cfg = BenchConfig.quick(**overrides) if quick else BenchConfig(**overrides)
     started = time.perf_counter()
     config = {k: (list(v) if isinstance(v, tuple) else v) for k, v in overrides.items()}
-    with claim(out, "--out", config={"command": "bench", "quick": quick, **config}, seed=cfg.seed):
+    with claim(out, "--out", config={"command": "bench", "quick": quick, **config}, seed=cfg.seed, force=force):
         with progress_bar(not (quiet or as_json), "bench") as cb:
             result = run_bench(cfg, progress=cb)
         target = out / "bench.json"

@@ -83,7 +83,7 @@ def check_trt(
         raise ConfigError(f"expected --precision in {'|'.join(PRECISIONS)}, got {precision!r}")
     profiles = ShapeProfile.parse(min_shape, opt_shape, max_shape)
     if gpu_arch is not None:
-        from attn_export.export.gpu_arch import parse_gpu_arch
+        from attn_export.targets.gpu_arch import parse_gpu_arch
 
         gpu_arch = parse_gpu_arch(gpu_arch)
     report = check_trt_compat(model, trt, profiles, precision, gpu_arch=gpu_arch)

@@ -30,6 +30,7 @@ from attn_export.cli.options import (
     DlaCoreOpt,
     DModelOpt,
     EncoderFormOpt,
+    ForceOpt,
     GpuArchOpt,
     HeadsOpt,
     HwCompatOpt,
@@ -55,7 +56,6 @@ from attn_export.cli.options import (
     OptLevelOpt,
     OptShapeOpt,
     OutOpt,
-    ForceOpt,
     PoolingOpt,
     PromptOpt,
     PrecisionOpt,
@@ -128,7 +128,7 @@ def run_main(options: dict[str, Any]) -> int:
             say(msg)
 
     raise_if_interrupted()
-    result = run(cfg, step)
+    result = run(cfg, step, quiet=quiet or as_json)
     from attn_export.cli.summary import finish
 
     return finish(result, cfg, as_json, quiet, err_console if say else None)

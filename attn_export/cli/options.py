@@ -108,7 +108,7 @@ PrecisionOpt = Annotated[str, typer.Option("--precision", help=f"Export precisio
 OutOpt = Annotated[Path, typer.Option("--out", help="Output directory.", rich_help_panel=_OUTPUT)]
 ForceOpt = Annotated[
     bool,
-    typer.Option("--force", metavar="", help="Move files attn-export did not write out of the output folders (into DIR.attn-export-aside-TIME) instead of refusing.",
+    typer.Option("--force", metavar="", help="Files in the output folders (--out, --bundle, --triton) with names a run writes that attn-export did not write are moved into a new folder beside each, DIR.attn-export-aside-<UTC time>/, instead of refusing the run.",
                  show_default="off", rich_help_panel=_OUTPUT),
 ]
 ThreadsOpt = Annotated[
@@ -181,7 +181,7 @@ CheckpointMainOpt = Annotated[
 LayersMainOpt = Annotated[Optional[str], typer.Option("--layers", help="With --checkpoint: 'all' (the whole encoder) or a layer index N.", show_default="all", rich_help_panel=_CHECKPOINT)]
 MaxLenOpt = Annotated[Optional[int], typer.Option("--max-len", help="With --checkpoint: token limit of the corpus texts.", show_default="64", rich_help_panel=_CHECKPOINT)]
 MaxTextsOpt = Annotated[Optional[int], typer.Option("--max-texts", help="With --checkpoint: texts per corpus split (train, select, report).", show_default="320", rich_help_panel=_CHECKPOINT)]
-PoolingOpt = Annotated[Optional[str], typer.Option("--pooling", help="With --checkpoint: the sentence embedding's pooling, overriding the model's own: cls|mean|max|mean_sqrt_len_tokens|weightedmean|lasttoken (or several joined by +).", show_default="the model's (1_Pooling/config.json), else mean", rich_help_panel=_CHECKPOINT)]
+PoolingOpt = Annotated[Optional[str], typer.Option("--pooling", help="With --checkpoint: the sentence embedding's pooling, overriding the model's own: cls|mean|max|mean_sqrt_len_tokens|weightedmean|lasttoken (or several joined by +, each once).", show_default="the model's (1_Pooling/config.json), else mean", rich_help_panel=_CHECKPOINT)]
 PromptOpt = Annotated[Optional[str], typer.Option("--prompt", help="With --checkpoint: the sentence-transformers prompt prepended to every text, by name (a key of prompts in config_sentence_transformers.json); '' for none.", show_default="the model's default_prompt_name, else none", rich_help_panel=_CHECKPOINT)]
 EncoderFormOpt = Annotated[Optional[str], typer.Option("--encoder-form", help="With --checkpoint: how the whole encoder is exported: padded (the (batch, seq) grid), packed (real tokens only: GEMMs, LayerNorm and GELU skip the padding; attention per sequence), or auto: both on ONNX Runtime targets, the faster on the real-text batches ships (padded on TensorRT targets).", show_default="auto", rich_help_panel=_CHECKPOINT)]
 LanguagesOpt = Annotated[Optional[str], typer.Option("--languages", help="With --checkpoint: corpus languages, e.g. en,de.", show_default="all shipped", rich_help_panel=_CHECKPOINT)]

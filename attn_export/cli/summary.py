@@ -9,6 +9,7 @@ profitability), so a user never has to open report.json to find the result.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,9 @@ def artifact_paths(report: Any, out: Path) -> list[str]:
     for name in ("report.json", "report.md", "report.html"):
         if (out / name).is_file():
             paths.append(str(out / name))
-    paths.extend(str(p) for p in sorted(out.glob("*.png")))
+    from attn_export.run_dir_aside import REPORT_FILES
+
+    paths.extend(str(out / name) for name in REPORT_FILES if name.endswith(".png") and (out / name).is_file())  # not a user's own .png
     deploy = report.selection.get("deploy") or {}
     for key in ("jetson_bundle", "triton_repo"):
         if deploy.get(key):
@@ -93,14 +96,30 @@ def print_summary(report: Any, out: Path, console: Any) -> None:
 
 
 def finish(result: Any, cfg: Any, as_json: bool, quiet: bool, progress_console: Any = None) -> int:
-    """Print the report (table or JSON); returns 1 when the run missed a required tolerance."""
+    """Print the report (table or JSON); returns 1 when the run missed a required tolerance.
+
+    The run is committed before this prints: a standard output that cannot be written (``>
+    /dev/full``, a closed pipe) is refused in one line that names it and says where the run is,
+    never blamed on --out."""
     from attn_export.cli._common import out_console
+    from attn_export.cli.app import StdoutError, check_stdout_written
+    from attn_export.errors import ConfigError
 
     report = result.report
-    if as_json:
-        print(json.dumps(report.to_dict(), indent=2, default=str))
-    elif quiet:
-        print(f"{'PASS' if result.passed else 'FAIL'}: {cfg.out / 'report.json'}")
-    else:
-        print_summary(report, cfg.out, out_console)
+    try:
+        if as_json:
+            print(json.dumps(report.to_dict(), indent=2, default=str))
+        elif quiet:
+            print(f"{'PASS' if result.passed else 'FAIL'}: {cfg.out / 'report.json'}")
+        else:
+            print_summary(report, cfg.out, out_console)
+        check_stdout_written()
+    except (OSError, StdoutError) as err:
+        if isinstance(err, OSError) and err.filename is not None:
+            raise
+        why = (err.strerror if isinstance(err, OSError) else None) or str(err)
+        with contextlib.suppress(StdoutError):
+            check_stdout_written()  # stdout to /dev/null: the interpreter's flush at exit cannot fail again
+        raise ConfigError(f"cannot write to standard output: {why}; the run completed ({'PASS' if result.passed else 'FAIL'}) and is in "
+                          f"{cfg.out} (report.json); redirect standard output to a writable file to see its summary") from None
     return result.exit_code

@@ -20,6 +20,7 @@ from attn_export.cli.options import (
     CalibOpt,
     CheckpointMainOpt,
     DModelOpt,
+    ForceOpt,
     HeadsOpt,
     JsonOpt,
     LanguagesOpt,
@@ -59,11 +60,15 @@ def sweep_axis(text: str | None, flag: str, kind: type) -> tuple[Any, ...] | Non
             raise ConfigError(f"expected {flag} as a comma list of {kind.__name__} values or none, got {part!r} in {text!r}") from None
     if not values:
         raise ConfigError(f"expected {flag} to name at least one value, got {text!r}")
-    return tuple(dict.fromkeys(values))
+    if len(set(values)) != len(values):  # the grid's size is bounded by --max-points; a repeat is a typo, not a point
+        repeated = next(v for v in values if values.count(v) > 1)
+        raise ConfigError(f"expected each {flag} value once, got {'none' if repeated is None else repeated} {values.count(repeated)} times; "
+                          f"use {flag} {','.join('none' if v is None else str(v) for v in dict.fromkeys(values))}")  # fmt: skip
+    return tuple(values)
 
 
 def sweep(
-    quick: Annotated[bool, typer.Option("--quick", metavar="", help="Small grid: --low-rank none,0.5 --distill none,40 --quantize none,int8 --int8-mode dynamic,static --calib-method minmax --precision fp32,fp16.", show_default="off")] = False,
+    quick: Annotated[bool, typer.Option("--quick", metavar="", help="Small grid: --low-rank none,0.5 --distill none,40 --quantize none,int8 --int8-mode dynamic,static --calib-method minmax --precision fp32,fp16; an axis flag given beside it replaces that axis.", show_default="off")] = False,
     out: Annotated[Path, typer.Option("--out", help="Output folder for sweep.json, pareto.md and pareto.png.")] = Path("attn-export-sweep"),
     low_rank: Annotated[str | None, typer.Option("--low-rank", help="Low-rank ratios (none = no factorization).", show_default="none,0.75,0.5,0.25", rich_help_panel=_AXES)] = None,
     distill: Annotated[str | None, typer.Option("--distill", help="Distillation steps (none = no distillation).", show_default="none,100,300", rich_help_panel=_AXES)] = None,
@@ -90,6 +95,7 @@ def sweep(
     max_points: Annotated[int, typer.Option("--max-points", help="Refuse a grid with more points than this (each point is a pipeline run).")] = 64,
     yes: Annotated[bool, typer.Option("--yes", metavar="", help="Run a grid larger than --max-points anyway.", show_default="off")] = False,
     save_models: Annotated[bool, typer.Option("--save-models", metavar="", help="Keep the Pareto points' models in OUT/models/.", show_default="off")] = False,
+    force: ForceOpt = False,
     quiet: QuietOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -111,11 +117,12 @@ def sweep(
     for point in cfg.points():  # every point is a valid main command, refused as one before any work
         cfg.run_config(point, out)
     probe = max((cfg.run_config(p, out) for p in cfg.points()), key=lambda c: c.estimate_memory().total)
+    probe.force = force  # --out is the sweep's: files attn-export did not write are refused, or moved aside with --force
     probe.preflight()
     from attn_export.run_dir import claim
 
     config = {"command": "sweep", "quick": quick, **{k: list(v) for k, v in overrides.items()}, **{k: str(v) for k, v in base.items()}}
-    with claim(out, "--out", config=config, seed=seed):
+    with claim(out, "--out", config=config, seed=seed, force=force):
         with progress_bar(not (quiet or as_json), f"sweep ({len(cfg.points())} configs)") as cb:
             result = run_sweep(cfg, progress=cb, save_models=out / "models" if save_models else None)
         with writing(out, "--out"):

@@ -26,6 +26,7 @@ import onnx_ir.passes.common as ir_common
 
 from attn_export.compress.qdq import is_constant
 from attn_export.errors import ConfigError, ExportError
+from attn_export.export.graph_constants import typed_initializer
 from attn_export.runtime.base import Feed, Runner
 
 __all__ = ["FloatFallbackPass", "Gemm", "SwitchableGraph", "apply_fallback", "find_gemms", "gemm_label", "group_of", "groups_in_order"]
@@ -121,11 +122,17 @@ def _float_weights(float_model: ir.Model, names: set[str]) -> dict[str, ir.Value
     return out
 
 
-def _float_copy(graph: ir.Graph, w: ir.Value) -> ir.Value:
-    t = w.const_value
-    v = ir.Value(name=f"{w.name}_float", const_value=t, shape=ir.Shape(list(t.shape)), type=ir.TensorType(t.dtype))
-    graph.register_initializer(v)
-    return v
+def _float_copies(graph: ir.Graph, weights: dict[str, ir.Value]) -> dict[str, ir.Value]:
+    """MatMul node name -> the float weight registered in ``graph``: one initializer per distinct float weight.
+
+    GEMMs may share a weight (equal weights of several layers are one initializer in the
+    export): they share its float copy, under a name no value of ``graph`` has.
+    """
+    copies: dict[int, ir.Value] = {}
+    for w in weights.values():
+        if id(w) not in copies:
+            copies[id(w)] = typed_initializer(graph, f"{w.name}_float", w.const_value.numpy())
+    return {node: copies[id(w)] for node, w in weights.items()}
 
 
 # -- the result graph --------------------------------------------------------------------
@@ -140,14 +147,14 @@ class FloatFallbackPass(ir.passes.InPlacePass):
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         gemms = [g for g in find_gemms(model) if g.group in self.groups]
-        weights = _float_weights(self.float_model, {g.node for g in gemms})
+        floats = _float_copies(model.graph, _float_weights(self.float_model, {g.node for g in gemms}))
         nodes = {n.name: n for n in model.graph}
         self.moved = []
         for g in gemms:
             node = nodes[g.node]
             _, q = _dq_source(node.inputs[0])  # type: ignore[misc]
             node.replace_input_with(0, q.inputs[0])
-            node.replace_input_with(1, _float_copy(model.graph, weights[g.node]))
+            node.replace_input_with(1, floats[g.node])
             self.moved.append(g.node)
         if self.moved:
             ir_common.RemoveUnusedNodesPass()(model)  # the Q/DQ pairs and int8 weights nobody reads
@@ -171,8 +178,8 @@ class SwitchableGraph:
             raise ExportError("the static Q/DQ graph has no quantized GEMM to switch; is it a Q/DQ model?")
         self.gemms = gemms
         self.groups = groups_in_order(gemms)
-        weights = _float_weights(float_model, {g.node for g in gemms})
         graph = model.graph
+        floats = _float_copies(graph, _float_weights(float_model, {g.node for g in gemms}))
         switches = ir.Value(name=SWITCH_INPUT, type=ir.TensorType(ir.DataType.BOOL), shape=ir.Shape([len(self.groups)]))
         graph.inputs.append(switches)
         flags: dict[str, ir.Value] = {}
@@ -187,7 +194,7 @@ class SwitchableGraph:
         for g in gemms:
             node = nodes[g.node]
             dq, q = _dq_source(node.inputs[0])  # type: ignore[misc]
-            for index, (quant, flt) in enumerate(((dq.outputs[0], q.inputs[0]), (node.inputs[1], _float_copy(graph, weights[g.node])))):
+            for index, (quant, flt) in enumerate(((dq.outputs[0], q.inputs[0]), (node.inputs[1], floats[g.node]))):
                 where = ir.node("Where", [flags[g.group], quant, flt], name=f"{g.node}_switch_{index}")
                 where.outputs[0].name = f"{g.node}_switch_{index}_out"
                 where.outputs[0].type, where.outputs[0].shape = quant.type, quant.shape

@@ -225,11 +225,13 @@ def _fold_into_value_projection(graph: ir.Graph, act: ir.Value, inv_s: np.ndarra
     if wv[:, cols].shape[1] != len(inv_s):
         return False
     wv[:, cols] *= inv_s[None, :]
+    b = bias.inputs[1].const_value.numpy().copy() if bias is not None else None
+    if b is not None and (b.ndim == 0 or b.shape[-1] < offset + len(inv_s)):
+        return False  # checked before anything is rewired: a half-done fold would smooth twice
+    # the weight and bias may be shared (equal constants of several layers are one initializer):
+    # this projection gets its own copies, the other readers keep the originals
     matmul.replace_input_with(1, typed_initializer(graph, f"{w.name}_smoothed_v", wv))
-    if bias is not None:
-        b = bias.inputs[1].const_value.numpy().copy()
-        if b.shape[-1] < offset + len(inv_s):
-            return False
+    if bias is not None and b is not None:
         b[..., cols] *= inv_s
         bias.replace_input_with(1, typed_initializer(graph, f"{bias.inputs[1].name}_smoothed_v", b))
     return True

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from attn_export.errors import ConfigError
 from attn_export.export.spec import DEFAULT_OPSET, MIN_OPSET, ExportSpec
-from attn_export.runtime.tensorrt.releases import Release, release_for_target
+from attn_export.targets.trt_releases import Release, release_for_target
 from attn_export.vocabulary import get_precision
 
 __all__ = ["FP16_MODES", "INT8_MODES", "Target", "TARGETS", "DEFAULT_TARGET", "get_target", "export_spec_for"]
@@ -67,7 +67,7 @@ class Target:
     # The packed form's MultiHeadAttention without key_padding_mask (export/mask_free_attention.py):
     # ONNX Runtime's CPU kernel runs flash attention only then; CUDA's kernels take the mask.
     mask_free_attention: bool = False
-    # The target runs on a Jetson: only the TensorRT releases a JetPack ships (runtime/tensorrt/releases.py) can be deployed.
+    # The target runs on a Jetson: only the TensorRT releases a JetPack ships (targets/trt_releases.py) can be deployed.
     needs_jetpack: bool = False
 
     def __post_init__(self) -> None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from attn_export._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from attn_export.config import RunConfig
+    from attn_export.run_options import RunOptions
     from attn_export.subjects.base import Subject
 
 _WHERE = {"Judgement": "base", "Split": "base", "Subject": "base", "SubjectProfile": "kinds", "kind_of": "kinds"}
@@ -19,7 +19,7 @@ __all__ = ["Judgement", "Split", "Subject", "SubjectProfile", "kind_of", "make_s
 __getattr__, __dir__ = lazy_exports(__name__, _WHERE)
 
 
-def make_subject(cfg: RunConfig) -> Subject:
+def make_subject(cfg: RunOptions) -> Subject:
     """The subject a ``RunConfig`` names: a reference layer, a checkpoint, or layer N of one."""
     kind = cfg.kind.name
     if kind == "encoder":

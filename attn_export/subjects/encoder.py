@@ -243,10 +243,10 @@ class EncoderSubject(BaseSubject):
 
     def tensor_tolerance(self, tolerance_key: str) -> Any:
         """Each output tensor's bar on the device: the embedding bar's mean cosine as a flattened cosine, and a max-abs bar for fp32."""
-        from attn_export.validate.tolerances import Tolerance, embedding_tolerance_for
+        from attn_export.validate.tolerances import Tolerance, embedding_tolerance_for, embedding_with_overrides
 
-        emb = embedding_tolerance_for(tolerance_key)
-        return Tolerance(max_abs=emb.max_abs, cosine_min=emb.min_mean_cosine)
+        emb = embedding_with_overrides(embedding_tolerance_for(tolerance_key), self.cfg.tolerance_overrides)
+        return Tolerance(max_abs=emb.max_abs, rel_l2=emb.max_rel_l2, cosine_min=emb.min_mean_cosine)
 
     def fallback_goal(self, tolerance_key: str) -> Any:
         from attn_export.compress.mixed_precision import FallbackGoal
@@ -258,7 +258,7 @@ class EncoderSubject(BaseSubject):
         """Embedding agreement (and logit agreement with a head) of ``outputs`` on set ``name``; the violations; the accuracy."""
         from attn_export.checkpoint.metrics import classification_agreement, embedding_agreement
         from attn_export.validate.metrics import accuracy
-        from attn_export.validate.tolerances import embedding_with_overrides, tolerance_spec
+        from attn_export.validate.tolerances import embedding_with_overrides, logits_with_overrides, tolerance_spec
 
         spec = tolerance_spec(tolerance_key)
         bar = embedding_with_overrides(spec.embedding, self.cfg.tolerance_overrides)
@@ -267,19 +267,19 @@ class EncoderSubject(BaseSubject):
         emb = np.concatenate([np.asarray(o["sentence_embedding"], dtype=np.float32) for o in outputs])
         acc = accuracy(ref, emb)
         result: dict[str, Any] = {"embedding": embedding_agreement(ref, emb)}
-        violations = bar.violations(result["embedding"], acc.max_abs)
+        violations = bar.violations(result["embedding"], acc.max_abs, acc.rel_l2)
         if refs[0].logits is not None:
             feeds = self._set(name).feeds(FEED_BATCH, trim=True)
             rows = [(r.logits, np.asarray(o["logits"]), f["attention_mask"]) for r, o, f in zip(refs, outputs, feeds)]
             flat = [(a[m.astype(bool)], b[m.astype(bool)]) if a.ndim == 3 else (a, b) for a, b, m in rows]  # token heads: real tokens only
             result["logits"] = classification_agreement(np.concatenate([a for a, _ in flat]), np.concatenate([b for _, b in flat]))
-            violations += spec.logits.violations(result["logits"])
+            violations += logits_with_overrides(spec.logits, self.cfg.tolerance_overrides).violations(result["logits"])
         return result, violations, acc
 
     def judge(self, candidate: Runner, split: Split, tolerance_key: str) -> Judgement:
         """Against the user's model on ``split``; on the report split also on every extra set, named, beside the verdict."""
         from attn_export.validate.error_histogram import error_histogram
-        from attn_export.validate.tolerances import embedding_with_overrides, tolerance_spec
+        from attn_export.validate.tolerances import embedding_with_overrides, logits_with_overrides, tolerance_spec
 
         outputs = self.candidate_outputs(candidate, split)
         result, violations, acc = self._agreement(split, outputs, tolerance_key)
@@ -294,7 +294,8 @@ class EncoderSubject(BaseSubject):
                 also[extra.name] = {**r, "passed": not v, "violations": v}
             details["also_judged_on"] = also
         bar = embedding_with_overrides(spec.embedding, self.cfg.tolerance_overrides)
-        tolerance = {**bar.to_dict(), **({f"logit_{k}": v for k, v in spec.logits.to_dict().items()} if "logits" in result else {})}
+        logit_bar = logits_with_overrides(spec.logits, self.cfg.tolerance_overrides)
+        tolerance = {**bar.to_dict(), **({f"logit_{k}": v for k, v in logit_bar.to_dict().items()} if "logits" in result else {})}
         return Judgement(accuracy=acc, passed=not violations, tolerance=tolerance, score=float(result["embedding"]["mean_cosine"]),
                          violations=violations, details=details)  # fmt: skip
 

@@ -94,6 +94,19 @@ class SubjectKind:
     def profile(self, cfg: RunOptions) -> SubjectProfile:
         raise ConfigError(f"subject kind {self.name} has no profile")
 
+    def judged_outputs(self, cfg: RunOptions) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(the outputs this subject's judge compares, the outputs it exports without judging them)."""
+        raise ConfigError(f"subject kind {self.name} names no outputs")
+
+    def check_tolerance_outputs(self, cfg: RunOptions) -> None:
+        """``--atol/--rtol/--cosine-min OUTPUT:VALUE`` name outputs the judge compares (a bar on any other would be dropped)."""
+        if cfg.tolerance_overrides:
+            from attn_export.validate.tolerances import check_override_outputs
+
+            judged, unjudged = self.judged_outputs(cfg)
+            subject = f"--checkpoint {cfg.checkpoint}" if cfg.checkpoint is not None else f"the {cfg.resolved_layer} layer"
+            check_override_outputs(cfg.tolerance_overrides, judged, subject, unjudged)
+
     def preflight(self, cfg: RunOptions) -> None:
         """Checks that read files, before the first model is built."""
 
@@ -121,6 +134,9 @@ class LayerKind(SubjectKind):
         if mask not in LAYER_MASKS[layer]:
             raise ConfigError(f"layer {layer!r} supports --mask {'|'.join(LAYER_MASKS[layer])}, got {mask!r}")
         check_heads(cfg.resolved_d_model, cfg.resolved_heads)
+
+    def judged_outputs(self, cfg: RunOptions) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        return ("y",), ()
 
     def profile(self, cfg: RunOptions) -> SubjectProfile:
         return SubjectProfile("layer", cfg.resolved_layer, cfg.resolved_mask, cfg.resolved_d_model, cfg.resolved_heads, False, "relu")
@@ -157,8 +173,11 @@ class CheckpointKind(SubjectKind):
 
     def check_own_flags(self, cfg: RunOptions) -> None:
         layers = cfg.resolved_layers.strip().lower()
-        if layers != "all" and not layers.isdigit():
-            raise ConfigError(f"expected --layers all or a layer index N, got {cfg.layers!r}")
+        if layers != "all" and not (layers.isascii() and layers.isdigit()):  # not '²' or '١': int() of those fails or surprises
+            raise ConfigError(f"expected --layers all or a layer index N (ASCII digits), got {cfg.layers!r}")
+        if cfg.seq_len < 2:  # the latency input is tokenized to --seq-len tokens: [CLS] and [SEP] at least
+            raise ConfigError(f"expected --seq-len >= 2 for a --checkpoint (the latency input holds [CLS] and [SEP] at least), got {cfg.seq_len}; "
+                              "use --seq-len 2 or more")  # fmt: skip
         if cfg.pooling is not None:
             from attn_export.checkpoint.pooling import parse_pooling
 
@@ -171,6 +190,12 @@ class CheckpointKind(SubjectKind):
             if self.name == "encoder-layer" and cfg.encoder_form == "packed":
                 raise ConfigError(f"--encoder-form packed applies to the whole encoder (--layers all); layer {cfg.layers} runs on its "
                                   "(B, S, D) hidden states; drop --encoder-form")  # fmt: skip
+
+    def judged_outputs(self, cfg: RunOptions) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The sentence embedding (and a task head's logits), judged against the user's model; layer N's own output
+        ``y`` and the hidden states are exported but not judged (subjects/encoder.py)."""
+        head = checkpoint_task(cfg) is not None
+        return ("sentence_embedding", *(("logits",) if head else ())), ("last_hidden_state",) if self.name == "encoder" else ("y",)
 
     def profile(self, cfg: RunOptions) -> SubjectProfile:
         conf = checkpoint_config(cfg)
@@ -210,6 +235,23 @@ def checkpoint_config(cfg: RunOptions) -> Any:
         cached = read_bert_config(resolve_checkpoint(cfg.checkpoint))  # type: ignore[arg-type]
         cfg.__dict__["_checkpoint_config"] = cached
     return cached
+
+
+def checkpoint_task(cfg: RunOptions) -> str | None:
+    """The checkpoint's head task (sequence|token) or None (bare): config.json's ``architectures`` decide it without torch;
+    a config.json without them is decided by the weights' key names (safetensors headers, no tensor data)."""
+    from attn_export.checkpoint.config_file import read_checkpoint_config, resolve_checkpoint
+    from attn_export.checkpoint.families.base import task_from_architectures
+
+    path = resolve_checkpoint(cfg.checkpoint)  # type: ignore[arg-type]
+    _family, _config, raw = read_checkpoint_config(path)
+    given, task = task_from_architectures(raw, str(path / "config.json"))
+    if given:
+        return task
+    from attn_export.checkpoint.loader import read_head
+
+    head = read_head(path)
+    return None if head is None else head.task
 
 
 KINDS: dict[str, SubjectKind] = {k.name: k for k in (LayerKind(), CheckpointKind("encoder"), CheckpointKind("encoder-layer"))}

@@ -34,6 +34,7 @@ from attn_export.validate.schema import (
     BASELINE_FORMAT_V1,
     BASELINE_FORMAT_V2,
     METRIC_DIRECTIONS,
+    AccuracySchema,
     BaselineV1,
     BaselineV2,
     validate_baseline,
@@ -49,6 +50,7 @@ __all__ = [
     "BaselineUpdate",
     "as_v2",
     "check_slack_bounds",
+    "check_value_ranges",
     "cpu_class",
     "make_baseline",
     "read_baseline",
@@ -98,12 +100,7 @@ def as_v2(raw: Mapping[str, Any], parsed: BaselineV1 | BaselineV2) -> dict[str, 
 def check_slack_bounds(baseline: Mapping[str, Any], name: str = "baseline") -> None:
     """Refuse (one DataError line naming the field) any slack above ``MAX_SLACK``."""
     fix = "a gate that wide compares nothing: lower it (docs/ci-gate.md lists the maxima)"
-    items: list[tuple[str, str, Mapping[str, Any]]] = []
-    if baseline.get("format") == BASELINE_FORMAT_V1:
-        items += [(f"stages.{s}.metrics.{m}", m, spec) for s, st in (baseline.get("stages") or {}).items() for m, spec in (st.get("metrics") or {}).items()]
-    else:
-        items += [(f"classes.{c}.stages.{s}.metrics.{m}", m, spec) for c, entry in (baseline.get("classes") or {}).items()
-                  for s, st in (entry.get("stages") or {}).items() for m, spec in (st.get("metrics") or {}).items()]  # fmt: skip
+    items = _metric_specs(baseline)
     items += [(f"cross_class_slack.{p}.{m}", m, spec) for p, metrics in (baseline.get("cross_class_slack") or {}).items() for m, spec in metrics.items()]
     for where, metric, spec in items:
         bound = MAX_SLACK.get(metric)
@@ -113,9 +110,33 @@ def check_slack_bounds(baseline: Mapping[str, Any], name: str = "baseline") -> N
                 raise DataError(f"{name}: {where}.{key}: expected at most {bound[key]:g} (the gate's bound on {metric} slack), got {float(value):g}; {fix}")
 
 
+def _metric_specs(baseline: Mapping[str, Any]) -> list[tuple[str, str, Mapping[str, Any]]]:
+    """(where, metric, spec) of every metric entry of a schema-checked baseline, format 1 or 2."""
+    if baseline.get("format") == BASELINE_FORMAT_V1:
+        return [(f"stages.{s}.metrics.{m}", m, spec) for s, st in (baseline.get("stages") or {}).items() for m, spec in (st.get("metrics") or {}).items()]
+    return [(f"classes.{c}.stages.{s}.metrics.{m}", m, spec) for c, entry in (baseline.get("classes") or {}).items()
+            for s, st in (entry.get("stages") or {}).items() for m, spec in (st.get("metrics") or {}).items()]  # fmt: skip
+
+
+def check_value_ranges(baseline: Mapping[str, Any], name: str = "baseline") -> None:
+    """Refuse (one DataError line naming the field) a baseline value its metric cannot take: the ranges a
+    report's accuracy figures are held to (``schema.AccuracySchema``: cosine in [-1, 1], errors >= 0).
+    A cosine of 1.5 is no figure any run can reach: every report would be "a regression" against it."""
+    from pydantic import ValidationError
+
+    for where, metric, spec in _metric_specs(baseline):
+        try:
+            AccuracySchema.model_validate({metric: spec["value"]}, strict=True, context={"finite": True})
+        except ValidationError as err:
+            expected = err.errors()[0]["msg"]
+            raise DataError(f"{name}: {where}.value: expected {expected} (the range of {metric}), got {spec['value']!r}; "
+                            "correct that value, or record a fresh baseline with attn-export check REPORT --baseline NEW.json --update-baseline") from None  # fmt: skip
+
+
 def read_baseline(raw: Mapping[str, Any], name: str = "baseline") -> dict[str, Any]:
-    """Validate a baseline (schema, then slack bounds) and return it as a format-2 dict."""
+    """Validate a baseline (schema, value ranges, then slack bounds) and return it as a format-2 dict."""
     parsed = validate_baseline(raw, name)
+    check_value_ranges(raw, name)
     check_slack_bounds(raw, name)
     return as_v2(raw, parsed)
 

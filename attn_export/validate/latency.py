@@ -138,7 +138,7 @@ def time_pass(runners: Mapping[str, Callable[[], Runner]], points: list[TimingPo
                 runner.activate()
                 t0 = time.perf_counter()
                 if measure_memory:
-                    from attn_export.benchmark.memory import peak_memory_delta
+                    from attn_export.validate.memory import peak_memory_delta
 
                     runner.infer(point.feed)  # compile/allocate once, then the steady-state peak
                     result.memory.setdefault(point.label, {})[name] = peak_memory_delta(lambda r=runner: [r.infer(f) for f in point.feeds])

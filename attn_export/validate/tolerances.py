@@ -16,7 +16,9 @@ errors add; ``compose_key`` builds it). Each key has two bars, one per way of ju
 
 ``goal`` is what the 8-bit auto fallback must reach on the select split, where it is stricter
 than the pass bar (the static route's acceptance for an encoder, issue 11). Per-output
-overrides (``--atol y:1e-3``, Polygraphy's convention) replace fields of the tensor bar.
+overrides (``--atol y:1e-3``, Polygraphy's convention) replace fields of the tensor bar, or of the
+embedding and logit bars a checkpoint is judged by (``--atol sentence_embedding:1e-5``,
+``--cosine-min logits:0.9999``); a name that is no judged output of the subject is refused.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 from attn_export.errors import ConfigError
 from attn_export.validate.report import Accuracy
@@ -36,7 +39,9 @@ __all__ = [
     "ToleranceSpec",
     "compose_key",
     "embedding_tolerance_for",
+    "check_override_outputs",
     "embedding_with_overrides",
+    "logits_with_overrides",
     "parse_tolerance_overrides",
     "tolerance_for",
     "tolerance_spec",
@@ -77,8 +82,9 @@ class EmbeddingTolerance:
     min_min_cosine: float | None = None
     min_top1_agreement: float | None = None
     max_abs: float | None = None  # on the embedding values, for exact routes (fp32)
+    max_rel_l2: float | None = None  # ||got - ref|| / ||ref|| over every embedding (--rtol only)
 
-    def violations(self, agreement: Mapping[str, float], max_abs: float) -> list[str]:
+    def violations(self, agreement: Mapping[str, float], max_abs: float, rel_l2: float | None = None) -> list[str]:
         """Reasons ``agreement`` (``checkpoint.metrics.embedding_agreement``) fails (NaN fails every bound).
 
         Top-1 agreement fails when the whole 95% interval of the measured rate lies below the bar,
@@ -96,6 +102,8 @@ class EmbeddingTolerance:
                 out.append(f"top-1 neighbour agreement {top1:.3f} (95% interval {low:.3f}-{high:.3f}) < {self.min_top1_agreement}")
         if self.max_abs is not None and not max_abs <= self.max_abs:
             out.append(f"max_abs {max_abs:.3g} > {self.max_abs:.3g}")
+        if self.max_rel_l2 is not None and not (rel_l2 is not None and rel_l2 <= self.max_rel_l2):
+            out.append(f"rel_l2 {float('nan') if rel_l2 is None else rel_l2:.3g} > {self.max_rel_l2:.3g}")
         return out
 
     def to_dict(self) -> dict[str, float]:
@@ -104,10 +112,13 @@ class EmbeddingTolerance:
 
 @dataclass(frozen=True)
 class LogitTolerance:
-    """What a task head's logits must keep vs the reference: the same labels, and the logits' direction."""
+    """What a task head's logits must keep vs the reference: the same labels, and the logits' direction
+    (and, when ``--atol``/``--rtol`` set them for ``logits``, their max abs and relative L2 error)."""
 
     min_label_agreement: float
     min_mean_cosine: float
+    max_abs: float | None = None
+    max_rel_l2: float | None = None
 
     def violations(self, agreement: Mapping[str, float]) -> list[str]:
         """Reasons ``agreement`` (``checkpoint.metrics.classification_agreement``) fails (NaN fails)."""
@@ -116,10 +127,13 @@ class LogitTolerance:
             out.append(f"label agreement {float(agreement['label_agreement']):.4f} < {self.min_label_agreement}")
         if not float(agreement["mean_cosine"]) >= self.min_mean_cosine:
             out.append(f"logit mean cosine {float(agreement['mean_cosine']):.6f} < {self.min_mean_cosine}")
+        for key, bound in (("max_abs", self.max_abs), ("rel_l2", self.max_rel_l2)):
+            if bound is not None and not float(agreement[key]) <= bound:
+                out.append(f"logit {key} {float(agreement[key]):.3g} > {bound:.3g}")
         return out
 
     def to_dict(self) -> dict[str, float]:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if v is not None}
 
 
 @dataclass(frozen=True)
@@ -180,28 +194,51 @@ def compose_key(source_key: str, method_key: str) -> str:
 
 
 _FIELDS = {"atol": "max_abs", "rtol": "rel_l2", "cosine-min": "cosine_min"}
+_FLAGS = {field: flag for flag, field in _FIELDS.items()}
 
 
 def parse_tolerance_overrides(specs: Mapping[str, list[str] | tuple[str, ...] | None]) -> dict[str, dict[str, float]]:
     """``{"atol": ["1e-4", "y:1e-3"]}`` -> ``{"*": {"max_abs": 1e-4}, "y": {"max_abs": 1e-3}}`` ("*" = every output).
 
     Polygraphy's form (``--atol 1e-5 out0:1e-4``): a bare value applies to every output, and
-    ``OUTPUT:VALUE`` to that output, winning over the bare one.
+    ``OUTPUT:VALUE`` to that output, winning over the bare one. Which outputs a subject has is
+    known once the subject is: ``check_override_outputs`` refuses a name that is none of them.
     """
     out: dict[str, dict[str, float]] = {}
     for flag, values in specs.items():
         if flag not in _FIELDS:
             raise ConfigError(f"expected a tolerance flag in {', '.join('--' + f for f in _FIELDS)}, got --{flag}")
         for spec in values or ():
-            name, _, text = str(spec).rpartition(":")
+            parts = str(spec).split(":")
+            malformed = len(parts) > 2 or (len(parts) == 2 and not parts[0].strip())  # a:b:1e-9, :1e-9
             try:
-                value = float(text)
+                value = float(parts[-1])
             except ValueError:
-                raise ConfigError(f"expected --{flag} VALUE or OUTPUT:VALUE, got {spec!r}; e.g. --{flag} 1e-4 or --{flag} y:1e-3") from None
+                malformed = True
+            if malformed:
+                raise ConfigError(f"expected --{flag} VALUE or OUTPUT:VALUE, got {str(spec)[:80]!r}; e.g. --{flag} 1e-4 or --{flag} y:1e-3")
             if not math.isfinite(value) or value < 0 or (flag == "cosine-min" and value > 1):
                 raise ConfigError(f"expected --{flag} {'in [0, 1]' if flag == 'cosine-min' else 'a finite value >= 0'}, got {spec!r}")
-            out.setdefault(name or "*", {})[_FIELDS[flag]] = value
+            out.setdefault(parts[0].strip() if len(parts) == 2 else "*", {})[_FIELDS[flag]] = value
     return out
+
+
+def check_override_outputs(overrides: Mapping[str, Mapping[str, float]] | None, outputs: tuple[str, ...], subject: str,
+                           unjudged: tuple[str, ...] = ()) -> None:  # fmt: skip
+    """Every output an override names is one ``subject`` is judged on (``outputs``); one line listing them otherwise.
+
+    A bar on an output nobody compares would be dropped without a word (``--atol z:1e-9``,
+    ``--atol Y:0`` for ``y``); ``unjudged`` names outputs the subject exports but is not judged on.
+    """
+    for name, fields in (overrides or {}).items():
+        if name == "*" or name in outputs:
+            continue
+        field, value = next(iter(fields.items()))
+        flag = f"--{_FLAGS[field]}"
+        why = (f"{name} is exported but not judged; {subject} is judged on {', '.join(outputs)}" if name in unjudged
+               else f"{subject} has the outputs {', '.join(outputs)}")  # fmt: skip
+        raise ConfigError(f"expected {flag} OUTPUT:VALUE to name an output, got {name}:{value:g} ({why}); "
+                          f"use {flag} {outputs[0]}:{value:g}, or {flag} {value:g} for every output")  # fmt: skip
 
 
 def with_overrides(tolerance: Tolerance, output: str, overrides: Mapping[str, Mapping[str, float]] | None) -> Tolerance:
@@ -212,11 +249,24 @@ def with_overrides(tolerance: Tolerance, output: str, overrides: Mapping[str, Ma
     return replace(tolerance, **fields) if fields else tolerance
 
 
+_OUTPUT_BAR_FIELDS = {"cosine_min": "min_mean_cosine", "max_abs": "max_abs", "rel_l2": "max_rel_l2"}
+
+
 def embedding_with_overrides(tolerance: EmbeddingTolerance, overrides: Mapping[str, Mapping[str, float]] | None) -> EmbeddingTolerance:
-    """The sentence-embedding bar with ``--cosine-min``/``--atol`` for ``sentence_embedding`` (or every output) applied:
-    the mean per-text cosine and the max abs error of the embeddings."""
+    """The sentence-embedding bar with ``--cosine-min``/``--atol``/``--rtol`` for ``sentence_embedding`` (or every output)
+    applied: the mean per-text cosine, the max abs and the relative L2 error of the embeddings."""
+    return _output_bar(tolerance, "sentence_embedding", overrides)
+
+
+def logits_with_overrides(tolerance: LogitTolerance, overrides: Mapping[str, Mapping[str, float]] | None) -> LogitTolerance:
+    """A task head's bar with ``--cosine-min``/``--atol``/``--rtol`` for ``logits`` (or every output) applied:
+    the mean per-row cosine, the max abs and the relative L2 error of the logits (label agreement stays the table's)."""
+    return _output_bar(tolerance, "logits", overrides)
+
+
+def _output_bar(tolerance: Any, output: str, overrides: Mapping[str, Mapping[str, float]] | None) -> Any:
     if not overrides:
         return tolerance
-    fields = {**overrides.get("*", {}), **overrides.get("sentence_embedding", {})}
-    mapped = {{"cosine_min": "min_mean_cosine", "max_abs": "max_abs"}[k]: v for k, v in fields.items() if k in ("cosine_min", "max_abs")}
+    fields = {**overrides.get("*", {}), **overrides.get(output, {})}
+    mapped = {_OUTPUT_BAR_FIELDS[k]: v for k, v in fields.items()}
     return replace(tolerance, **mapped) if mapped else tolerance

@@ -155,11 +155,13 @@ def test_c02_a_forged_manifest_never_removes_files_outside_out(tmp_path: Path) -
     files = {name: {"sha256": "0" * 64, "size_bytes": 1} for name in ("../victim.txt", str(victim), "model.onnx")}
     _previous_run(out, {"format": "attn-export-run/1", "status": "complete", "artifacts": files})
     (out / "model.onnx").write_text("old")
-    with claim(out) as owner:
+    with claim(out, force=True) as owner:  # its files do not match the forged hashes: the user's (class 21), moved beside --out
         (owner.out / "model.onnx").write_text("new")
     assert victim.read_text() == "keep me"
     assert (out / "model.onnx").read_text() == "new"
     assert json.loads((out / "run.json").read_text())["artifacts"].keys() == {"model.onnx"}
+    (aside,) = tmp_path.glob("out.attn-export-aside-*")
+    assert sorted(os.listdir(aside)) == ["model.onnx", "report.json"] and (aside / "model.onnx").read_text() == "old"
 
 
 # -- checkpoints: nothing outside the folder is opened --------------------------------------------------

@@ -60,7 +60,7 @@ def test_c26_jetson_refuses_a_release_no_jetpack_ships(version: str, tmp_path: P
 
 
 def test_c26_jetson_accepts_exactly_the_releases_a_jetpack_ships() -> None:
-    from attn_export.runtime.tensorrt.releases import RELEASES
+    from attn_export.targets.trt_releases import RELEASES
 
     jetson = get_target("jetson")
     shipped = {str(r.version) for r in RELEASES.values() if r.jetpack}
@@ -86,7 +86,7 @@ def test_c29_the_default_opset_follows_the_release(tmp_path: Path, capsys: pytes
 
 
 def test_c29_every_release_gets_an_opset_its_parser_reads() -> None:
-    from attn_export.runtime.tensorrt.releases import RELEASES
+    from attn_export.targets.trt_releases import RELEASES
 
     for version, row in RELEASES.items():
         for name, target in TARGETS.items():
@@ -99,7 +99,7 @@ def test_c29_every_release_gets_an_opset_its_parser_reads() -> None:
 
 
 def test_c29_the_release_table_cites_a_source_for_every_max_opset() -> None:
-    from attn_export.runtime.tensorrt.releases import RELEASES, SOURCES
+    from attn_export.targets.trt_releases import RELEASES, SOURCES
 
     for version, row in RELEASES.items():
         assert row.opset_source in SOURCES and 20 <= row.max_opset <= 25, version

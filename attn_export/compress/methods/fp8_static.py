@@ -6,7 +6,7 @@ softmax/LayerNorm/residual in float), then optionally the accuracy-driven fallba
 (``mixed_precision``), judged with TensorRT's Q/DQ arithmetic on ONNX Runtime CPU (float8
 Q/DQ is exact there: rounding and each FP8 product; the accumulation order is not). No latency
 cost of the fallback is measured: ONNX Runtime CPU has no FP8 GEMM, so a CPU timing says
-nothing about a GPU. Which GPUs may run it is data (``export/gpu_arch.py``): ``RunConfig``
+nothing about a GPU. Which GPUs may run it is data (``targets/gpu_arch.py``): ``RunConfig``
 refuses ``--quantize fp8`` for an architecture without FP8 before any work.
 """
 

@@ -116,7 +116,7 @@ def precision_plan(
     if graph == "fp32" and want not in _FLOATS:
         raise ConfigError(f"an fp32 graph builds as fp32 or fp16, got --precision {want}; quantize the graph first for {want}")
     if arch is not None:
-        from attn_export.export.gpu_arch import parse_gpu_arch, require_precision
+        from attn_export.targets.gpu_arch import parse_gpu_arch, require_precision
 
         arch = parse_gpu_arch(arch)
         require_precision(arch, "fp16" if graph == "fp32" and want == "fp16" else ("fp16" if graph in _FLOATS else graph), v)
@@ -168,7 +168,7 @@ def plan_table(releases: tuple[str, ...] = ("10.3", "10.14", "11.4")) -> str:
     The attention of an 8-bit graph is the decomposed form: its GEMMs carry the Q/DQ and the
     two BMMs stay float unless FP8 MHA (``quantize_attention_bmm``) is asked for.
     """
-    from attn_export.export.gpu_arch import ARCHS, best_8bit, supports
+    from attn_export.targets.gpu_arch import ARCHS, best_8bit, supports
 
     lines = ["| GPU | TensorRT | 8-bit | attention | precision flags (fp32 graph + Q/DQ) | why |", "|---|---|---|---|---|---|"]
     for a in ARCHS.values():

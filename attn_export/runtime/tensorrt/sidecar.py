@@ -104,9 +104,12 @@ class EngineSidecar(BaseModel):
 
 
 def write_sidecar(engine_path: str | os.PathLike[str], sidecar: EngineSidecar) -> Path:
-    from attn_export.validate.report import atomic_write_text
+    from attn_export._atomic import atomic_path
 
-    return atomic_write_text(sidecar_path_for(engine_path), json.dumps(sidecar.to_dict(), indent=2) + "\n")
+    path = sidecar_path_for(engine_path)
+    with atomic_path(path) as tmp:  # no half-written sidecar beside an engine
+        tmp.write_text(json.dumps(sidecar.to_dict(), indent=2) + "\n", encoding="utf-8")
+    return path
 
 
 def _first_error(err: ValidationError) -> str:

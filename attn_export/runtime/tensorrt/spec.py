@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from attn_export.errors import ConfigError
+from attn_export.targets.trt_releases import TrtVersion, parse_trt_version  # re-exported: the data lives in targets/
 from attn_export.vocabulary import PRECISIONS, get_precision
 
 __all__ = [
@@ -36,35 +37,6 @@ HARDWARE_COMPATIBILITY: dict[str, tuple[str, str]] = {
     "same-compute-capability": ("SAME_COMPUTE_CAPABILITY", "sameComputeCapability"),
 }
 ENGINE_PRECISIONS: tuple[str, ...] = tuple(PRECISIONS)  # every precision of the vocabulary builds an engine
-
-
-@dataclass(frozen=True, order=True)
-class TrtVersion:
-    major: int
-    minor: int = 0
-
-    def __str__(self) -> str:
-        return f"{self.major}.{self.minor}"
-
-
-# "10.3", "11", "10.14.1.48", and what pip-installed bindings report: "10.14.1.48.post1"
-# (the only 10.14 wheel on PyPI), "10.7.0.post1", "11.0.0rc1", "10.0.0b6", "10.3.0+cuda12.5".
-_VERSION = re.compile(r"\s*(\d+)(?:\.(\d+))?(?:\.\d+)*(?:[.-]?(?:post|rc|a|b|dev)\d*)*(?:\+[0-9A-Za-z.]+)?\s*")
-
-
-def parse_trt_version(text: str) -> TrtVersion:
-    """'10.3', '10.14.1.48.post1' or '11' -> TrtVersion; anything older than 10.0 is refused.
-
-    Only major.minor matter to the toolkit; patch, build, ``.postN``/``rcN`` and local
-    (``+cuda12.5``) suffixes are accepted and dropped.
-    """
-    m = _VERSION.fullmatch(str(text))
-    if not m:
-        raise ConfigError(f"expected a TensorRT version like 10.3, 11 or 10.14.1.48.post1, got {text!r}")
-    ver = TrtVersion(int(m.group(1)), int(m.group(2) or 0))
-    if ver.major < 10:
-        raise ConfigError(f"expected TensorRT 10.x or 11.x, got {text}; JetPack 6 ships 10.3, use --trt 10.3")
-    return ver
 
 
 def dla_supported(version: TrtVersion) -> bool:
@@ -198,7 +170,7 @@ class EngineSpec:
     dla_core: int | None = None
     gpu_fallback: bool = True
     strongly_typed: bool | None = None
-    gpu_arch: str | None = None  # the GPU the engine is built for (export/gpu_arch.py): a precision it lacks is refused
+    gpu_arch: str | None = None  # the GPU the engine is built for (targets/gpu_arch.py): a precision it lacks is refused
 
     def __post_init__(self) -> None:
         get_precision(self.precision, what="engine precision", choices=ENGINE_PRECISIONS)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from attn_export.errors import ConfigError
-from attn_export.export.gpu_arch import (
+from attn_export.targets.gpu_arch import (
     ARCHS,
     PRECISIONS,
     SOURCES,

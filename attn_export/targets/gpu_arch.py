@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 
 from attn_export.errors import ConfigError
-from attn_export.runtime.tensorrt.spec import TrtVersion, parse_trt_version
+from attn_export.targets.trt_releases import TrtVersion, parse_trt_version
 from attn_export.vocabulary import ARCH_PRECISIONS as PRECISIONS
 from attn_export.vocabulary import EIGHT_BIT
 

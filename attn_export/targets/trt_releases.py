@@ -15,16 +15,48 @@ Columns, each with its source (``SOURCES``):
   cannot read it.
 * ``jetpack``: the JetPack that ships the release for Jetson Orin, or None when no JetPack
   does (the 10.x server releases; 11.0-11.3, which have no JetPack build at all).
+
+``TrtVersion`` and ``parse_trt_version`` (major.minor from any spelling pip or a user writes) live
+here too, below ``runtime/`` and ``checks/``, which read them (``runtime.tensorrt.spec`` re-exports them).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from attn_export.errors import ConfigError
-from attn_export.runtime.tensorrt.spec import TrtVersion, parse_trt_version
 
-__all__ = ["RELEASES", "SOURCES", "Release", "known_releases", "release", "release_for_target"]
+__all__ = ["RELEASES", "SOURCES", "Release", "TrtVersion", "known_releases", "parse_trt_version", "release", "release_for_target"]
+
+@dataclass(frozen=True, order=True)
+class TrtVersion:
+    major: int
+    minor: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor}"
+
+
+# "10.3", "11", "10.14.1.48", and what pip-installed bindings report: "10.14.1.48.post1"
+# (the only 10.14 wheel on PyPI), "10.7.0.post1", "11.0.0rc1", "10.0.0b6", "10.3.0+cuda12.5".
+_VERSION = re.compile(r"\s*(\d+)(?:\.(\d+))?(?:\.\d+)*(?:[.-]?(?:post|rc|a|b|dev)\d*)*(?:\+[0-9A-Za-z.]+)?\s*")
+
+
+def parse_trt_version(text: str) -> TrtVersion:
+    """'10.3', '10.14.1.48.post1' or '11' -> TrtVersion; anything older than 10.0 is refused.
+
+    Only major.minor matter to the toolkit; patch, build, ``.postN``/``rcN`` and local
+    (``+cuda12.5``) suffixes are accepted and dropped.
+    """
+    m = _VERSION.fullmatch(str(text))
+    if not m:
+        raise ConfigError(f"expected a TensorRT version like 10.3, 11 or 10.14.1.48.post1, got {text!r}")
+    ver = TrtVersion(int(m.group(1)), int(m.group(2) or 0))
+    if ver.major < 10:
+        raise ConfigError(f"expected TensorRT 10.x or 11.x, got {text}; JetPack 6 ships 10.3, use --trt 10.3")
+    return ver
+
 
 SOURCES: dict[str, str] = {
     "ops-10.0": "onnx-tensorrt docs/operators.md (release/10.0-GA and 10.1-GA): 'TensorRT 10.0 supports operators in the "
