@@ -15,9 +15,9 @@ from attn_export.benchmark import (
     measure_ceilings,
     run_bench,
 )
-from attn_export.validate.memory import memory_method, peak_memory_delta
 from attn_export.benchmark.table import markdown_tables
 from attn_export.errors import ConfigError
+from attn_export.validate.memory import memory_method, peak_memory_delta
 from attn_export.validate.schema import SCHEMA_VERSIONS
 
 

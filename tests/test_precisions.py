@@ -7,8 +7,8 @@ import pytest
 
 from attn_export.compress.registry import precisions as quantize_precisions
 from attn_export.errors import ConfigError
-from attn_export.targets.gpu_arch import ARCHS
 from attn_export.runtime.tensorrt.spec import EngineSpec
+from attn_export.targets.gpu_arch import ARCHS
 from attn_export.vocabulary import (
     ARCH_PRECISIONS,
     EIGHT_BIT,
