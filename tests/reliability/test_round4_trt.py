@@ -64,7 +64,7 @@ def test_c26_jetson_accepts_exactly_the_releases_a_jetpack_ships() -> None:
 
     jetson = get_target("jetson")
     shipped = {str(r.version) for r in RELEASES.values() if r.jetpack}
-    assert shipped == {"10.3", "11.4"}
+    assert shipped == {"10.3", "10.13", "10.16", "11.4"}  # JetPack 6.1, 7.0/7.1, 7.2, 7.2.2 (targets/trt_releases.py JETPACKS)
     for version in RELEASES:
         if str(version) in shipped:
             assert jetson.release(str(version)).jetpack

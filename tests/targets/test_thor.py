@@ -16,7 +16,15 @@ from fixtures import eager, feed_for, small_layer
 
 from attn_export.config import RunConfig
 from attn_export.errors import ConfigError
-from attn_export.targets.gpu_arch import ARCHS, SOURCES, best_8bit, default_arch, jetson_release, parse_gpu_arch, supports
+from attn_export.targets.gpu_arch import (
+    ARCHS,
+    SOURCES,
+    best_8bit,
+    default_arch,
+    jetson_release,
+    parse_gpu_arch,
+    supports,
+)
 from attn_export.targets.trt_releases import JETPACKS, RELEASES, TrtVersion, jetson_archs, release, release_for_target
 from attn_export.targets.trt_releases import SOURCES as RELEASE_SOURCES
 
@@ -31,6 +39,9 @@ def test_jetpack_rows_name_their_tensorrt_gpus_and_sources() -> None:
         assert jp.sources and all("http" in RELEASE_SOURCES[s] for s in jp.sources), jp
         assert all(a in ARCHS for a in jp.archs), jp
     assert jetson_archs(TrtVersion(10, 14)) == () and jetson_archs(TrtVersion(10, 13)) == ("sm110",)
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "targets.md").read_text()
+    for jp in JETPACKS:  # docs/targets.md's Jetson stack table is this data
+        assert f"| {jp.version} | {jp.trt}{' and later 11.x' if jp.and_later else ''} | {', '.join(jp.archs)} | {', '.join(jp.sources)} |" in docs, jp
 
 
 def test_tensorrt_10_16_is_a_release_row_with_a_noted_opset() -> None:
