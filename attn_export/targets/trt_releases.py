@@ -175,7 +175,7 @@ RELEASES: dict[TrtVersion, Release] = {r.version: r for r in (
 
 
 def known_releases() -> str:
-    """'10.0-10.15, 11.0-11.5': the releases of ``RELEASES``, one range per major."""
+    """'10.0-10.16, 11.0-11.5': the releases of ``RELEASES``, one range per major."""
     majors: dict[int, list[TrtVersion]] = {}
     for v in RELEASES:
         majors.setdefault(v.major, []).append(v)
