@@ -286,15 +286,21 @@ class RunConfig:
 
     @property
     def resolved_gpu_arch(self) -> str | None:
-        """The GPU architecture an engine is built for: ``--gpu-arch``, else the target's (Jetson: sm87), else unknown (None)."""
+        """The GPU architecture an engine is built for: ``--gpu-arch``, else the one the Jetson release's JetPacks run on (10.3: sm87), else unknown (None)."""
         from attn_export.targets.gpu_arch import default_arch, parse_gpu_arch
 
-        return parse_gpu_arch(self.gpu_arch) if self.gpu_arch is not None else default_arch(self.target)
+        target = self.target_info
+        return parse_gpu_arch(self.gpu_arch) if self.gpu_arch is not None else default_arch(target.needs_jetpack, self.trt_version or target.trt_version)
 
     @property
     def resolved_trt_version(self) -> str | None:
+        """``--trt-version``, else the target's; a Jetson target whose own release no JetPack ships for ``--gpu-arch`` takes the newest that does (Thor: 10.16)."""
+        from attn_export.targets.gpu_arch import jetson_release
+
         target = self.target_info
-        return (self.trt_version or target.trt_version) if target.is_tensorrt else None
+        if not target.is_tensorrt:
+            return None
+        return self.trt_version or (jetson_release(self.gpu_arch, str(target.trt_version)) if target.needs_jetpack else target.trt_version)
 
     def export_spec(self, precision: str | None = None):  # type: ignore[no-untyped-def]
         """The ONNX export for this run's target (explicit --attention/--opset win over the target's)."""

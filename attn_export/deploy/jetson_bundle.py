@@ -1,4 +1,4 @@
-"""A self-contained folder to build and validate the engine on a Jetson (JetPack 6, TensorRT 10.3).
+"""A self-contained folder to build and validate the engine on a Jetson (the JetPack that ships the chosen TensorRT: targets/trt_releases.py).
 
 Engines must be built on the device that runs them, so the bundle carries the ONNX and
 everything needed there, and nothing that needs attn-export or torch:
@@ -40,6 +40,7 @@ from attn_export.errors import DataError
 from attn_export.runtime.tensorrt.sidecar import sha256_file
 from attn_export.runtime.tensorrt.spec import EngineSpec
 from attn_export.runtime.tensorrt.trtexec import onnx_io_dims, shell_line, trtexec_command
+from attn_export.targets.trt_releases import release
 from attn_export.vocabulary import PRECISIONS
 
 __all__ = ["write_jetson_bundle", "BUNDLE_FILES"]
@@ -122,7 +123,7 @@ Build and check the TensorRT engine on the device itself: engines only run on th
 TensorRT version that built them.
 
 ## Needs
-JetPack 6.x (TensorRT {trt_version}, with `trtexec` in `/usr/src/tensorrt/bin`), python3,
+{release(trt_version).jetpack or "JetPack"} (TensorRT {trt_version}, with `trtexec` in `/usr/src/tensorrt/bin`), python3,
 numpy, and cuda-python (`pip install cuda-python`). No torch, no attn-export.
 
 ## Steps

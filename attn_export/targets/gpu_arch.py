@@ -22,13 +22,13 @@ import re
 from dataclasses import dataclass, field
 
 from attn_export.errors import ConfigError
-from attn_export.targets.trt_releases import TrtVersion, parse_trt_version
+from attn_export.targets.trt_releases import RELEASES, TrtVersion, jetson_archs, jetson_releases, parse_trt_version
 from attn_export.vocabulary import ARCH_PRECISIONS as PRECISIONS
 from attn_export.vocabulary import EIGHT_BIT
 
 __all__ = [
+    "ALIASES",
     "ARCHS",
-    "DEFAULT_ARCH",
     "EIGHT_BIT",
     "PRECISIONS",
     "SOURCES",
@@ -37,6 +37,7 @@ __all__ = [
     "archs_with",
     "best_8bit",
     "default_arch",
+    "jetson_release",
     "get_arch",
     "parse_gpu_arch",
     "require_precision",
@@ -70,6 +71,14 @@ SOURCES: dict[str, str] = {
     "not run FP8 or FP4 model engines' (https://nvidia.github.io/TensorRT-Edge-LLM/0.11.1/user_guide/getting_started/support-matrix.html)",
     "parser-9.0": "onnx-tensorrt docs/Changelog.md, TensorRT 9.0 GA: 'Added support for FP8 and BF16 datatypes'; "
     "docs/operators.md: DequantizeLinear takes INT8, FP8, INT4",
+    "sm110": "CUDA 13.0 renames Jetson Thor's compute capability from 10.1 to 11.0: 'Support Thor SM renaming from sm_101 to "
+    "sm_110 starting from CUDA 13.0; for CUDA 12.9 and older releases Thor stays labeled as sm_101' (cuRANDDx/nvCOMPDx release notes, "
+    "https://docs.nvidia.com/cuda/curanddx/release_notes.html)",
+    "jetpack7": "JetPack 7.0/7.1 (Jetson Linux 38.x) run on Jetson AGX Thor; 7.2 adds the Orin family; 7.2.2 takes TensorRT 11.4.1 "
+    "(https://developer.nvidia.com/embedded/jetpack/downloads/archive-7.0, archive-7.1; targets/trt_releases.py JETPACKS has each row's sources)",
+    "trt-4590": "NVIDIA/TensorRT#4590 (open): on Jetson Thor (SM 110) TensorRT 10.13.3.9 accepts the FP8/FP4 builder flags but "
+    "'silently builds FP32 engines' with no error or warning (https://github.com/NVIDIA/TensorRT/issues/4590)",
+    "vllm-39712": "vLLM PR #39712 'Enable FP8 on NVIDIA Thor (SM110)' (https://github.com/vllm-project/vllm/pull/39712)",
 }
 
 
@@ -94,6 +103,9 @@ class GpuArch:
     trt11: str = "yes"  # whether the sources list it for TensorRT 11.x
     dla: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # (precision, TensorRT release) -> a known problem the sources report: it rides on ``supports``'s reason, so the
+    # plan's --quantize auto note and the static check carry it into the report (the engine attestation checks it on the device)
+    caveats: dict[tuple[str, TrtVersion], str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         missing = set(PRECISIONS) - set(self.precisions)
@@ -109,16 +121,19 @@ def _p(fp16: str, bf16: str, int8: str, fp8: str, fp4: str) -> dict[str, str]:
     return {"fp16": fp16, "bf16": bf16, "int8": int8, "fp8": fp8, "fp4": fp4}
 
 
-V10_8, V11_4 = TrtVersion(10, 8), TrtVersion(11, 4)
+V10_8, V10_13, V11_4 = TrtVersion(10, 8), TrtVersion(10, 13), TrtVersion(11, 4)
+_JETSON_NOTE = "the TensorRT releases a JetPack ships for it (targets/trt_releases.py JETPACKS: " + ", ".join(
+    f"{r.version} = {r.jetpack}" for r in RELEASES.values() if r.jetpack) + ")"
 ARCHS: dict[str, GpuArch] = {
     "sm75": GpuArch("sm75", (7, 5), "Turing", ("T4",), _p("yes", "no", "yes", "no", "no"), ("matrix", "te", "rtx"), trt11="unverified"),
     "sm80": GpuArch("sm80", (8, 0), "Ampere", ("A100", "A30"), _p("yes", "yes", "yes", "no", "no"), ("matrix", "te")),
     "sm86": GpuArch("sm86", (8, 6), "Ampere", ("A10", "A40", "RTX 30"), _p("yes", "yes", "yes", "no", "no"), ("matrix", "te", "rtx")),
     "sm87": GpuArch(
         "sm87", (8, 7), "Ampere (Jetson)", ("Jetson AGX Orin", "Orin NX", "Orin Nano"), _p("yes", "unverified", "yes", "no", "no"),
-        ("matrix", "edge-llm", "jetson-11", "jetpack6"),
-        releases=((TrtVersion(10, 3), TrtVersion(10, 3)), (V11_4, None)),
-        releases_note="JetPack 6.x ships TensorRT 10.3; TensorRT 11.0-11.3 have no JetPack build; 11.4.1 needs JetPack >= 7.2.2",
+        ("matrix", "edge-llm", "jetson-11", "jetpack6", "jetpack7"),
+        releases=jetson_releases("sm87"),
+        releases_note="JetPack 6.x ships TensorRT 10.3, JetPack 7.2 ships 10.16 (7.0/7.1 are Thor only); TensorRT 11.0-11.3 have no "
+        "JetPack build; 11.4.1 needs JetPack >= 7.2.2",
         dla=True,
     ),
     "sm89": GpuArch("sm89", (8, 9), "Ada Lovelace", ("L4", "L40S", "RTX 40"), _p("yes", "yes", "yes", "yes", "no"), ("matrix", "te", "rtx")),
@@ -127,10 +142,20 @@ ARCHS: dict[str, GpuArch] = {
                      first_trt=V10_8, notes=("10.8 lists B200/GB200 as early access",)),
     "sm103": GpuArch("sm103", (10, 3), "Blackwell Ultra", ("B300", "GB300"), _p("yes", "yes", "yes", "yes", "yes"), ("rn-11.5", "te"),
                      first_trt=V10_8, notes=("the first release listing CC 10.3 was not found; 10.8 (Blackwell) is assumed",)),
+    "sm110": GpuArch(
+        "sm110", (11, 0), "Blackwell (Jetson Thor)", ("Jetson AGX Thor",), _p("yes", "unverified", "yes", "yes", "unverified"),
+        ("sm110", "te", "rtx", "vllm-39712", "jetpack7", "trt-4590", "jetson-11"),
+        first_trt=V10_13, releases=jetson_releases("sm110"),
+        releases_note="JetPack 7.0/7.1 ship TensorRT 10.13, 7.2 ships 10.16; TensorRT 11.0-11.3 have no JetPack build; 11.4.1 needs "
+        "JetPack >= 7.2.2",
+        notes=("sm101 before CUDA 13", "bf16 and fp4 are not settled by the sources read: unverified"),
+        caveats={("fp8", V10_13): "NVIDIA/TensorRT#4590: FP8 builds on Thor with TensorRT 10.13 are reported to come out FP32 "
+                 "silently; the engine attestation on the device catches it (TensorRT 10.16, JetPack 7.2, is the next release)"},
+    ),
     "sm120": GpuArch("sm120", (12, 0), "Blackwell (workstation)", ("RTX PRO 6000", "RTX 50"), _p("yes", "yes", "yes", "yes", "yes"),
                      ("matrix", "te", "rtx", "rn-10.8"), first_trt=V10_8),
 }  # fmt: skip
-DEFAULT_ARCH: dict[str, str] = {"jetson": "sm87"}  # tensorrt: unknown until --gpu-arch (auto then ships int8, which every GPU runs)
+ALIASES: dict[str, str] = {"sm101": "sm110"}  # Jetson Thor's name before CUDA 13 (source "sm110")
 
 
 @dataclass(frozen=True)
@@ -149,10 +174,11 @@ class Support:
 
 
 def parse_gpu_arch(text: str) -> str:
-    """'sm90', 'sm_90', 'SM90', '9.0' or '90' -> 'sm90'; anything not in ``ARCHS`` is a ConfigError listing them."""
+    """'sm90', 'sm_90', 'SM90', '9.0' or '90' -> 'sm90' ('sm101', Thor before CUDA 13, -> 'sm110'); anything not in ``ARCHS`` is a ConfigError listing them."""
     raw = str(text).strip().lower()
     m = re.fullmatch(r"(?:sm_?)?(\d{1,2})\.?(\d)", raw)
     name = f"sm{m.group(1)}{m.group(2)}" if m else raw
+    name = ALIASES.get(name, name)
     if name not in ARCHS:
         known = ", ".join(f"{a.name} ({a.family})" for a in ARCHS.values())
         raise ConfigError(f"unknown --gpu-arch {text!r}; choose one of {known}")
@@ -163,9 +189,23 @@ def get_arch(arch: str | GpuArch) -> GpuArch:
     return arch if isinstance(arch, GpuArch) else ARCHS[parse_gpu_arch(arch)]
 
 
-def default_arch(target: str) -> str | None:
-    """The architecture ``--target`` implies when ``--gpu-arch`` is not given (None: not known)."""
-    return DEFAULT_ARCH.get(target)
+def default_arch(needs_jetpack: bool, trt_version: str | TrtVersion | None) -> str | None:
+    """The architecture a target implies when ``--gpu-arch`` is not given: on a Jetson target the one GPU the JetPacks
+    shipping ``trt_version`` run on (``JETPACKS``: 10.3 -> sm87 Orin, 10.13 -> sm110 Thor); None when not known or not one."""
+    if not needs_jetpack or trt_version is None:
+        return None
+    archs = jetson_archs(_version(trt_version))
+    return archs[0] if len(archs) == 1 else None
+
+
+def jetson_release(arch: str | None, trt_version: str) -> str:
+    """The TensorRT release a Jetson target builds with when ``--trt-version`` is not given: its own (``trt_version``)
+    where a JetPack ships it for ``arch``, else the newest JetPack TensorRT 10.x release for ``arch`` (Thor: 10.16)."""
+    if arch is None or parse_gpu_arch(arch) in jetson_archs(_version(trt_version)):
+        return trt_version
+    name = parse_gpu_arch(arch)
+    shipped = [v for v in RELEASES if RELEASES[v].jetpack and name in jetson_archs(v) and v.major == _version(trt_version).major]
+    return str(max(shipped)) if shipped else trt_version
 
 
 def _version(trt_version: str | TrtVersion) -> TrtVersion:
@@ -173,7 +213,7 @@ def _version(trt_version: str | TrtVersion) -> TrtVersion:
 
 
 def _release_ok(a: GpuArch, v: TrtVersion) -> Support:
-    src = tuple(s for s in a.sources if s in ("jetson-11", "jetpack6", "rn-10.8")) or ("matrix",)
+    src = tuple(s for s in a.sources if s in ("jetson-11", "jetpack6", "jetpack7", "rn-10.8")) or ("matrix",)
     if v < a.first_trt:
         return Support("no", f"TensorRT {v} has no kernels for {a.label}; it needs TensorRT >= {a.first_trt}", src)
     if a.releases is not None and not any(lo <= v and (hi is None or v <= hi) for lo, hi in a.releases):
@@ -200,6 +240,8 @@ def supports(arch: str | GpuArch, precision: str, trt_version: str | TrtVersion)
         return Support("no", f"FP4 (E2M1) explicit quantization needs TensorRT >= 10.8, got {v}", ("rn-10.8",))
     if status == "yes":
         extra = " (FP8 Q/DQ parsed since TensorRT 9.0)" if precision == "fp8" else ""
+        if (caveat := a.caveats.get((precision, v))) is not None:
+            return Support("yes", f"{a.label} runs {precision} in TensorRT {v}{extra}; caveat: {caveat}", a.sources)
         return Support("yes", f"{a.label} runs {precision} in TensorRT {v}{extra}", a.sources + (("parser-9.0",) if precision == "fp8" else ()))
     return Support("unverified", f"the sources do not settle {precision} on {a.label}", a.sources)
 
@@ -234,7 +276,7 @@ def best_8bit(arch: str | GpuArch, trt_version: str | TrtVersion) -> tuple[str, 
     raise ConfigError(f"no 8-bit format runs on --gpu-arch {a.name} with TensorRT {v}: {'; '.join(skipped)}; pick a supported --trt-version")
 
 
-def support_table(releases: tuple[str, ...] = ("10.3", "10.14", "11.4")) -> str:
+def support_table(releases: tuple[str, ...] = ("10.3", "10.13", "10.14", "10.16", "11.4")) -> str:
     """Markdown: each architecture x TensorRT release -> the 8-bit format auto picks (docs/targets.md)."""
     head = "| GPU | " + " | ".join(f"TensorRT {r}" for r in releases) + " | sources |"
     lines = [head, "|" + "---|" * (len(releases) + 2)]
@@ -242,7 +284,8 @@ def support_table(releases: tuple[str, ...] = ("10.3", "10.14", "11.4")) -> str:
         cells = []
         for r in releases:
             try:
-                cells.append(best_8bit(a, r)[0])
+                best = best_8bit(a, r)[0]
+                cells.append(f"{best} (caveat)" if (best, _version(r)) in a.caveats else best)
             except ConfigError:
                 s = _release_ok(a, _version(r))
                 cells.append("–" if s.status == "no" else "unverified")

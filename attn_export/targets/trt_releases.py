@@ -13,8 +13,13 @@ Columns, each with its source (``SOURCES``):
   exporter's default opset is capped by it and an explicit ``--opset`` above it is refused
   (``export.targets.export_spec_for``), so a graph is never exported for a parser that
   cannot read it.
-* ``jetpack``: the JetPack that ships the release for Jetson Orin, or None when no JetPack
+* ``jetpack``: the JetPacks that ship the release (from ``JETPACKS``), or None when no JetPack
   does (the 10.x server releases; 11.0-11.3, which have no JetPack build at all).
+
+``JETPACKS`` is the Jetson stack as data: each JetPack, the TensorRT it ships and the GPU
+architectures (``gpu_arch`` names) it runs on, with its sources. JetPack 7.0 and 7.1 run on
+Jetson Thor only; Orin joins the JetPack 7 line at 7.2. A fact the sources do not settle says
+so in the row's ``note`` ("unverified: ...").
 
 ``TrtVersion`` and ``parse_trt_version`` (major.minor from any spelling pip or a user writes) live
 here too, below ``runtime/`` and ``checks/``, which read them (``runtime.tensorrt.spec`` re-exports them).
@@ -27,7 +32,8 @@ from dataclasses import dataclass
 
 from attn_export.errors import ConfigError
 
-__all__ = ["RELEASES", "SOURCES", "Release", "TrtVersion", "known_releases", "parse_trt_version", "release", "release_for_target"]
+__all__ = ["JETPACKS", "RELEASES", "SOURCES", "JetPack", "Release", "TrtVersion", "jetson_archs", "jetson_releases", "known_releases",
+           "parse_trt_version", "release", "release_for_target"]
 
 @dataclass(frozen=True, order=True)
 class TrtVersion:
@@ -71,7 +77,19 @@ SOURCES: dict[str, str] = {
     "opset 25' (so 11.0-11.4 parse at most 24); TensorRT ONNX Opset Guide (11.x): maximum opset 25",
     "jetpack6": "JetPack 6.1 ships CUDA 12.6 and TensorRT 10.3 (https://docs.pytorch.org/TensorRT/v2.6.1/_sources/getting_started/jetpack.rst.txt)",
     "jetson-11": "TensorRT 10.x -> 11.x migration guide, Jetson/JetPack (11.3.0 and 11.4.1 editions): 11.0-11.3 do not support "
-    "JetPack; 11.4.1 supports JetPack 7.2.2+ on Jetson AGX Orin and Thor",
+    "JetPack; 11.4.1 supports JetPack 7.2.2+ on Jetson AGX Orin and Thor "
+    "(https://docs.nvidia.com/deeplearning/tensorrt/11.4.1/api/migration/tensorrt-10x-to-11x-jetson.html)",
+    "jetpack7.0": "JetPack 7.0 (Jetson Linux 38.2) downloads page, for the Jetson AGX Thor developer kit "
+    "(https://developer.nvidia.com/embedded/jetpack/downloads/archive-7.0); NVIDIA/TensorRT#4590: the default Thor image runs "
+    "TensorRT 10.13.3.9 with CUDA 13.0 (https://github.com/NVIDIA/TensorRT/issues/4590)",
+    "jetpack7.1": "JetPack 7.1 (Jetson Linux 38.4) downloads page: Jetson AGX Thor and the Jetson T4000 module "
+    "(https://developer.nvidia.com/embedded/jetpack/downloads/archive-7.1)",
+    "jetpack7.2": "JetPack 7.2 brings CUDA 13 to the Jetson Orin family (Orin had stayed on CUDA 12 through JetPack 6.x); TensorRT "
+    "Edge-LLM's support matrix lists Jetson Orin on JetPack 7.2 (https://nvidia.github.io/TensorRT-Edge-LLM/0.11.1/user_guide/"
+    "getting_started/support-matrix.html); Torch-TensorRT 2.12.1 builds Jetson Thor against TensorRT 10.16 "
+    "(https://github.com/pytorch/tensorrt/releases/tag/v2.12.1)",
+    "parser-10.16": "no operators.md of onnx-tensorrt release/10.16 was read: 10.16 is held to 10.15's parser ceiling (opset 24), "
+    "which every 10.x release since 10.15 keeps",
 }
 
 
@@ -97,21 +115,67 @@ def _r(major: int, minor: int, max_opset: int, source: str, jetpack: str | None 
     return Release(TrtVersion(major, minor), max_opset, source, jetpack, jetpack_source)
 
 
+@dataclass(frozen=True)
+class JetPack:
+    """One JetPack: the TensorRT it ships and the GPU architectures (``gpu_arch`` names) it runs on.
+
+    ``and_later``: the TensorRT row also covers the later releases of its major (TensorRT 11.4.1
+    "supports JetPack 7.2.2 or later"). ``note``: what the sources leave open ("unverified: ...").
+    """
+
+    version: str
+    trt: TrtVersion
+    archs: tuple[str, ...]
+    sources: tuple[str, ...]
+    and_later: bool = False
+    note: str = ""
+
+
+JETPACKS: tuple[JetPack, ...] = (
+    JetPack("6.1", TrtVersion(10, 3), ("sm87",), ("jetpack6",)),
+    JetPack("7.0", TrtVersion(10, 13), ("sm110",), ("jetpack7.0",)),
+    JetPack("7.1", TrtVersion(10, 13), ("sm110",), ("jetpack7.1", "jetpack7.0"),
+            note="unverified: the 7.1 page read does not list its TensorRT; 10.13 is 7.0's, carried over"),
+    JetPack("7.2", TrtVersion(10, 16), ("sm87", "sm110"), ("jetpack7.2",),
+            note="unverified: TensorRT 10.16 is the Thor build of Torch-TensorRT 2.12.1, not read from the JetPack 7.2 page"),
+    JetPack("7.2.2", TrtVersion(11, 4), ("sm87", "sm110"), ("jetson-11",), and_later=True),
+)  # fmt: skip
+
+
+def jetson_archs(version: TrtVersion) -> tuple[str, ...]:
+    """The GPU architectures some JetPack ships TensorRT ``version`` for (empty: no JetPack does)."""
+    archs: list[str] = []
+    for jp in JETPACKS:
+        if jp.trt == version or (jp.and_later and jp.trt.major == version.major and jp.trt <= version):
+            archs += [a for a in jp.archs if a not in archs]
+    return tuple(archs)
+
+
+def jetson_releases(arch: str) -> tuple[tuple[TrtVersion, TrtVersion | None], ...]:
+    """``(lo, hi)`` TensorRT ranges the JetPacks ship for ``arch`` (hi None: and the later releases of that major)."""
+    return tuple(dict.fromkeys((jp.trt, None if jp.and_later else jp.trt) for jp in JETPACKS if arch in jp.archs))
+
+
+def _jetpack_label(version: TrtVersion) -> str | None:
+    names = [jp.version + ("+" if jp.and_later or jp.version == "6.1" else "") for jp in JETPACKS if jp.trt == version]
+    return f"JetPack {', '.join(names)}" if names else None
+
+
 RELEASES: dict[TrtVersion, Release] = {r.version: r for r in (
     _r(10, 0, 20, "ops-10.0"), _r(10, 1, 20, "ops-10.0"), _r(10, 2, 20, "ops-10.0"),
-    _r(10, 3, 20, "ops-10.0", "JetPack 6.1+", "jetpack6"),
+    _r(10, 3, 20, "ops-10.0", _jetpack_label(TrtVersion(10, 3)), "jetpack6"),
     _r(10, 4, 20, "ops-10.0"), _r(10, 5, 20, "ops-10.0"), _r(10, 6, 20, "ops-10.0"), _r(10, 7, 20, "ops-10.0"), _r(10, 8, 20, "ops-10.0"),
     _r(10, 9, 22, "ops-10.9"), _r(10, 10, 22, "ops-10.9"),
-    _r(10, 11, 23, "onnx-1.18"), _r(10, 12, 23, "onnx-1.18"), _r(10, 13, 23, "onnx-1.18"), _r(10, 14, 23, "onnx-1.18"),
-    _r(10, 15, 24, "ops-10.15"),
+    _r(10, 11, 23, "onnx-1.18"), _r(10, 12, 23, "onnx-1.18"), _r(10, 13, 23, "onnx-1.18", _jetpack_label(TrtVersion(10, 13)), "jetpack7.0"),
+    _r(10, 14, 23, "onnx-1.18"), _r(10, 15, 24, "ops-10.15"), _r(10, 16, 24, "parser-10.16", _jetpack_label(TrtVersion(10, 16)), "jetpack7.2"),
     _r(11, 0, 24, "parser-11.5"), _r(11, 1, 24, "parser-11.5"), _r(11, 2, 24, "parser-11.5"), _r(11, 3, 24, "parser-11.5"),
-    _r(11, 4, 24, "parser-11.5", "JetPack 7.2.2+", "jetson-11"),
+    _r(11, 4, 24, "parser-11.5", _jetpack_label(TrtVersion(11, 4)), "jetson-11"),
     _r(11, 5, 25, "parser-11.5"),
 )}  # fmt: skip
 
 
 def known_releases() -> str:
-    """'10.0-10.15, 11.0-11.5': the releases of ``RELEASES``, one range per major."""
+    """'10.0-10.16, 11.0-11.5': the releases of ``RELEASES``, one range per major."""
     majors: dict[int, list[TrtVersion]] = {}
     for v in RELEASES:
         majors.setdefault(v.major, []).append(v)
@@ -124,7 +188,7 @@ def release(text: str | TrtVersion, flag: str = "--trt-version") -> Release:
     if version not in RELEASES:
         raise ConfigError(
             f"expected {flag} to name a TensorRT release the toolkit's tables cover ({known_releases()}), got {str(text).strip()!r} "
-            f"(TensorRT {version} is not one of them); use one of those, e.g. {flag} 10.3 (JetPack 6), 10.14 or 11.4"
+            f"(TensorRT {version} is not one of them); use one of those, e.g. {flag} 10.3 (JetPack 6), 10.13 (JetPack 7.0 on Thor), 10.14 or 11.4"
         )
     return RELEASES[version]
 

@@ -39,14 +39,14 @@ def _relu_model(path: Path, input_name: str = "x", node_name: str = "relu", opse
 def test_c26_unknown_trt_version_is_refused_listing_the_known_ones(version: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     o = run_cli(["--target", "tensorrt", "--trt-version", version, *TINY, "--out", tmp_path / "out"], capsys, tmp_path)
     assert_refused(o, version)
-    assert "10.0-10.15" in o.err and "11.0-11.5" in o.err, o.err  # the releases it does know
+    assert "10.0-10.16" in o.err and "11.0-11.5" in o.err, o.err  # the releases it does know
 
 
 def test_c26_check_trt_refuses_an_unknown_release_before_writing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model = _relu_model(tmp_path / "m.onnx")
     o = run_cli(["check-trt", model, "--trt", "11.99", "--json", tmp_path / "findings.json"], capsys, tmp_path)
     assert_refused(o, "11.99")
-    assert "--trt" in o.err and "10.0-10.15" in o.err, o.err
+    assert "--trt" in o.err and "10.0-10.16" in o.err, o.err
     with pytest.raises(Exception, match="11.99"):
         check_trt_compat(model, "11.99")
 
@@ -64,7 +64,7 @@ def test_c26_jetson_accepts_exactly_the_releases_a_jetpack_ships() -> None:
 
     jetson = get_target("jetson")
     shipped = {str(r.version) for r in RELEASES.values() if r.jetpack}
-    assert shipped == {"10.3", "11.4"}
+    assert shipped == {"10.3", "10.13", "10.16", "11.4"}  # JetPack 6.1, 7.0/7.1, 7.2, 7.2.2 (targets/trt_releases.py JETPACKS)
     for version in RELEASES:
         if str(version) in shipped:
             assert jetson.release(str(version)).jetpack

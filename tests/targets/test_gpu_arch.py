@@ -34,7 +34,7 @@ def test_every_row_is_complete_and_sourced() -> None:
 
 
 def test_fp8_only_from_ada_on() -> None:
-    assert archs_with("fp8") == ["sm89", "sm90", "sm100", "sm103", "sm120"]
+    assert archs_with("fp8") == ["sm89", "sm90", "sm100", "sm103", "sm110", "sm120"]
     assert all(ARCHS[a].cc >= (8, 9) for a in archs_with("fp8"))
     assert archs_with("fp4") == ["sm100", "sm103", "sm120"]
 
@@ -89,11 +89,12 @@ def test_parse_and_defaults() -> None:
     assert [parse_gpu_arch(t) for t in ("sm90", "SM_90", "9.0", "90", "sm_87")] == ["sm90", "sm90", "sm90", "sm90", "sm87"]
     with pytest.raises(ConfigError, match=r"unknown --gpu-arch 'sm70'; choose one of sm75 \(Turing\)"):
         parse_gpu_arch("sm70")
-    assert default_arch("jetson") == "sm87" and default_arch("tensorrt") is None
+    assert default_arch(True, "10.3") == "sm87" and default_arch(False, "10.14") is None
 
 
 def test_docs_table_is_the_data() -> None:
     text = DOCS.read_text()
     table = support_table()
     assert table in text, "docs/targets.md lacks the generated GPU x TensorRT table; paste gpu_arch.support_table()"
-    assert re.search(r"\| sm87 .*\| int8 \| unverified \| int8 \|", table) and re.search(r"\| sm90 .*\| fp8 \| fp8 \| fp8 \|", table)
+    assert re.search(r"\| sm87 .*\| int8 \| unverified \| unverified \| int8 \| int8 \|", table), table
+    assert re.search(r"\| sm90 .*\| fp8 \| fp8 \| fp8 \| fp8 \| fp8 \|", table) and re.search(r"\| sm110 .*\| – \| fp8 \(caveat\) \| unverified \| fp8 \| fp8 \|", table), table
