@@ -80,7 +80,7 @@ _NOTHING = {"checkpoint": "off (a reference layer)", "calib": "the shipped set",
             "timing_cache": "none", "dla_core": "none (GPU only)", "atol": "the tolerance table's", "rtol": "the tolerance table's",
             "cosine_min": "the tolerance table's", "pooling": "the model's (1_Pooling/config.json), else mean",
             "prompt": "the model's default_prompt_name, else none",
-            "gpu_arch": "sm87 for jetson; unknown for tensorrt"}  # fmt: skip
+            "gpu_arch": "the one GPU the Jetson release runs on (10.3: sm87, 10.13: sm110), else unknown"}  # fmt: skip
 _ENGINE = {"hardware_compatibility": "hardware_compatibility", "version_compatible": "version_compatible", "builder_optimization_level": "optimization_level",
            "workspace": "workspace_bytes", "timing_cache": "timing_cache", "dla_core": "dla_core"}  # fmt: skip
 

@@ -158,7 +158,7 @@ Int8QatScalesOpt = Annotated[str, typer.Option("--int8-qat-scales", help="QAT-li
 Int8FallbackOpt = Annotated[str, typer.Option("--int8-fallback", metavar="auto|none|N", help="Static int8: keep the most sensitive GEMM groups in float (fp16 on TensorRT) until the tolerance is met on the select split (auto), none, or exactly N.", rich_help_panel=_COMPRESS)]
 
 TargetOpt = Annotated[str, typer.Option("--target", help="ort-cpu | ort-cuda | tensorrt | jetson (fixes opset, attention form, precision).", rich_help_panel=_DEPLOY)]
-GpuArchOpt = Annotated[Optional[str], typer.Option("--gpu-arch", help="GPU the engine is for: sm87 (Jetson Orin), sm89 (Ada: L4, L40S), sm90 (Hopper: H100, H200), sm100 (Blackwell)...; decides FP8 and --quantize auto.", show_default="sm87 for jetson; unknown for tensorrt", rich_help_panel=_DEPLOY)]
+GpuArchOpt = Annotated[Optional[str], typer.Option("--gpu-arch", help="GPU the engine is for: sm87 (Jetson Orin), sm110 (Jetson Thor), sm89 (Ada: L4, L40S), sm90 (Hopper: H100, H200), sm100 (Blackwell)...; decides FP8 and --quantize auto.", show_default="the one GPU the Jetson release runs on (10.3: sm87, 10.13: sm110), else unknown", rich_help_panel=_DEPLOY)]
 TrtVersionOpt = Annotated[Optional[str], typer.Option("--trt-version", help="TensorRT version to check against.", show_default="the target's", rich_help_panel=_DEPLOY)]
 MinShapeOpt = Annotated[Optional[str], typer.Option("--min-shape", help="Engine profile min BATCHxSEQ.", show_default="1x1", rich_help_panel=_DEPLOY)]
 OptShapeOpt = Annotated[Optional[str], typer.Option("--opt-shape", help="Engine profile opt BATCHxSEQ.", show_default="--batch x --seq-len", rich_help_panel=_DEPLOY)]
