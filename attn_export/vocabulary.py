@@ -9,7 +9,7 @@ tolerance key and the gate's slack live in one row.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal
@@ -38,6 +38,7 @@ __all__ = [
     "check_export_precision",
     "check_heads",
     "engine_precision",
+    "float_precision_of",
     "get_precision",
     "precision_names",
 ]
@@ -99,6 +100,12 @@ class Precision:
       (fp32 runs on every GPU, so it has no column).
     trt_weak_flags: the TensorRT ``BuilderFlag`` members a weakly typed build (TensorRT 10.x) sets
       to run it (``runtime/tensorrt/build_plan.py``): 8-bit Q/DQ regions with fp16 for the rest.
+      trtexec's flag is the member's name in lower case (``FP16`` -> ``--fp16``).
+    torch_dtype / onnx_type: an export float's element type, by torch's and ONNX's ``TensorProto``
+      names: what ``export`` casts the weights and inputs to (the layers keep softmax and
+      LayerNorm in float32 islands whatever it is) and how a graph's float type is read back.
+    runtimes: the runtimes that execute a graph in it (``"onnxruntime"``, ``"tensorrt"``); a
+      target on another runtime refuses it before any work.
     """
 
     name: str
@@ -110,6 +117,9 @@ class Precision:
     export_float: bool
     arch_column: bool
     trt_weak_flags: tuple[str, ...] = ()
+    torch_dtype: str = "float32"
+    onnx_type: str = "FLOAT"
+    runtimes: tuple[str, ...] = ("onnxruntime", "tensorrt")
 
     @property
     def quantized(self) -> bool:
@@ -144,7 +154,7 @@ PRECISIONS: Mapping[str, Precision] = MappingProxyType({
         Precision("fp32", 32, "float", "fp32", _slack(1e-6, 10.0, (1e-6, 1.0), (1e-5, 1.0)), _slack(1e-6, 10.0, (1e-6, 1.0), (1e-5, 1.0)),
                   export_float=True, arch_column=False),
         Precision("fp16", 16, "float", "fp16", _slack(2e-5, 3.0, (1e-4, 0.5), (1e-3, 1.0)), _slack(5e-5, 3.0, (1e-4, 0.5), (1e-3, 1.0)),
-                  export_float=True, arch_column=True, trt_weak_flags=("FP16",)),
+                  export_float=True, arch_column=True, trt_weak_flags=("FP16",), torch_dtype="float16", onnx_type="FLOAT16"),
         Precision("int8", 8, "int", "int8", _EIGHT_BIT_SLACK, _EIGHT_BIT_CROSS, export_float=False, arch_column=True,
                   trt_weak_flags=("INT8", "FP16")),
         Precision("fp8", 8, "float", "fp8", _EIGHT_BIT_SLACK, _EIGHT_BIT_CROSS, export_float=False, arch_column=True,
@@ -178,6 +188,13 @@ def check_export_precision(name: str) -> Precision:
         fix = f"--quantize {name}" if name in PRECISIONS else f"--precision {floats[0]}"
         raise ConfigError(f"expected --precision in {'|'.join(floats)}, got {name!r}; use {fix}")
     return PRECISIONS[name]
+
+
+def float_precision_of(onnx_types: Iterable[str]) -> str:
+    """The export float a graph is in, from the ONNX element type names (``TensorProto``'s, e.g. ``FLOAT16``)
+    its weights, inputs or GEMMs hold: the first reduced float present, else fp32."""
+    names = set(onnx_types)
+    return next((p.name for p in PRECISIONS.values() if p.export_float and p.name != "fp32" and p.onnx_type in names), "fp32")
 
 
 def engine_precision(quantize: str | None, float_precision: str, shipped: str | None = None) -> str:

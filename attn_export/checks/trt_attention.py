@@ -114,7 +114,7 @@ def trt_attention_form(
     ver = trt_version if isinstance(trt_version, TrtVersion) else parse_trt_version(str(trt_version))
     # fp32 engines run the graph's fp32 whatever the typing; only fp16/int8 weak builds pick precisions
     strongly = strongly_typed or ver.major >= 11 or precision == "fp32"
-    dtype = "FLOAT16" if precision == "fp16" and strongly else "FLOAT"
+    dtype = PRECISIONS[precision].onnx_type if PRECISIONS[precision].export_float and strongly else "FLOAT"  # Q's type in the graph
     eight_bit = PRECISIONS[precision].quantized
     quantized = eight_bit and quantize_attention_bmm
     has_kernel, why = iattention_kernel(dtype, head_dim, trt_version, strongly, quantized)

@@ -1,7 +1,7 @@
 """Export a layer to ONNX with torch.onnx (dynamo exporter) and report what landed in the graph.
 
 The exporter works on a copy: Q/K/V are fused into one GEMM, the attention form is chosen
-(see ``attn_export.layers.attention``), and for fp16 the weights are cast to half while the
+(see ``attn_export.layers.attention``), and for a reduced float (fp16, bf16: the precision's own dtype) the weights are cast while the
 layers' own code keeps the masked softmax and LayerNorm in float32 islands. The written
 file is checked with ``onnx.checker(full_check=True)`` before it is moved into place.
 """
@@ -32,6 +32,7 @@ from attn_export.export.row_layernorm import layernorm_on_rows
 from attn_export.export.spec import ExportSpec
 from attn_export.layers.projections import fuse_qkv_, set_attention_form_
 from attn_export.layers.registry import MaskedLayer
+from attn_export.vocabulary import PRECISIONS
 
 __all__ = ["ExportResult", "export_onnx", "export_module", "example_inputs_for"]
 
@@ -94,7 +95,7 @@ def export_onnx(layer: MaskedLayer, path: str | os.PathLike[str], spec: ExportSp
     """Export a reference layer (wrapped in ``MaskedLayer``) with dynamic batch and sequence."""
     spec = spec or ExportSpec()
     d_model = _d_model_of(layer)
-    dtype = torch.float16 if spec.precision == "fp16" else torch.float32
+    dtype = getattr(torch, PRECISIONS[spec.precision].torch_dtype)
     example = example_inputs_for(layer, spec.example_batch, spec.example_seq, d_model, dtype)
     names = layer.input_names
     axes = {n: {0: "batch", 1: "seq"} for n in names}
@@ -122,8 +123,8 @@ def export_module(
     work = copy.deepcopy(model).eval()
     qkv_fused = fuse_qkv_(work) if spec.fuse_qkv else 0
     set_attention_form_(work, spec.attention)
-    if spec.precision == "fp16":
-        work = work.half()
+    if spec.precision != "fp32":  # weights and activations in the export float; the layers keep their float32 islands
+        work = work.to(getattr(torch, PRECISIONS[spec.precision].torch_dtype))
     dims: dict[str, torch.export.Dim] = {}
 
     def dim(name: str) -> Any:
