@@ -222,6 +222,8 @@ def require_precision(arch: str | GpuArch, precision: str, trt_version: str | Tr
             ok = [p for p in FLOATS if p != precision and (p not in PRECISIONS or supports(a, p, trt_version))]
             alt = " or ".join(sorted(ok, key=lambda p: p not in PRECISIONS))  # reduced floats first, fp32 last
             flag, hint = "--precision", f"; use --precision {alt}" if alt else ""
+            if not _release_ok(a, _version(trt_version)):  # the release, not the precision, is what the GPU lacks
+                hint = f"; use a --trt-version that ships for {a.name}"
         raise ConfigError(f"{flag} {precision} cannot run on --gpu-arch {a.name} with TensorRT {_version(trt_version)}: {s.reason}{hint}")
     return s
 
