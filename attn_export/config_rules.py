@@ -88,6 +88,7 @@ def check_combinations(cfg: Any) -> None:
         raise ConfigError(f"--gpu-arch names the GPU a TensorRT engine is built for; use --target tensorrt or jetson (got {target.name})")
     if cfg.gpu_arch is not None:
         cfg.resolved_gpu_arch  # noqa: B018 - parses --gpu-arch: an unknown name is one line listing the known ones
+    _check_float_precision(cfg, target)
     if cfg.quantize and cfg.quantize != "auto":
         _check_precision(cfg, target)
     if cfg.int8_qat is not None and cfg.int8_mode not in ("auto", "static"):
@@ -109,6 +110,30 @@ def _check_release(cfg: Any, target: Any) -> None:
     if cfg.opset is not None and cfg.opset > row.max_opset:
         raise ConfigError(f"expected --opset <= {row.max_opset} for TensorRT {row.version} (its ONNX parser takes at most opset {row.max_opset}), "
                           f"got --opset {cfg.opset}; use --opset {row.max_opset} or a newer --trt-version")  # fmt: skip
+
+
+def _check_float_precision(cfg: Any, target: Any) -> None:
+    """``--precision P``: a runtime of the target runs P (its ``Precision.runtimes``) and, where some GPUs lack P,
+    the GPU named by ``--gpu-arch`` has it in the architecture table; refused before any work otherwise."""
+    from attn_export.vocabulary import PRECISIONS
+
+    p = PRECISIONS[cfg.precision]
+    runtime = "tensorrt" if target.is_tensorrt else "onnxruntime"
+    others = [q.name for q in PRECISIONS.values() if q.export_float and runtime in q.runtimes and q.bits < 32]
+    if runtime not in p.runtimes:
+        raise ConfigError(f"--precision {p.name} runs on {' or '.join(p.runtimes)} only, got --target {target.name} ({runtime}); "
+                          f"use --precision {' or '.join(others) or 'fp32'}, or a target on {p.runtimes[0]}")  # fmt: skip
+    if not (target.is_tensorrt and p.arch_column):
+        return
+    from attn_export.targets.gpu_arch import ARCHS, archs_with, require_precision
+
+    have = archs_with(p.name)
+    arch = cfg.resolved_gpu_arch
+    if arch is None and len(have) < len(ARCHS):
+        raise ConfigError(f"--precision {p.name} needs the GPU it runs on: pass --gpu-arch ({', '.join(have)} have it), "
+                          f"or use --precision {' or '.join(q for q in others if len(archs_with(q)) == len(ARCHS)) or 'fp32'}")  # fmt: skip
+    if arch is not None and len(have) < len(ARCHS):
+        require_precision(arch, p.name, cfg.resolved_trt_version)
 
 
 def _check_precision(cfg: Any, target: Any) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 
 from attn_export.errors import ConfigError
 from attn_export.validate.pareto import ParetoPoint, pareto_front
-from attn_export.vocabulary import CALIB_METHODS, precision_names
+from attn_export.vocabulary import CALIB_METHODS, PRECISIONS, precision_names
 
 __all__ = ["MAX_POINTS", "SweepConfig", "SweepPoint", "pareto_rows", "run_sweep", "with_calibration", "write_sweep"]
 
@@ -68,6 +68,11 @@ class SweepPoint:
         return opts
 
 
+# The default --precision axis: the export floats ONNX Runtime runs (the sweep's default target is
+# ort-cpu); a float only TensorRT runs (bf16) is a value to ask for, with --target and --gpu-arch.
+DEFAULT_FLOATS: tuple[str, ...] = tuple(n for n in precision_names(export_float=True) if "onnxruntime" in PRECISIONS[n].runtimes)
+
+
 @dataclass(frozen=True)
 class SweepConfig:
     """The grid (main-command option values; None = off) and the run settings every point shares."""
@@ -77,7 +82,7 @@ class SweepConfig:
     quantize: tuple[str | None, ...] = (None, "int8")
     int8_mode: tuple[str, ...] = ("dynamic", "static")
     calib_method: tuple[str, ...] = CALIB_METHODS
-    precision: tuple[str, ...] = precision_names(export_float=True)
+    precision: tuple[str, ...] = DEFAULT_FLOATS
     base: dict[str, Any] = field(default_factory=dict)  # RunConfig fields of every point (subject, shapes, threads, repeats, --calib...)
     max_points: int = MAX_POINTS
 
@@ -94,7 +99,7 @@ class SweepConfig:
     def quick(cls, **overrides: Any) -> SweepConfig:
         """The small grid of ``sweep --quick``; an axis (or setting) in ``overrides`` replaces the preset's (``--quick --low-rank 0.5``)."""
         preset: dict[str, Any] = {"low_rank": (None, 0.5), "distill": (None, 40), "quantize": (None, "int8"), "int8_mode": ("dynamic", "static"),
-                                  "calib_method": ("minmax",), "precision": precision_names(export_float=True)}  # fmt: skip
+                                  "calib_method": ("minmax",), "precision": DEFAULT_FLOATS}  # fmt: skip
         base = {"repeats": 5, **overrides.pop("base", {})}
         return cls(**{**preset, **overrides, "base": base})
 

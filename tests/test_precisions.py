@@ -20,10 +20,10 @@ from attn_export.vocabulary import (
 
 
 def test_the_table_order_and_its_facts():
-    assert precision_names() == ("fp32", "fp16", "int8", "fp8")
-    assert precision_names(export_float=True) == ("fp32", "fp16")
+    assert precision_names() == ("fp32", "fp16", "bf16", "int8", "fp8")
+    assert precision_names(export_float=True) == ("fp32", "fp16", "bf16")
     assert {n: (p.bits, p.number_kind) for n, p in PRECISIONS.items()} == {
-        "fp32": (32, "float"), "fp16": (16, "float"), "int8": (8, "int"), "fp8": (8, "float")}  # fmt: skip
+        "fp32": (32, "float"), "fp16": (16, "float"), "bf16": (16, "float"), "int8": (8, "int"), "fp8": (8, "float")}  # fmt: skip
     # the 8-bit formats are exactly what --quantize reaches through the registry, best first for auto
     assert set(EIGHT_BIT) == {n for n, p in PRECISIONS.items() if p.quantized} == set(quantize_precisions())
     # every precision but fp32 is a column of the GPU table, and every architecture fills it
@@ -33,9 +33,9 @@ def test_the_table_order_and_its_facts():
 
 def test_an_unknown_precision_is_refused_with_the_allowed_ones():
     assert get_precision("fp8").bits == 8
-    with pytest.raises(ConfigError, match=r"expected a precision in fp32, fp16, int8, fp8, got 'bf16'; use one of"):
-        get_precision("bf16")
-    with pytest.raises(ConfigError, match=r"expected engine precision in fp32, fp16, int8, fp8, got 'fp4'"):
+    with pytest.raises(ConfigError, match=r"expected a precision in fp32, fp16, bf16, int8, fp8, got 'fp4'; use one of"):
+        get_precision("fp4")
+    with pytest.raises(ConfigError, match=r"expected engine precision in fp32, fp16, bf16, int8, fp8, got 'fp4'"):
         EngineSpec(precision="fp4")
 
 

@@ -31,7 +31,7 @@ from attn_export.checks.trt_support import Finding
 from attn_export.errors import ConfigError
 from attn_export.runtime.tensorrt.spec import ShapeProfile
 from attn_export.targets.trt_releases import TrtVersion, parse_trt_version
-from attn_export.vocabulary import PRECISIONS
+from attn_export.vocabulary import PRECISIONS, float_precision_of
 
 __all__ = [
     "AttentionBlock",
@@ -114,7 +114,7 @@ def trt_attention_form(
     ver = trt_version if isinstance(trt_version, TrtVersion) else parse_trt_version(str(trt_version))
     # fp32 engines run the graph's fp32 whatever the typing; only fp16/int8 weak builds pick precisions
     strongly = strongly_typed or ver.major >= 11 or precision == "fp32"
-    dtype = "FLOAT16" if precision == "fp16" and strongly else "FLOAT"
+    dtype = PRECISIONS[precision].onnx_type if PRECISIONS[precision].export_float and strongly else "FLOAT"  # Q's type in the graph
     eight_bit = PRECISIONS[precision].quantized
     quantized = eight_bit and quantize_attention_bmm
     has_kernel, why = iattention_kernel(dtype, head_dim, trt_version, strongly, quantized)
@@ -292,5 +292,5 @@ def mha_fusion_findings(model: ir.Model, version: TrtVersion, precision: str, pr
                 if version >= ATTENTION_IMPORTER
                 else "build a fp32 graph with --fp16 instead (--target jetson)"
             )
-            out.append(Finding("warning", blk.node, op, f"fp32 softmax island between fp16 BMMs: a strongly typed build will not fuse this attention into an MHA kernel; {hint}"))
+            out.append(Finding("warning", blk.node, op, f"fp32 softmax island between {float_precision_of([blk.bmm_dtype])} BMMs: a strongly typed build will not fuse this attention into an MHA kernel; {hint}"))
     return out

@@ -29,7 +29,7 @@ from attn_export.checks.trt_support import MIN_OPSET, OP_SUPPORT, Finding, escap
 from attn_export.errors import CompatibilityError, ConfigError
 from attn_export.runtime.tensorrt.spec import ShapeProfile
 from attn_export.targets.trt_releases import TrtVersion, release
-from attn_export.vocabulary import PRECISIONS
+from attn_export.vocabulary import PRECISIONS, float_precision_of
 
 __all__ = ["Finding", "CompatReport", "check_trt_compat", "const_array", "report_dict", "SEVERITIES"]
 
@@ -213,10 +213,8 @@ def _infer_precision(model: ir.Model) -> str:
         from attn_export.checks.trt_fp8 import qdq_kinds
 
         return "fp8" if "FLOAT8E4M3FN" in qdq_kinds(model) else "int8"
-    for node in model.graph.all_nodes():
-        if node.op_type in ("MatMul", "Gemm", "Attention") and node.outputs[0].dtype == ir.DataType.FLOAT16:
-            return "fp16"
-    return "fp32"
+    gemms = (n.outputs[0].dtype for n in model.graph.all_nodes() if n.op_type in ("MatMul", "Gemm", "Attention"))
+    return float_precision_of(d.name for d in gemms if d is not None)
 
 
 def _dtype(value: ir.Value | None) -> str | None:

@@ -1,7 +1,7 @@
 """Export a layer to ONNX with torch.onnx (dynamo exporter) and report what landed in the graph.
 
 The exporter works on a copy: Q/K/V are fused into one GEMM, the attention form is chosen
-(see ``attn_export.layers.attention``), and for fp16 the weights are cast to half while the
+(see ``attn_export.layers.attention``), and for a reduced float (fp16, bf16: the precision's own dtype) the weights are cast while the
 layers' own code keeps the masked softmax and LayerNorm in float32 islands. The written
 file is checked with ``onnx.checker(full_check=True)`` before it is moved into place.
 """
@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 import torch
 from torch import nn
@@ -32,6 +33,7 @@ from attn_export.export.row_layernorm import layernorm_on_rows
 from attn_export.export.spec import ExportSpec
 from attn_export.layers.projections import fuse_qkv_, set_attention_form_
 from attn_export.layers.registry import MaskedLayer
+from attn_export.vocabulary import PRECISIONS
 
 __all__ = ["ExportResult", "export_onnx", "export_module", "example_inputs_for"]
 
@@ -94,11 +96,40 @@ def export_onnx(layer: MaskedLayer, path: str | os.PathLike[str], spec: ExportSp
     """Export a reference layer (wrapped in ``MaskedLayer``) with dynamic batch and sequence."""
     spec = spec or ExportSpec()
     d_model = _d_model_of(layer)
-    dtype = torch.float16 if spec.precision == "fp16" else torch.float32
-    example = example_inputs_for(layer, spec.example_batch, spec.example_seq, d_model, dtype)
+    example = example_inputs_for(layer, spec.example_batch, spec.example_seq, d_model, io_dtype(spec.precision))
     names = layer.input_names
     axes = {n: {0: "batch", 1: "seq"} for n in names}
     return export_module(layer, path, spec, example, names, ["y"], axes)
+
+
+def io_dtype(precision: str) -> torch.dtype:
+    """The float type of a graph's inputs and outputs: the precision's own where numpy holds it (fp16),
+    else float32 cast to it at the graph's edges (bf16), so every runner (ONNX Runtime, the TensorRT
+    runner, the on-device validator) feeds and reads it with numpy."""
+    name = PRECISIONS[precision].torch_dtype
+    return getattr(torch, name if hasattr(np, name) else "float32")
+
+
+class _CastAtEdges(nn.Module):
+    """``inner`` with its float inputs cast to ``dtype`` and its float outputs back to float32."""
+
+    def __init__(self, inner: nn.Module, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.inner, self.dtype = inner, dtype
+
+    def forward(self, *args: Any) -> Any:
+        out = self.inner(*(a.to(self.dtype) if torch.is_tensor(a) and a.is_floating_point() else a for a in args))
+        return _to_float32(out)
+
+
+def _to_float32(out: Any) -> Any:
+    if torch.is_tensor(out):
+        return out.float() if out.is_floating_point() else out
+    if isinstance(out, dict):
+        return {k: _to_float32(v) for k, v in out.items()}
+    if isinstance(out, (tuple, list)):
+        return type(out)(_to_float32(v) for v in out)
+    return out
 
 
 def _d_model_of(layer: nn.Module) -> int:
@@ -122,8 +153,11 @@ def export_module(
     work = copy.deepcopy(model).eval()
     qkv_fused = fuse_qkv_(work) if spec.fuse_qkv else 0
     set_attention_form_(work, spec.attention)
-    if spec.precision == "fp16":
-        work = work.half()
+    if spec.precision != "fp32":  # weights and activations in the export float; the layers keep their float32 islands
+        dtype = getattr(torch, PRECISIONS[spec.precision].torch_dtype)
+        work = work.to(dtype)
+        if io_dtype(spec.precision) != dtype:
+            work = _CastAtEdges(work, dtype)
     dims: dict[str, torch.export.Dim] = {}
 
     def dim(name: str) -> Any:
@@ -134,6 +168,8 @@ def export_module(
         return dims[name]
 
     dynamic_shapes = tuple({ax: dim(n) for ax, n in dynamic_axes.get(name, {}).items() if dim(n) is not None} or None for name in input_names)
+    if isinstance(work, _CastAtEdges):  # its forward takes *args: torch.export sees them as one input
+        dynamic_shapes = (dynamic_shapes,)
     opset = spec.resolved_opset
     try:
         with atomic_path(path) as tmp, quieted(EXPORT_NOISE):  # the exporter's and onnxscript's own logs, restored after

@@ -9,7 +9,7 @@ from attn_export.vocabulary import ATTENTION_FORMS, ENCODER_FORMS, PACKED_ATTENT
 
 __all__ = ["ENCODER_FORMS", "ExportSpec", "PRECISIONS", "MIN_OPSET", "DEFAULT_OPSET"]
 
-PRECISIONS: tuple[str, ...] = precision_names(export_float=True)  # the float types a graph is exported in (fp32, fp16)
+PRECISIONS: tuple[str, ...] = precision_names(export_float=True)  # the float types a graph is exported in (the vocabulary's export floats)
 # "auto": the flash kernel each mask allows; "chunked": the query-block Loop for every mask.
 LONG_SEQ_STRATEGIES: tuple[str, ...] = ("auto", "chunked")
 # The ONNX Attention op exists from opset 23; the decomposed form runs from opset 17

@@ -93,10 +93,10 @@ class Target:
 
     def graph_precision(self, precision: str) -> str:
         """The float precision of the exported graph for a requested ``precision``."""
-        get_precision(precision, what="--precision")
-        if precision == "fp16" and self.fp16_mode == "graph":
-            return "fp16"
-        # builder-flag fp16 and every 8-bit graph start from fp32 (the quantizer calibrates in fp32).
+        p = get_precision(precision, what="--precision")
+        if p.export_float and self.fp16_mode == "graph":
+            return p.name  # a reduced float (fp16, bf16) lives in the graph's own types
+        # builder-flag reduced floats and every 8-bit graph start from fp32 (the quantizer calibrates in fp32).
         return "fp32"
 
 

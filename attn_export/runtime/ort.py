@@ -152,7 +152,19 @@ class SessionFromOnnx:
             so.add_session_config_entry("session.x64quantprecision", "1")
         providers = [(p, self.provider_spec.options_for(p)) for p in self.providers]
         kwargs = {"disabled_optimizers": list(self.disabled_optimizers)} if self.disabled_optimizers else {}
-        return ort.InferenceSession(self.path, sess_options=so, providers=providers, **kwargs)
+        try:
+            return ort.InferenceSession(self.path, sess_options=so, providers=providers, **kwargs)
+        except Exception as err:  # NOT_IMPLEMENTED for a float type ORT has no kernels for (bf16): emulate it, else re-raise
+            import onnx
+
+            from attn_export.runtime.emulate import emulated_model, needs_emulation
+
+            proto = onnx.load(self.path)
+            emulate = needs_emulation(proto)
+            if emulate is None:
+                raise
+            log.debug("%s: %s; running it in fp32 with %s rounding", self.path, str(err).splitlines()[0], emulate)
+            return ort.InferenceSession(emulated_model(proto, emulate).SerializeToString(), sess_options=so, providers=providers, **kwargs)
 
 
 class OrtRunner(Runner):

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from attn_export.errors import ConfigError
 from attn_export.targets.trt_releases import RELEASES, TrtVersion, jetson_archs, jetson_releases, parse_trt_version
 from attn_export.vocabulary import ARCH_PRECISIONS as PRECISIONS
-from attn_export.vocabulary import EIGHT_BIT
+from attn_export.vocabulary import EIGHT_BIT, precision_names
 
 __all__ = [
     "ALIASES",
@@ -48,6 +48,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 # PRECISIONS (the table's columns) and EIGHT_BIT (best first) come from the vocabulary.
+FLOATS: tuple[str, ...] = precision_names(export_float=True)  # --precision's names, fp32 first
 
 SOURCES: dict[str, str] = {
     "matrix": "TensorRT 10.14.1 Support Matrix, 'GPU Architecture and Precision Support' "
@@ -256,9 +257,16 @@ def require_precision(arch: str | GpuArch, precision: str, trt_version: str | Tr
     s = supports(arch, precision, trt_version)
     if not s:
         a = get_arch(arch)
-        alt = " or ".join(p for p in EIGHT_BIT if p != precision and supports(a, p, trt_version)) if precision in EIGHT_BIT else ""
-        hint = f"; use --quantize {alt} (or auto)" if alt else ""
-        raise ConfigError(f"--quantize {precision} cannot run on --gpu-arch {a.name} with TensorRT {_version(trt_version)}: {s.reason}{hint}")
+        if precision in EIGHT_BIT or precision not in FLOATS:
+            alt = " or ".join(p for p in EIGHT_BIT if p != precision and supports(a, p, trt_version)) if precision in EIGHT_BIT else ""
+            flag, hint = "--quantize", f"; use --quantize {alt} (or auto)" if alt else ""
+        else:  # a reduced export float (--precision): another one this GPU runs
+            ok = [p for p in FLOATS if p != precision and (p not in PRECISIONS or supports(a, p, trt_version))]
+            alt = " or ".join(sorted(ok, key=lambda p: p not in PRECISIONS))  # reduced floats first, fp32 last
+            flag, hint = "--precision", f"; use --precision {alt}" if alt else ""
+            if not _release_ok(a, _version(trt_version)):  # the release, not the precision, is what the GPU lacks
+                hint = f"; use a --trt-version that ships for {a.name}"
+        raise ConfigError(f"{flag} {precision} cannot run on --gpu-arch {a.name} with TensorRT {_version(trt_version)}: {s.reason}{hint}")
     return s
 
 

@@ -158,6 +158,7 @@ TOLERANCES: dict[str, ToleranceSpec] = {
     "fp32": ToleranceSpec(Tolerance(max_abs=1e-4, rel_l2=1e-5), EmbeddingTolerance(0.99999, min_top1_agreement=0.95, max_abs=1e-4),
                           LogitTolerance(1.0, 0.99999)),
     "fp16": ToleranceSpec(Tolerance(rel_l2=1e-2, cosine_min=0.9995), EmbeddingTolerance(0.999, min_top1_agreement=0.95), LogitTolerance(0.99, 0.999)),
+    "bf16": ToleranceSpec(Tolerance(rel_l2=3e-2, cosine_min=0.999), EmbeddingTolerance(0.998, min_top1_agreement=0.95), LogitTolerance(0.98, 0.998)),
     "int8": ToleranceSpec(Tolerance(rel_l2=5e-2, cosine_min=0.999), EmbeddingTolerance(0.99, min_top1_agreement=0.95), LogitTolerance(0.95, 0.99),
                           _ENCODER_8BIT_GOAL),
     "fp8": ToleranceSpec(Tolerance(rel_l2=5e-2, cosine_min=0.999), EmbeddingTolerance(0.99, min_top1_agreement=0.95), LogitTolerance(0.95, 0.99),

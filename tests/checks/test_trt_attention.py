@@ -52,8 +52,8 @@ def test_quantized_attention_bmms_have_no_kernel_under_strong_typing() -> None:
     form, reason = trt_attention_form("int8", DEFAULT_HEAD, "10.14", strongly_typed=True, quantize_attention_bmm=True)
     assert form == "decomposed" and "int8 Q/K/V into IAttention under strong typing" in reason
     assert iattention_kernel("FLOAT16", 64, TrtVersion(10, 14), True, quantized=True)[0] is False
-    with pytest.raises(ConfigError, match="expected precision fp32, fp16, int8 or fp8"):
-        trt_attention_form("bf16", 64, "10.14", True)
+    with pytest.raises(ConfigError, match="expected precision fp32, fp16, bf16, int8 or fp8"):
+        trt_attention_form("fp4", 64, "10.14", True)
 
 
 @pytest.fixture(scope="module")

@@ -38,7 +38,7 @@ ENABLERS = {
     "--trt-version": ["--target", "tensorrt"], "--workspace": ["--target", "tensorrt"], "--builder-optimization-level": ["--target", "tensorrt"],
     "--hardware-compatibility": ["--target", "tensorrt"], "--dla-core": ["--target", "jetson"], "--min-shape": ["--target", "tensorrt"],
     "--opt-shape": ["--target", "tensorrt"], "--max-shape": ["--target", "tensorrt"], "--gpu-arch": ["--target", "tensorrt"],
-    "--quantize": ["--target", "tensorrt", "--gpu-arch", "sm90"], "--encoder-form": ["--checkpoint", "minilm"],
+    "--quantize": ["--target", "tensorrt", "--gpu-arch", "sm90"], "--precision": ["--target", "tensorrt", "--gpu-arch", "sm90"], "--encoder-form": ["--checkpoint", "minilm"],
 }  # fmt: skip
 # Values that name a file or folder, or a run's own output: not a vocabulary to check.
 PATHS = {"--out", "--calib", "--bundle", "--triton", "--timing-cache", "--baseline", "--junit", "--json", "--bench", "--trt"}

@@ -14,11 +14,11 @@ from rel_helpers import assert_refused, run_cli
     [
         pytest.param("int8", "use --quantize int8", id="c08_precision_int8_is_refused_pointing_at_quantize"),
         pytest.param("fp8", "use --quantize fp8", id="c08_precision_fp8_is_refused_pointing_at_quantize"),
-        pytest.param("bf16", "use --precision fp32", id="c08_precision_bf16_is_refused"),
+        pytest.param("tf32", "use --precision fp32", id="c08_precision_tf32_is_refused"),
     ],
 )
 def test_c08_precision_takes_only_export_floats(value, fix, tmp_path, capsys):
     out = tmp_path / "run"
     o = run_cli(["--precision", value, "--out", out], capsys, tmp_path)
-    assert_refused(o, f"expected --precision in fp32|fp16, got '{value}'; {fix}")
+    assert_refused(o, f"expected --precision in fp32|fp16|bf16, got '{value}'; {fix}")
     assert not out.exists()

@@ -48,6 +48,7 @@ from attn_export.runtime.tensorrt.spec import (
     HARDWARE_COMPATIBILITY,
     EngineSpec,
 )
+from attn_export.vocabulary import float_precision_of
 
 __all__ = ["EngineBuildResult", "Preflight", "attach_timing_cache", "build_engine", "preflight", "save_timing_cache", "unfused_warning"]
 
@@ -101,7 +102,7 @@ def preflight(onnx_path: str | os.PathLike[str], spec: EngineSpec, trt_version: 
     proto = onnx.load(str(path), load_external_data=False)
     types = {t.data_type for t in proto.graph.initializer} | {i.type.tensor_type.elem_type for i in proto.graph.input}
     has_qdq = any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in proto.graph.node)
-    graph_float = "fp16" if onnx.TensorProto.FLOAT16 in types else "fp32"
+    graph_float = float_precision_of(onnx.TensorProto.DataType.Name(t) for t in types)
     plan = plan_build(spec, trt_version, graph_float, has_qdq)
     blocks = len(find_attention_blocks(ir.serde.deserialize_model(onnx.shape_inference.infer_shapes(proto))))
     return Preflight(report, plan, blocks, sha256_file(path))

@@ -44,7 +44,8 @@ log = logging.getLogger(__name__)
 GRAPH_PRECISIONS: tuple[str, ...] = tuple(PRECISIONS)  # a graph in any precision of the vocabulary
 _FLOATS: tuple[str, ...] = precision_names(export_float=True)  # what a graph's float parts are
 FP8_FLAG_DEPRECATED = TrtVersion(10, 12)
-_TRTEXEC = {"FP16": "--fp16", "INT8": "--int8", "FP8": "--fp8"}
+# trtexec's precision flag is the BuilderFlag's name in lower case (--fp16, --int8, --fp8, --bf16).
+_REDUCED: tuple[str, ...] = tuple(p for p in _FLOATS if p != "fp32")  # export floats a graph or a weak build can run in
 
 SOURCES: dict[str, str] = {
     "weak-fp16": "TensorRT 10.x weak typing: BuilderFlag::kFP16 'Enable FP16 layer selection, with FP32 fallback' (NvInfer.h, release/10.3)",
@@ -87,7 +88,7 @@ def trtexec_precision_args(plan: PrecisionPlan) -> tuple[str, ...]:
     """The precision part of the trtexec line: ``--stronglyTyped`` (10.x; 11.x types every network) or the weakly typed flags."""
     if plan.strongly_typed:
         return ("--stronglyTyped",) if plan.trt_version.major < 11 else ()
-    return tuple(_TRTEXEC[f] for f in plan.builder_flags if f in _TRTEXEC)
+    return tuple(f"--{f.lower()}" for f in plan.builder_flags if any(f in p.trt_weak_flags for p in PRECISIONS.values()))
 
 
 def precision_plan(
@@ -109,25 +110,31 @@ def precision_plan(
     v = trt_version if isinstance(trt_version, TrtVersion) else parse_trt_version(str(trt_version))
     get_precision(graph, what="a graph precision", choices=GRAPH_PRECISIONS)
     if float_type not in _FLOATS:
-        raise ConfigError(f"expected float_type fp32 or fp16, got {float_type!r}")
-    if graph == "fp16":
-        float_type = "fp16"
+        raise ConfigError(f"expected float_type in {', '.join(_FLOATS)}, got {float_type!r}")
+    if graph in _REDUCED:
+        float_type = graph
     want = engine_precision or ("fp32" if graph == "fp32" else graph)
     if graph == "fp32" and want not in _FLOATS:
-        raise ConfigError(f"an fp32 graph builds as fp32 or fp16, got --precision {want}; quantize the graph first for {want}")
+        raise ConfigError(f"an fp32 graph builds as {' or '.join(_FLOATS)}, got --precision {want}; quantize the graph first for {want}")
+    weak_float = graph == "fp32" and want in _REDUCED  # an fp32 graph the builder may run in a reduced float (weak typing)
     if arch is not None:
         from attn_export.targets.gpu_arch import parse_gpu_arch, require_precision
 
         arch = parse_gpu_arch(arch)
-        require_precision(arch, "fp16" if graph == "fp32" and want == "fp16" else ("fp16" if graph in _FLOATS else graph), v)
+        needed = want if weak_float else graph if graph in _REDUCED or PRECISIONS[graph].quantized else None
+        if needed is not None and PRECISIONS[needed].arch_column:
+            require_precision(arch, needed, v)
+        if float_type in _REDUCED and PRECISIONS[float_type].arch_column:
+            require_precision(arch, float_type, v)
     reasons: list[str] = []
     sources: list[str] = []
-    typed_in_graph = float_type == "fp16"  # fp16 weights or fp16 float parts: the precision already lives in the graph
+    typed_in_graph = float_type in _REDUCED  # reduced-float weights or float parts: the precision already lives in the graph
     if v.major >= 11:
         if strongly_typed is False:
             raise ConfigError(f"TensorRT {v} builds only strongly typed networks; drop --weakly-typed")
-        if graph == "fp32" and want == "fp16":
-            raise ConfigError(f"TensorRT {v} removed BuilderFlag.FP16: the fp16 precision must be in the graph; export with --precision fp16")
+        if weak_float:
+            raise ConfigError(f"TensorRT {v} removed BuilderFlag.{PRECISIONS[want].trt_weak_flags[0]}: the {want} precision must be in the graph; "
+                              f"export with --precision {want}")  # fmt: skip
         reasons.append(f"TensorRT {v} is always strongly typed: each tensor runs in its ONNX type, no precision flags")
         if PRECISIONS[graph].quantized and float_type == "fp32":
             reasons.append(f"the {graph} graph's float layers (Softmax, LayerNorm, fallback GEMMs) run in fp32; cast them to fp16 in the graph for speed")
@@ -135,16 +142,20 @@ def precision_plan(
         return _plan(v, graph, float_type, True, (), reasons, sources, arch)
     strongly = typed_in_graph if strongly_typed is None else strongly_typed
     if strongly:
-        if graph == "fp32" and want == "fp16":
-            raise ConfigError("a strongly typed build runs the graph's own types, and this graph is fp32; export fp16 or build weakly typed")
+        if weak_float:
+            raise ConfigError(f"a strongly typed build runs the graph's own types, and this graph is fp32; export {want} or build weakly typed")
         reasons.append("strongly typed: the precision lives in the graph")
         sources.append("strong")
         return _plan(v, graph, float_type, True, (), reasons, sources, arch)
     flags: tuple[str, ...] = ()
-    if graph == "fp32" and want == "fp16":
+    if weak_float:
         flags = PRECISIONS[want].trt_weak_flags
-        reasons.append("fp32 graph, fp16 chosen by the builder (weak typing)")
-        sources.append("weak-fp16")
+        reasons.append(f"fp32 graph, {want} chosen by the builder (weak typing)")
+        sources.append(f"weak-{want}" if f"weak-{want}" in SOURCES else "weak-fp16")
+    elif graph in _REDUCED:  # a reduced-float graph built weakly: the builder needs the flag to keep its layers in that float
+        flags = PRECISIONS[graph].trt_weak_flags
+        reasons.append(f"{graph} graph built weakly typed: {' '.join(flags)} lets the builder keep its layers in {graph}")
+        sources.append(f"weak-{graph}" if f"weak-{graph}" in SOURCES else "weak-fp16")
     elif graph == "int8":
         flags = PRECISIONS[graph].trt_weak_flags
         reasons.append("Q/DQ regions run int8, the rest fp16 (weakly typed)")

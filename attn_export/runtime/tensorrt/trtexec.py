@@ -25,6 +25,7 @@ import onnx
 from attn_export.errors import ConfigError
 from attn_export.runtime.tensorrt.build_plan import plan_build
 from attn_export.runtime.tensorrt.spec import HARDWARE_COMPATIBILITY, EngineSpec
+from attn_export.vocabulary import float_precision_of
 
 __all__ = ["trtexec_command", "onnx_io_dims", "shell_line"]
 
@@ -34,7 +35,7 @@ _FLAG_ARGS = {"FP16": "--fp16", "INT8": "--int8", "GPU_FALLBACK": "--allowGPUFal
 
 
 def onnx_io_dims(onnx_path: str | os.PathLike[str]) -> tuple[dict[str, list[int | str | None]], str, bool]:
-    """(input name -> dims, graph float "fp32"/"fp16", has Q/DQ) read from an ONNX file."""
+    """(input name -> dims, graph float (an export precision's name), has Q/DQ) read from an ONNX file."""
     path = os.fspath(onnx_path)
     if not os.path.isfile(path):
         raise ConfigError(f"ONNX model {path} does not exist; export it first")
@@ -47,7 +48,7 @@ def onnx_io_dims(onnx_path: str | os.PathLike[str]) -> tuple[dict[str, list[int 
         dims[vi.name] = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in vi.type.tensor_type.shape.dim]
     types = {t.data_type for t in proto.graph.initializer} | {i.type.tensor_type.elem_type for i in proto.graph.input}
     has_qdq = any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in proto.graph.node)
-    return dims, ("fp16" if onnx.TensorProto.FLOAT16 in types else "fp32"), has_qdq
+    return dims, float_precision_of(onnx.TensorProto.DataType.Name(t) for t in types), has_qdq
 
 
 def _shape(dims: Sequence[int]) -> str:

@@ -77,7 +77,7 @@ def test_sidecar_schema_rejects_bad_fields(tmp_path) -> None:  # type: ignore[no
     good = sidecar.to_dict()
     cases = [
         ({"engine_size_bytes": "1234"}, r"engine_size_bytes: Input should be a valid integer"),  # strict: no str -> int
-        ({"precision": "bf16"}, r"precision: Input should be 'fp32', 'fp16', 'int8' or 'fp8'"),
+        ({"precision": "fp4"}, r"precision: Input should be 'fp32', 'fp16', 'bf16', 'int8' or 'fp8'"),
         ({"compute_capability": "sm90"}, r"compute_capability: String should match pattern"),
         ({"engine_sha256": "zz"}, r"engine_sha256: String should match pattern"),
         ({"tensorrt_version": "ten"}, r"tensorrt_version: Value error, expected a TensorRT version"),
