@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import hashlib
 import json
 import os
 import shutil
@@ -37,6 +36,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from attn_export.errors import ConfigError
+from attn_export.run_dir_fs import SIBLING_INFIX, OutDir, make_sibling, move_into, sha256_fd, take_lock
 
 __all__ = ["DeployClaim", "MANIFEST_NAME", "check_deploy_paths", "claim_deploy_folders", "foreign_entries", "publish", "refuse_foreign", "staging"]
 
@@ -44,7 +44,6 @@ MANIFEST_NAME = ".attn-export-deploy.json"
 MANIFEST_FORMAT = "attn-export-deploy/1"
 LOCK_NAME = ".attn-export.lock"
 STAGING_PREFIX = ".attn-export-staging-"
-ASIDE_INFIX = ".attn-export-aside-"
 _MAX_MANIFEST_BYTES = 16 << 20
 
 
@@ -60,17 +59,13 @@ def _reserved(name: str) -> bool:
 
 
 def _sha256(path: Path) -> str | None:
+    """The sha256 of a regular file reached without following a link at its name, else None."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        h = hashlib.sha256()
-        while chunk := os.read(fd, 1 << 20):
-            h.update(chunk)
-        return h.hexdigest()
+        return sha256_fd(fd) if stat.S_ISREG(os.fstat(fd).st_mode) else None
     finally:
         os.close(fd)
 
@@ -127,11 +122,6 @@ def foreign_entries(folder: Path) -> list[str]:
         raise ConfigError(f"{folder}: cannot list the folder ({err.strerror or err}); pass a folder attn-export can read and write") from None
 
 
-def _aside_name(folder: Path) -> Path:
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return folder.parent / f"{folder.name}{ASIDE_INFIX}{stamp}"
-
-
 def refuse_foreign(folder: Path, flag: str) -> None:
     """One line naming the first foreign entry of ``folder`` and the fixes; nothing when there is none."""
     foreign = foreign_entries(folder)
@@ -139,33 +129,24 @@ def refuse_foreign(folder: Path, flag: str) -> None:
         more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
         raise ConfigError(
             f"{flag} {folder} holds {foreign[0]!r}{more}, which attn-export did not write (a {flag} folder holds only its files); "
-            f"pass another {flag} (new or empty), or add --force to move them into {folder.name}{ASIDE_INFIX}<UTC time> first"
+            f"pass another {flag} (new or empty), or add --force to move them into {folder.name}{SIBLING_INFIX}<UTC time> first"
         )
 
 
 def move_aside(folder: Path, flag: str) -> Path | None:
-    """Rename every foreign entry of ``folder`` into a new sibling folder (same relative paths); returns it, or None."""
+    """Rename every foreign entry of ``folder`` into a new sibling folder (same relative paths); returns it, or None.
+
+    The same mechanism as ``--out``'s ``--force`` (``run_dir_fs.make_sibling`` / ``move_into``):
+    a new folder made with ``mkdir``, entries reached without following links, renamed, never copied."""
     foreign = foreign_entries(folder)
     if not foreign:
         return None
-    aside = _aside_name(folder)
-    n = 1
-    while True:
-        try:
-            aside.mkdir()
-            break
-        except FileExistsError:
-            n += 1
-            aside = aside.with_name(f"{_aside_name(folder).name}-{n}")
-        except OSError as err:
-            raise ConfigError(f"{flag} {folder}: cannot create {aside} for --force ({err.strerror or err}); move the files away yourself") from None
-    for rel in foreign:
-        try:
-            (aside / rel).parent.mkdir(parents=True, exist_ok=True)
-            os.rename(folder / rel, aside / rel)  # a rename: the bytes, the mode and the times stay as they were
-        except OSError as err:
-            raise ConfigError(f"{flag} {folder}: cannot move {rel} into {aside} ({err.strerror or err}); the entries moved so far are there: "
-                              f"move the rest away yourself or pass another {flag}") from None
+    od = OutDir(folder, flag)
+    try:
+        aside = make_sibling(od, _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
+        move_into(od, foreign, aside)
+    finally:
+        od.close()
     return aside
 
 
@@ -277,7 +258,6 @@ class DeployClaim:
         self._fd: int | None = None
 
     def acquire(self, force: bool) -> DeployClaim:
-        from attn_export.run_dir_fs import OutDir, take_lock
 
         if not self.inside_out:
             if os.path.islink(self.folder):
