@@ -14,7 +14,7 @@ On failure the error says, per output, which metric broke, the index of the wors
 with the reference and the exported value there, and how many elements are off, so a
 broken head or a bad mask shows up as a pattern rather than as one number. It says it once:
 the fixture fails the test with that one message (no chained traceback), and the comparison
-keeps torch's and onnxscript's own DEBUG logs out of the failure (``attn_export._quiet``;
+keeps torch's and onnxscript's own DEBUG logs out of the failure (``attn_export.host.quiet``;
 their levels are restored afterwards).
 """
 
@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attn_export._quiet import EXPORT_NOISE, quieted
+from attn_export.host.quiet import EXPORT_NOISE, quieted
 from attn_export.errors import ConfigError, ToleranceError
 from attn_export.validate.tolerances import TOLERANCES, Tolerance
-from attn_export.vocabulary import PRECISIONS
+from attn_export.vocab.precisions import PRECISIONS
 
 if TYPE_CHECKING:  # torch and onnxruntime load only when a comparison runs: the plugin stays cheap to enable
     from torch import nn

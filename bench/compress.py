@@ -40,8 +40,8 @@ def plain_session_comparison(threads: int, batch: int, seq_len: int, repeats: in
     import torch
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from attn_export.config import RunConfig
-    from attn_export.runner import run
+    from attn_export.config.run import RunConfig
+    from attn_export.pipeline.runner import run
     from attn_export.runtime.ort import OrtRunner, SessionFromOnnx
     from attn_export.subjects import make_subject
     from attn_export.validate.latency import time_runners
@@ -105,8 +105,8 @@ def format_plain(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from attn_export.benchmark import BenchConfig, results_table, run_bench, variants_table
-    from attn_export.benchmark.variants import VARIANTS
+    from attn_export.campaigns.bench import BenchConfig, results_table, run_bench, variants_table
+    from attn_export.campaigns.bench.variants import VARIANTS
     from attn_export.cli._common import out_console
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

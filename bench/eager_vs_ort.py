@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--forms", default="decomposed,ort-contrib,onnx-attention")
     args = ap.parse_args(argv)
-    from attn_export.process import ProcessSettings, process_settings
+    from attn_export.host.process import ProcessSettings, process_settings
 
     with process_settings(ProcessSettings(threads=args.threads)):  # OpenMP passive, denormals flushed, like the CLI
         return _run(args)

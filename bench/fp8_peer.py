@@ -63,10 +63,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from dataclasses import replace
 
     from attn_export.compress.registry import BuildContext, Source, apply
-    from attn_export.config import RunConfig
-    from attn_export.plan import make_plan
-    from attn_export.process import ProcessSettings, process_settings
-    from attn_export.runner import RunSettings, build_plans
+    from attn_export.config.run import RunConfig
+    from attn_export.pipeline.plan import make_plan
+    from attn_export.host.process import ProcessSettings, process_settings
+    from attn_export.pipeline.runner import RunSettings, build_plans
     from attn_export.subjects import make_subject
 
     rows: list[dict[str, Any]] = []

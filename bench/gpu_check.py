@@ -28,7 +28,7 @@ import torch
 
 from attn_export.checks.trt_compat import check_trt_compat
 from attn_export.export import example_inputs_for, export_onnx
-from attn_export.export.targets import export_spec_for
+from attn_export.targets.targets import export_spec_for
 from attn_export.layers import MaskedLayer, build_layer
 from attn_export.runtime import EagerRunner
 from attn_export.runtime.tensorrt.spec import ShapeProfile, parse_trt_version
@@ -73,8 +73,8 @@ def build_trt(layer: MaskedLayer, work: Path, precision: str, profile: ShapeProf
     onnx_path = work / f"{target}-{precision}.onnx"
     export_onnx(layer, onnx_path, export_spec_for(target, precision))
     if precision == "int8":
-        from attn_export.compress.calib_data import ActivationSet
-        from attn_export.compress.quant_static import quantize_static_onnx
+        from attn_export.compress.calib.data import ActivationSet
+        from attn_export.compress.quant.static import quantize_static_onnx
 
         rng = np.random.default_rng(1)
         x = rng.standard_normal((32, feed["x"].shape[1], feed["x"].shape[2])).astype(np.float32)

@@ -74,9 +74,9 @@ def _evaluate(spec: dict, work: Path, emulate: bool) -> dict[str, float] | None:
 
 def _build(cfg_kwargs: dict, work: Path, encodings: tuple[str, ...]) -> tuple[dict, dict, object]:
     """The pipeline's int8 routes in each encoding, each the plan of ``attn-export --quantize int8 --int8-mode R --int8-encoding E``."""
-    from attn_export.config import RunConfig
-    from attn_export.plan import make_plan
-    from attn_export.runner import RunSettings, build_plans
+    from attn_export.config.run import RunConfig
+    from attn_export.pipeline.plan import make_plan
+    from attn_export.pipeline.runner import RunSettings, build_plans
     from attn_export.subjects import make_subject
 
     base = {"quantize": "int8", "render": False, **cfg_kwargs}
@@ -116,8 +116,8 @@ def main() -> None:
     parser.add_argument("--minilm", action="store_true", help="also MiniLM's dynamic route (slower under emulation)")
     parser.add_argument("--repeats", type=int, default=20)
     args = parser.parse_args()
-    from attn_export.environment import cpu_summary_line
-    from attn_export.process import ProcessSettings, process_settings
+    from attn_export.host.environment import cpu_summary_line
+    from attn_export.host.process import ProcessSettings, process_settings
 
     print(cpu_summary_line())
     subjects = [("default layer", {})] + ([("MiniLM", {"checkpoint": "minilm"})] if args.minilm else [])

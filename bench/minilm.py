@@ -57,12 +57,12 @@ PEER = "peer: ORT optimizer + quantize_dynamic"
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from attn_export.compress.int8_encoding import choose_cpu_encoding
-    from attn_export.config import RunConfig
-    from attn_export.environment import capture_environment
-    from attn_export.plan import make_plan
-    from attn_export.process import ProcessSettings, process_settings
-    from attn_export.runner import RunSettings, run_plans
+    from attn_export.compress.quant.int8_encoding import choose_cpu_encoding
+    from attn_export.config.run import RunConfig
+    from attn_export.host.environment import capture_environment
+    from attn_export.pipeline.plan import make_plan
+    from attn_export.host.process import ProcessSettings, process_settings
+    from attn_export.pipeline.runner import RunSettings, run_plans
     from attn_export.runtime import OrtRunner, SessionFromOnnx
     from attn_export.subjects import make_subject
 

@@ -56,7 +56,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch is imported:
 
 import numpy as np
 
-# optimum-cli's quantization preset for each instruction-set class (attn_export.environment.classify)
+# optimum-cli's quantization preset for each instruction-set class (attn_export.host.environment.classify)
 ISA_PRESET = {"x86-amx": "avx512_vnni", "x86-avx512-vnni": "avx512_vnni", "x86-avx512": "avx512", "x86-avx-vnni": "avx2",
               "x86-avx2": "avx2", "arm-dotprod": "arm64", "arm": "arm64"}  # fmt: skip
 PEER_NAMES = ("optimum fp32", "optimum-cli quantize", "ORT optimizer + quantize_dynamic")
@@ -155,9 +155,9 @@ def build_ours(work: Path, threads: int, say: Any, reuse: bool = False) -> tuple
     """
     import json as _json
 
-    from attn_export.compress.int8_encoding import choose_cpu_encoding
-    from attn_export.config import RunConfig
-    from attn_export.runner import run
+    from attn_export.compress.quant.int8_encoding import choose_cpu_encoding
+    from attn_export.config.run import RunConfig
+    from attn_export.pipeline.runner import run
     from attn_export.subjects import make_subject
 
     cfg = RunConfig(checkpoint="minilm", quantize="int8", threads=threads, out=work, render=False)
@@ -258,8 +258,8 @@ def fixed_feed(tokenizer: Any, batch: int, seq: int) -> tuple[dict[str, np.ndarr
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from attn_export.checkpoint.text import load_tokenizer
-    from attn_export.environment import capture_environment, detect_cpu
-    from attn_export.process import ProcessSettings, process_settings
+    from attn_export.host.environment import capture_environment, detect_cpu
+    from attn_export.host.process import ProcessSettings, process_settings
 
     say = (lambda m: print(f"- {m}", file=sys.stderr)) if not args.quiet else (lambda m: None)
     load = {"before": os.getloadavg()[0]}

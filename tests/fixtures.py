@@ -48,7 +48,7 @@ def deploy_u8u8() -> bool:
     """Whether int8 sessions on this CPU need ONNX Runtime's U8U8 option, as ``--int8-encoding auto``
     decides for the product (x86 without VNNI: the U8S8 kernel saturates). Tests run int8 models the
     way the report tells a deployment on this CPU to run them, so they hold on AVX2 and VNNI alike."""
-    from attn_export.compress.int8_encoding import choose_cpu_encoding
+    from attn_export.compress.quant.int8_encoding import choose_cpu_encoding
 
     return choose_cpu_encoding("auto").session_u8u8
 
@@ -56,7 +56,7 @@ def deploy_u8u8() -> bool:
 def run_onnx(path: str, feed: dict[str, np.ndarray], dtype=np.float32) -> np.ndarray:
     import onnxruntime as ort
 
-    from attn_export.compress.int8_encoding import U8U8_SESSION_OPTION
+    from attn_export.compress.quant.int8_encoding import U8U8_SESSION_OPTION
 
     so = ort.SessionOptions()
     if deploy_u8u8():
@@ -69,8 +69,8 @@ def run_onnx(path: str, feed: dict[str, np.ndarray], dtype=np.float32) -> np.nda
 
 def small_layer_subject(tmp):  # type: ignore[no-untyped-def]
     """A 64-wide TransformerLayer subject with 30 calibration (24 train / 6 select) and 8 report sequences of 16 tokens."""
-    from attn_export.compress.calib_generate import synthesize_hidden_states
-    from attn_export.config import RunConfig
+    from attn_export.compress.calib.generate import synthesize_hidden_states
+    from attn_export.config.run import RunConfig
     from attn_export.subjects.layer import LayerSubject
 
     x, kpm = synthesize_hidden_states(38, 16, D_MODEL, np.random.default_rng(0))

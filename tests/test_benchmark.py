@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 from fixtures import small_layer
 
-from attn_export.benchmark import (
+from attn_export.campaigns.bench import (
     BenchConfig,
     count_flops,
     count_module_flops,
     measure_ceilings,
     run_bench,
 )
-from attn_export.benchmark.table import markdown_tables
+from attn_export.campaigns.bench.table import markdown_tables
 from attn_export.errors import ConfigError
 from attn_export.validate.memory import memory_method, peak_memory_delta
 from attn_export.validate.schema import SCHEMA_VERSIONS

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from attn_export.environment import capture_environment, classify, detect_cpu, parse_cpu_flags
+from attn_export.host.environment import capture_environment, classify, detect_cpu, parse_cpu_flags
 
 EPYC_AVX2 = "model name\t: AMD EPYC 7763 64-Core Processor\nflags\t\t: fpu sse4_1 sse4_2 avx avx2 fma bmi2\n"
 ICELAKE = "model name\t: Intel Xeon Platinum 8375C\nflags\t\t: avx2 avx512f avx512bw avx512vl avx512_vnni\n"
@@ -47,7 +47,7 @@ def test_an_emulated_class_is_refused_when_unknown(monkeypatch):
 
 
 def test_process_context_restores_threads_and_denormals():
-    from attn_export.process import ProcessSettings, current_settings, process_settings
+    from attn_export.host.process import ProcessSettings, current_settings, process_settings
 
     before = torch.get_num_threads()
     torch.set_flush_denormal(False)  # a known start: an ONNX Runtime session made earlier on this thread may have set FTZ

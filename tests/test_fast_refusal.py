@@ -105,7 +105,7 @@ def test_the_probe_sees_a_heavy_import():
     assert res["heavy"][:1] == ["torch"]
 
 
-@pytest.mark.parametrize("name", ["attn_export.checkpoint.config_file", "attn_export.layers.encoder_config", "attn_export.resources"])
+@pytest.mark.parametrize("name", ["attn_export.checkpoint.config_file", "attn_export.layers.encoder_config", "attn_export.host.memory"])
 def test_config_reading_modules_are_light(name):
     code = f"import sys, {name}; print([m for m in {HEAVY!r} if m in sys.modules])"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -15,7 +15,7 @@ import typer
 from attn_export.cli.app import _register, app
 from attn_export.cli.main_command import config_from_options
 from attn_export.errors import ConfigError
-from attn_export.plan import make_plan
+from attn_export.pipeline.plan import make_plan
 
 LAYER, CKPT = "layer", "checkpoint"
 

@@ -54,7 +54,7 @@ def _main_options() -> dict[str, tuple[object, str]]:
 
 def _resolved_defaults() -> dict[str, str]:
     """What an option left out resolves to, computed from RunConfig (and EngineSpec) the way a run resolves it."""
-    from attn_export.config import RunConfig
+    from attn_export.config.run import RunConfig
     from attn_export.subjects.kinds import KINDS
 
     layer, ckpt = RunConfig(), KINDS["encoder"].defaults
@@ -88,7 +88,7 @@ _ENGINE = {"hardware_compatibility": "hardware_compatibility", "version_compatib
 def test_every_main_command_default_shown_is_the_real_default():
     from dataclasses import fields
 
-    from attn_export.config import RunConfig
+    from attn_export.config.run import RunConfig
     from attn_export.runtime.tensorrt.spec import EngineSpec
 
     run_defaults = {f.name: getattr(RunConfig(), f.name) for f in fields(RunConfig)}
@@ -155,9 +155,9 @@ def test_encoder_help_lists_the_main_command_options_under_its_preset():
 
 
 def test_int8_encoding_help_says_what_auto_picks():
-    from attn_export.compress.int8_encoding import choose_cpu_encoding
-    from attn_export.environment import CpuInfo
-    from attn_export.vocabulary import CPU_INT8_ENCODINGS
+    from attn_export.compress.quant.int8_encoding import choose_cpu_encoding
+    from attn_export.host.environment import CpuInfo
+    from attn_export.vocab.choices import CPU_INT8_ENCODINGS
 
     text = " ".join(_help_text().split())
     assert "auto (u8u8 where this CPU's U8S8 GEMM saturates, i.e. x86 without VNNI; full-range elsewhere)" in text

@@ -9,7 +9,7 @@ import pytest
 
 from attn_export.cli import main
 from attn_export.errors import ConfigError
-from attn_export.pipeline import PipelineConfig
+from attn_export.pipeline.run import PipelineConfig
 
 FAST = ["--repeats", "2", "--warmup", "1", "--quiet"]
 
@@ -123,7 +123,7 @@ def test_a_missing_extra_is_refused_before_any_work(tmp_path, capsys, monkeypatc
 
 def test_tensorrt_target_exports_decomposed_where_iattention_has_no_kernel():
     """IAttention is not decomposable: fp32 and int8 graphs (fp32 attention) get the decomposed form, and the report says why."""
-    from attn_export.plan import make_plan
+    from attn_export.pipeline.plan import make_plan
 
     fp32 = make_plan(PipelineConfig(target="tensorrt"))  # the head size comes from the flags (or a checkpoint's config.json)
     assert fp32.steps[0].config.spec.attention == "decomposed" and "no fused kernel" in fp32.attention["fp32"]
@@ -158,7 +158,7 @@ def test_ort_cuda_on_a_cpu_machine_names_its_stand_in(tmp_path):
 
 
 def test_attention_auto_picks_the_long_sequence_form_from_the_measured_threshold():
-    from attn_export.plan import make_plan
+    from attn_export.pipeline.plan import make_plan
 
     short = make_plan(PipelineConfig())
     assert short.steps[0].config.spec.attention == "decomposed" and not short.attention

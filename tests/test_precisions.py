@@ -9,14 +9,7 @@ from attn_export.compress.registry import precisions as quantize_precisions
 from attn_export.errors import ConfigError
 from attn_export.runtime.tensorrt.spec import EngineSpec
 from attn_export.targets.gpu_arch import ARCHS
-from attn_export.vocabulary import (
-    ARCH_PRECISIONS,
-    EIGHT_BIT,
-    PRECISIONS,
-    engine_precision,
-    get_precision,
-    precision_names,
-)
+from attn_export.vocab.precisions import ARCH_PRECISIONS, EIGHT_BIT, PRECISIONS, engine_precision, get_precision, precision_names
 
 
 def test_the_table_order_and_its_facts():

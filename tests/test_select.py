@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from attn_export.select import Candidate, select_route
+from attn_export.pipeline.select import Candidate, select_route
 
 ORT_CPU = ("dynamic", "static")
 

@@ -283,7 +283,7 @@ def test_stages_are_made_only_by_the_planner():
     assert not makers, f"plan steps made outside plan.make_plan: {makers}"
 
 
-@pytest.mark.parametrize("name", ["attn_export.config", "attn_export.cli.options", "attn_export.compress.registry", "attn_export.subjects.kinds"])
+@pytest.mark.parametrize("name", ["attn_export.config.run", "attn_export.cli.options", "attn_export.compress.registry", "attn_export.subjects.kinds"])
 def test_light_modules_import_neither_torch_nor_onnx(name):
     """What flag validation reads must not load torch/onnx/onnxruntime (a bad value is refused in well under a second)."""
     import subprocess
@@ -310,10 +310,7 @@ KNOWN_TIES: dict[tuple[str, str], str] = {
     ("compress", "subjects"): "the transform-facing part of subjects.base.Subject moves below compress",
     # run_dir_aside.py validates the manifest it reads with validate/schema.py's RunManifestSchema, while
     # validate/gate_hashes.py reads run_dir's names: the manifest and its schema move to outdir/manifest.py.
-    ("run_dir_aside", "validate"): "RunManifestSchema moves out of validate/schema.py into outdir/ with the manifest",
-    # runtime/tensorrt/build.py runs checks.check_trt_compat before building, while checks read
-    # runtime.tensorrt.spec.ShapeProfile: ShapeProfile (pure Python) moves below both, next to TrtVersion.
-    ("runtime", "checks"): "ShapeProfile moves out of runtime/tensorrt/spec.py below checks (checks then sit below runtime)",
+    ("outdir", "validate"): "RunManifestSchema moves out of validate/schema.py into outdir/ with the manifest",
 }
 
 
@@ -438,3 +435,12 @@ def _print_unit_graph() -> None:
 
 if __name__ == "__main__":
     _print_unit_graph()
+
+
+ROOT_MODULES = {"__init__.py", "errors.py", "testing.py"}  # the public face, the error tree, the pytest plugin
+
+
+def test_the_package_root_holds_only_the_public_face_the_errors_and_the_plugin():
+    """Every other module lives in the folder of its layer (docs/architecture.md, "The floor plan")."""
+    loose = sorted(p.name for p in PACKAGE.glob("*.py") if p.name not in ROOT_MODULES)
+    assert not loose, f"modules in the package root (move each into the folder of its layer): {loose}"

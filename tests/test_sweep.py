@@ -11,7 +11,7 @@ import typer
 from typer.testing import CliRunner
 
 from attn_export.errors import ConfigError
-from attn_export.sweep import (
+from attn_export.campaigns.sweep import (
     SweepConfig,
     SweepPoint,
     pareto_rows,

@@ -5,7 +5,7 @@ Names load lazily (PEP 562), so reading a checkpoint's config.json needs no torc
 
 from __future__ import annotations
 
-from attn_export._lazy import lazy_exports
+from attn_export.host.lazy import lazy_exports
 
 _WHERE = {
     "FidelityResult": "fidelity", "check_fidelity": "fidelity",

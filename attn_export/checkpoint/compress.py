@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from attn_export.checkpoint.text import TokenBatch, all_layer_inputs
-from attn_export.compress.calib_data import ActivationSet
+from attn_export.compress.calib.data import ActivationSet
 from attn_export.compress.distill import DistillConfig, DistillSummary, distill_, train_loop
 from attn_export.compress.lowrank import LowRankConfig, LowRankLinear, low_rank_
 from attn_export.errors import ConfigError

@@ -56,7 +56,7 @@ _CONFIG_FIX = "fix config.json (a Hugging Face encoder config) or use the checkp
 
 
 def _config_json(checkpoint_dir: Path) -> tuple[dict[str, Any], Path]:
-    from attn_export.paths import check_regular_file
+    from attn_export.host.paths import check_regular_file
     from attn_export.validate.schema import read_json
 
     path = checkpoint_dir / "config.json"

@@ -69,7 +69,7 @@ _UNSAFE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl", "*.h5", "*.msgpa
 
 def _regular(path: Path) -> None:
     """A FIFO or a device under a checkpoint file's name is refused from its stat, never opened."""
-    from attn_export.paths import check_regular_file
+    from attn_export.host.paths import check_regular_file
 
     check_regular_file(path, "checkpoint file", CheckpointError)
 

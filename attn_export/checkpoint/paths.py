@@ -68,7 +68,7 @@ def max_bytes_of(name: str) -> int | None:
 
 def regular_stat(path: Path, st: os.stat_result, bound: int | None) -> None:
     """Refuse, from its stat, a checkpoint file that is not a regular file or exceeds ``bound`` bytes."""
-    from attn_export.paths import file_kind
+    from attn_export.host.paths import file_kind
 
     if not stat.S_ISREG(st.st_mode):
         raise CheckpointError(

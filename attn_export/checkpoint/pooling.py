@@ -31,7 +31,7 @@ from pathlib import Path
 from attn_export.checkpoint.paths import inside
 from attn_export.errors import CheckpointError, ConfigError
 from attn_export.layers.encoder_config import PoolingConfig
-from attn_export.vocabulary import POOLING_MODES
+from attn_export.vocab.choices import POOLING_MODES
 
 __all__ = ["SentenceTransformersInfo", "parse_pooling", "read_sentence_transformers", "resolve_pooling"]
 

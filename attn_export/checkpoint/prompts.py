@@ -74,7 +74,7 @@ def read_prompts(checkpoint_dir: str | os.PathLike[str]) -> tuple[dict[str, str]
     if not (root / CONFIG_NAME).exists() and not (root / CONFIG_NAME).is_symlink():
         return {}, None
     path = inside(root, CONFIG_NAME, "sentence-transformers config")
-    from attn_export.paths import check_regular_file
+    from attn_export.host.paths import check_regular_file
 
     check_regular_file(path, "checkpoint file", CheckpointError)
     cfg = validate(StModelConfigSchema, read_json(path, "a config_sentence_transformers.json", _FIX, error=CheckpointError), str(path), _FIX,

@@ -17,7 +17,7 @@ import torch
 
 from attn_export.checkpoint.corpus import SPLITS, TextCorpus, check_max_per_split, first_texts, load_text_corpus
 from attn_export.checkpoint.tokenizer_file import check_token_ids, load_tokenizer, pad_id
-from attn_export.compress.calib_data import ActivationSet, CalibrationData
+from attn_export.compress.calib.data import ActivationSet, CalibrationData
 from attn_export.errors import ConfigError, DataError
 from attn_export.layers.encoder import SentenceEncoder
 

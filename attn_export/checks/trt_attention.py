@@ -29,9 +29,9 @@ import onnx_ir as ir
 
 from attn_export.checks.trt_support import Finding
 from attn_export.errors import ConfigError
-from attn_export.runtime.tensorrt.spec import ShapeProfile
+from attn_export.targets.shape_profile import ShapeProfile
 from attn_export.targets.trt_releases import TrtVersion, parse_trt_version
-from attn_export.vocabulary import PRECISIONS, float_precision_of
+from attn_export.vocab.precisions import PRECISIONS, float_precision_of
 
 __all__ = [
     "AttentionBlock",

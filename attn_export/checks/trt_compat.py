@@ -27,9 +27,9 @@ import onnx_ir as ir
 from attn_export.checks.trt_attention import attention_findings, mha_fusion_findings
 from attn_export.checks.trt_support import MIN_OPSET, OP_SUPPORT, Finding, escape_text, max_opset
 from attn_export.errors import CompatibilityError, ConfigError
-from attn_export.runtime.tensorrt.spec import ShapeProfile
+from attn_export.targets.shape_profile import ShapeProfile
 from attn_export.targets.trt_releases import TrtVersion, release
-from attn_export.vocabulary import PRECISIONS, float_precision_of
+from attn_export.vocab.precisions import PRECISIONS, float_precision_of
 
 __all__ = ["Finding", "CompatReport", "check_trt_compat", "const_array", "report_dict", "SEVERITIES"]
 

@@ -15,7 +15,7 @@ def main(argv: list[str] | None = None) -> int:
     """Console entry point: ``attn_export.cli.app.main`` with the signal handlers in place first."""
     import signal
 
-    from attn_export.interrupts import Terminated, announce, interrupt_signals, raise_if_interrupted
+    from attn_export.host.signals import Terminated, announce, interrupt_signals, raise_if_interrupted
 
     with interrupt_signals():
         try:

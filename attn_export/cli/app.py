@@ -2,7 +2,7 @@
 
 Every command lives in its own module of this package and registers itself on ``app``;
 modules import only typer and the option types at import time, so ``attn-export --help``
-never loads torch or ONNX. ``main()`` owns the process context (``attn_export.process``):
+never loads torch or ONNX. ``main()`` owns the process context (``attn_export.host.process``):
 it is entered before any command can import torch, so the OpenMP wait policy takes effect,
 and it restores everything on the way out.
 
@@ -126,7 +126,7 @@ def memory_ran_out(err: BaseException) -> str | None:
 
     The run's memory estimate refuses what cannot fit before anything is built
     (``resources.check_fits``); this is what is left when the estimate was short."""
-    from attn_export.resources import format_bytes, memory_budgets
+    from attn_export.host.memory import format_bytes, memory_budgets
 
     seen: set[int] = set()
     cause: BaseException | None = err
@@ -250,15 +250,15 @@ def crash_file() -> Iterator[None]:
 
 
 def _interrupted(signum: int) -> int:
-    from attn_export.interrupts import announce
+    from attn_export.host.signals import announce
 
     return announce(signum)  # one line per command, however many times the interrupt surfaces
 
 
 def main(argv: list[str] | None = None) -> int:
     """Console entry point; see the module docstring for the exit codes."""
-    from attn_export.interrupts import Terminated, interrupt_signals, received
-    from attn_export.paths import COMMAND_LINE
+    from attn_export.host.signals import Terminated, interrupt_signals, received
+    from attn_export.host.paths import COMMAND_LINE
 
     argv = list(sys.argv[1:] if argv is None else argv)
     token = COMMAND_LINE.set(("attn-export", *argv))
@@ -299,8 +299,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(argv: list[str]) -> int:
     """Parse and run one command; usage and input errors become one line and exit 2."""
-    from attn_export.interrupts import received
-    from attn_export.process import ProcessSettings, process_settings
+    from attn_export.host.signals import received
+    from attn_export.host.process import ProcessSettings, process_settings
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # OpenMP wait policy before any command imports torch; threads are set per run.

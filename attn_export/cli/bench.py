@@ -41,10 +41,10 @@ def bench(
     quiet: QuietFlag = False,
 ) -> None:
     """Every variant side by side: latency, ratio to eager, memory, efficiency vs measured GEMM ceilings."""
-    from attn_export.config import LIMITS
-    from attn_export.paths import check_output_dir
-    from attn_export.run_dir import check_owned, claim
-    from attn_export.vocabulary import check_heads
+    from attn_export.config.run import LIMITS
+    from attn_export.host.paths import check_output_dir
+    from attn_export.outdir.claim import check_owned, claim
+    from attn_export.vocab.choices import check_heads
 
     # every flag and the output folder before the first GEMM (the main command's bounds)
     int_in("--d-model", d_model, 1, LIMITS["d_model"])
@@ -64,7 +64,7 @@ def bench(
     check_owned(out, "--out", force)  # before torch is imported: the user's bench.json is never overwritten
     import time
 
-    from attn_export.benchmark import BenchConfig, markdown_tables, results_table, run_bench, variants_table
+    from attn_export.campaigns.bench import BenchConfig, markdown_tables, results_table, run_bench, variants_table
     from attn_export.validate.plots import plot_seq_scaling
     from attn_export.validate.report import atomic_write_text
 

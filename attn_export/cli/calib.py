@@ -15,7 +15,7 @@ from rich.console import Console
 
 from attn_export.errors import ConfigError
 
-DEFAULT_MAX_BYTES = 512 * 2**20  # attn_export.compress.calib_data.DEFAULT_MAX_BYTES (not imported: it loads torch)
+DEFAULT_MAX_BYTES = 512 * 2**20  # attn_export.compress.calib.data.DEFAULT_MAX_BYTES (not imported: it loads torch)
 
 __all__ = ["calib_app", "register"]
 
@@ -38,9 +38,9 @@ def generate(
 ) -> None:
     """Write a synthetic set of LayerNorm-ed hidden states with padding masks (recipe: attn_export/data/calibration/README.md)."""
     from attn_export.cli._common import writing
-    from attn_export.compress.calib_data import load_calibration
-    from attn_export.compress.calib_generate import check_generate_args, generate_calibration
-    from attn_export.paths import check_output_file
+    from attn_export.compress.calib.data import load_calibration
+    from attn_export.compress.calib.generate import check_generate_args, generate_calibration
+    from attn_export.host.paths import check_output_file
 
     # every argument, the size of the file and the memory it takes, before any work
     check_generate_args(out, d_model, n_calib, n_val, seq_len, seed, decay, outliers, 0.25, dtype)
@@ -62,8 +62,8 @@ def check(
 ) -> None:
     """Load a calibration set with all checks (shape, dtype, NaN/Inf, values whose squares overflow float32, masks, disjoint splits)."""
     from attn_export.cli._common import int_in
-    from attn_export.compress.calib_data import load_calibration
-    from attn_export.config import LIMITS
+    from attn_export.compress.calib.data import load_calibration
+    from attn_export.config.run import LIMITS
 
     int_in("--d-model", d_model, 1, LIMITS["d_model"])
     int_in("--max-bytes", max_bytes, 1, 2**40)

@@ -16,7 +16,7 @@ import typer
 
 from attn_export.cli._common import JsonFlag, QuietFlag, out_console, writing
 from attn_export.errors import ConfigError
-from attn_export.paths import check_output_file
+from attn_export.host.paths import check_output_file
 
 __all__ = ["register", "run_check"]
 
@@ -35,8 +35,8 @@ def run_check(
     force: bool = False,
 ) -> int:
     """The ``check`` command: gate ``report`` against ``baseline`` (or update it); returns the exit code."""
-    from attn_export.validate.gate import check_report, check_run_folder, verify_artifact_hashes
-    from attn_export.validate.gate import update_baseline as record
+    from attn_export.validate.gate.check import check_report, check_run_folder, verify_artifact_hashes
+    from attn_export.validate.gate.check import update_baseline as record
     from attn_export.validate.junit import check_junit_target, write_junit
     from attn_export.validate.report import atomic_write_text, load_report
     from attn_export.validate.schema import read_json

@@ -18,9 +18,9 @@ from typing import Optional
 import typer
 
 from attn_export.errors import ConfigError
-from attn_export.resources import parse_bytes
+from attn_export.host.memory import parse_bytes
 from attn_export.runtime.tensorrt.spec import EngineSpec, ShapeProfile
-from attn_export.vocabulary import precision_names
+from attn_export.vocab.precisions import precision_names
 
 __all__ = ["PRECISIONS", "register", "check_trt", "engine_spec_from_options"]
 
@@ -73,7 +73,7 @@ def check_trt(
     """Check an ONNX model against what TensorRT's parser and builder accept (no GPU needed)."""
     from attn_export.checks.trt_compat import check_trt_compat, report_dict
     from attn_export.cli._common import writing
-    from attn_export.paths import check_input_file, check_output_file
+    from attn_export.host.paths import check_input_file, check_output_file
 
     # the model, the --json path and every option before the check runs
     check_input_file(model, "MODEL")

@@ -4,7 +4,7 @@ With no options it exports the default TransformerLayer, validates it against ea
 on ONNX Runtime CPU and writes ``model.onnx``, ``report.json``, ``report.md`` and
 ``report.html``. ``--checkpoint DIR|minilm`` makes a pretrained encoder the subject; every
 other option means the same for both subjects or is refused before any work (see
-``attn_export.config``).
+``attn_export.config.run``).
 """
 
 from __future__ import annotations
@@ -91,10 +91,10 @@ ENGINE_OPTIONS = ("min_shape", "opt_shape", "max_shape", "workspace", "timing_ca
 def config_from_options(options: dict[str, Any]) -> Any:
     """The ``RunConfig`` for the main command's parsed options (validated on construction)."""
     from attn_export.cli.check_trt import engine_spec_from_options
-    from attn_export.config import RunConfig
-    from attn_export.resources import parse_bytes
+    from attn_export.config.run import RunConfig
+    from attn_export.host.memory import parse_bytes
     from attn_export.validate.tolerances import parse_tolerance_overrides
-    from attn_export.vocabulary import check_export_precision, engine_precision
+    from attn_export.vocab.precisions import check_export_precision, engine_precision
 
     opts = {k: v for k, v in options.items() if k not in OUTPUT_ONLY}
     opts["max_memory"] = parse_bytes(opts.get("max_memory"), "--max-memory")
@@ -115,12 +115,12 @@ def config_from_options(options: dict[str, Any]) -> Any:
 def run_main(options: dict[str, Any]) -> int:
     """Validate, run, print the summary; returns the exit code (1 when a required stage failed)."""
     from attn_export.cli._common import err_console, progress_lines
-    from attn_export.interrupts import raise_if_interrupted
+    from attn_export.host.signals import raise_if_interrupted
 
     cfg = config_from_options(options)
     quiet, as_json = options["quiet"], options["as_json"]
     say = progress_lines(not (quiet or as_json) and (options["progress"] or sys.stderr.isatty()))
-    from attn_export.runner import run
+    from attn_export.pipeline.runner import run
 
     def step(msg: str) -> None:  # every stage boundary: stop if an interrupt was swallowed on the way
         raise_if_interrupted()

@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from attn_export.vocabulary import precision_names
+from attn_export.vocab.precisions import precision_names
 
 __all__ = [
     "AtolOpt",

@@ -12,7 +12,7 @@ import typer
 from attn_export.cli._common import JsonFlag, QuietFlag, out_console, progress_bar, writing
 from attn_export.cli.options import ForceOpt
 from attn_export.errors import ConfigError
-from attn_export.paths import check_name_lengths, check_output_file
+from attn_export.host.paths import check_name_lengths, check_output_file
 
 __all__ = ["register", "run_report"]
 
@@ -30,7 +30,7 @@ def run_report(
     The folder is claimed for those names only (``run_dir.claim(names=...)``): a run's other
     files there stay, and stay listed in its run.json; a report.md attn-export did not write is
     refused, or moved beside the folder with ``force``."""
-    from attn_export.run_dir import REPORT_FILES, check_owned, claim
+    from attn_export.outdir.claim import REPORT_FILES, check_owned, claim
 
     target = out or report_json.parent
     check_name_lengths(target, "--out")

@@ -29,7 +29,7 @@ def artifact_paths(report: Any, out: Path) -> list[str]:
     for name in ("report.json", "report.md", "report.html"):
         if (out / name).is_file():
             paths.append(str(out / name))
-    from attn_export.run_dir_aside import REPORT_FILES
+    from attn_export.outdir.recovery import REPORT_FILES
 
     paths.extend(str(out / name) for name in REPORT_FILES if name.endswith(".png") and (out / name).is_file())  # not a user's own .png
     deploy = report.selection.get("deploy") or {}
@@ -43,7 +43,7 @@ def print_summary(report: Any, out: Path, console: Any) -> None:
     """The verdict line, a table of every stage (accuracy, latency, speedup, size), then artifacts and verdicts."""
     from rich.table import Table
 
-    from attn_export.resources import format_bytes
+    from attn_export.host.memory import format_bytes
     from attn_export.validate.headline import headline
 
     line = headline(report.to_dict())

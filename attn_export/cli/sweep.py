@@ -100,7 +100,7 @@ def sweep(
     as_json: JsonOpt = False,
 ) -> None:
     """Grid over compression choices (each axis a comma list); prints the Pareto front with the main command that rebuilds each row."""
-    from attn_export.sweep import PARETO_COLUMNS, SweepConfig, pareto_rows, run_sweep, write_sweep
+    from attn_export.campaigns.sweep import PARETO_COLUMNS, SweepConfig, pareto_rows, run_sweep, write_sweep
 
     axes = {
         "low_rank": sweep_axis(low_rank, "--low-rank", float), "distill": sweep_axis(distill, "--distill", int),
@@ -119,7 +119,7 @@ def sweep(
     probe = max((cfg.run_config(p, out) for p in cfg.points()), key=lambda c: c.estimate_memory().total)
     probe.force = force  # --out is the sweep's: files attn-export did not write are refused, or moved aside with --force
     probe.preflight()
-    from attn_export.run_dir import claim
+    from attn_export.outdir.claim import claim
 
     config = {"command": "sweep", "quick": quick, **{k: list(v) for k, v in overrides.items()}, **{k: str(v) for k, v in base.items()}}
     with claim(out, "--out", config=config, seed=seed, force=force):

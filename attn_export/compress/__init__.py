@@ -9,16 +9,16 @@ registry is read while flags are validated, before torch is imported.
 
 from __future__ import annotations
 
-from attn_export._lazy import lazy_exports
+from attn_export.host.lazy import lazy_exports
 
 _WHERE = {
-    "ActivationSet": "calib_data", "CalibrationData": "calib_data", "default_calibration_path": "calib_data",
-    "generate_calibration": "calib_generate", "load_calibration": "calib_data",
+    "ActivationSet": "calib.data", "CalibrationData": "calib.data", "default_calibration_path": "calib.data",
+    "generate_calibration": "calib.generate", "load_calibration": "calib.data",
     "DistillConfig": "distill", "DistillSummary": "distill", "distill_": "distill", "output_error": "distill",
     "LowRankConfig": "lowrank", "LowRankLinear": "lowrank", "LowRankSummary": "lowrank", "factorization_is_profitable": "lowrank",
     "linear_flops": "lowrank", "low_rank_": "lowrank",
-    "QdqSummary": "qdq", "inspect_qdq": "qdq", "EAGER_INT8_MODES": "quant_eager", "quantize_eager_": "quant_eager",
-    "QuantResult": "quant_onnx", "quantize_dynamic_onnx": "quant_onnx", "StaticQuantSpec": "quant_static", "quantize_static_onnx": "quant_static",
+    "QdqSummary": "quant.qdq", "inspect_qdq": "quant.qdq", "EAGER_INT8_MODES": "quant.eager", "quantize_eager_": "quant.eager",
+    "QuantResult": "quant.onnx", "quantize_dynamic_onnx": "quant.onnx", "StaticQuantSpec": "quant.static", "quantize_static_onnx": "quant.static",
 }  # fmt: skip
 __all__ = sorted(_WHERE)
 __getattr__, __dir__ = lazy_exports(__name__, _WHERE)

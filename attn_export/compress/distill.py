@@ -26,7 +26,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from tqdm.auto import tqdm
 
-from attn_export.compress.calib_data import ActivationSet
+from attn_export.compress.calib.data import ActivationSet
 from attn_export.compress.layer_forward import device_of, eval_mode, forward_layer
 from attn_export.errors import ConfigError
 from attn_export.layers.projections import AttentionProjections

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
-from attn_export.compress.calib_bounds import check_finite_activation
+from attn_export.compress.calib.bounds import check_finite_activation
 from attn_export.errors import ConfigError, DataError
 
 __all__ = ["MASK_INPUTS", "RunningHistogram", "TensorProbe", "TensorStats", "collect_stats", "real_tokens", "trim_feed"]

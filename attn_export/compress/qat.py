@@ -223,7 +223,7 @@ def _collect(module: nn.Module, linears: list[str], keys: dict[str, str], feeds:
 
 def _smoothing(module: nn.Module, linears: list[str], keys: dict[str, str], stats: dict[str, Any], method: str) -> dict[str, np.ndarray]:
     """The static route's SmoothQuant search, per shared input (key -> s, for the keys it helps)."""
-    from attn_export.compress.smoothquant_alpha import MIN_GAIN, MIN_GAIN_MUL, choose_alpha, smoothing_scale
+    from attn_export.compress.quant.smoothquant_alpha import MIN_GAIN, MIN_GAIN_MUL, choose_alpha, smoothing_scale
 
     out = {}
     for key, st in stats.items():
@@ -242,7 +242,7 @@ def qat_(student: nn.Module, teacher: nn.Module, subject: Any, float_groups: set
     ``subject`` gives the data (``feeds("train")``, ``quick_error(runner, "select", n)``) and the
     input/output names; Linears of ``float_groups`` (``mixed_precision`` group names) stay float.
     """
-    from attn_export.compress.gemm_groups import group_of
+    from attn_export.compress.quant.gemm_groups import group_of
     from attn_export.runtime import EagerRunner
 
     config = config or QatConfig()
@@ -255,7 +255,7 @@ def qat_(student: nn.Module, teacher: nn.Module, subject: Any, float_groups: set
         raise ConfigError("no Linear left to quantize: every GEMM group is kept in float")
     student.eval()
     teacher.eval()
-    from attn_export.compress.calib_choice import choose_ranges
+    from attn_export.compress.calib.choice import choose_ranges
 
     keys = _shared_inputs(student, linears, train[0], names)
     scales: dict[str, np.ndarray] = {}

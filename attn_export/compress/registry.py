@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from attn_export.errors import ConfigError
 
 if TYPE_CHECKING:
-    from attn_export.artifacts import Artifact, OnnxRuntimeChoice
-    from attn_export.export.targets import Target
-    from attn_export.run_options import RunOptions
+    from attn_export.runtime.artifacts import Artifact, OnnxRuntimeChoice
+    from attn_export.targets.targets import Target
+    from attn_export.vocab.run_options import RunOptions
     from attn_export.subjects.base import Subject
 
 __all__ = [
@@ -152,14 +152,14 @@ class BuildContext:
     say: Callable[[str], None] = field(default=lambda msg: None)
 
     def runtime(self, qdq_reference: bool = False, u8u8: bool = False) -> OnnxRuntimeChoice:
-        from attn_export.artifacts import onnx_runtime_for
+        from attn_export.runtime.artifacts import onnx_runtime_for
 
         return onnx_runtime_for(self.target, qdq_reference, u8u8)
 
     def onnx_artifact(self, name: str, path: Path, precision: str, tolerance_key: str, qdq_reference: bool = False, u8u8: bool = False,
                       **kw: Any) -> Artifact:  # fmt: skip
         """An artifact for an ONNX file, run where the target says (stand-ins named)."""
-        from attn_export.artifacts import Artifact, ort_runner_factory
+        from attn_export.runtime.artifacts import Artifact, ort_runner_factory
 
         choice = self.runtime(qdq_reference, u8u8)
         art = Artifact(name=name, precision=precision, tolerance_key=tolerance_key, make_runner=ort_runner_factory(path, choice, self.threads, name),

@@ -36,7 +36,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from attn_export.errors import ConfigError
-from attn_export.run_dir_fs import SIBLING_INFIX, OutDir, make_sibling, move_into, sha256_fd, take_lock
+from attn_export.outdir.fs import SIBLING_INFIX, OutDir, make_sibling, move_into, sha256_fd, take_lock
 
 __all__ = ["DeployClaim", "MANIFEST_NAME", "check_deploy_paths", "claim_deploy_folders", "foreign_entries", "publish", "refuse_foreign", "staging"]
 
@@ -211,7 +211,7 @@ def _files_of(root: Path) -> list[str]:
 
 
 def _write_manifest(final: Path, files: dict[str, str], pending: dict[str, str], kind: str) -> None:
-    from attn_export._atomic import atomic_write_bytes
+    from attn_export.outdir.atomic import atomic_write_bytes
 
     data: dict[str, Any] = {"format": MANIFEST_FORMAT, "kind": kind, "files": files}
     if pending:

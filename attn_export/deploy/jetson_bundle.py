@@ -41,7 +41,7 @@ from attn_export.runtime.tensorrt.sidecar import sha256_file
 from attn_export.runtime.tensorrt.spec import EngineSpec
 from attn_export.runtime.tensorrt.trtexec import onnx_io_dims, shell_line, trtexec_command
 from attn_export.targets.trt_releases import release
-from attn_export.vocabulary import PRECISIONS
+from attn_export.vocab.precisions import PRECISIONS
 
 __all__ = ["write_jetson_bundle", "BUNDLE_FILES"]
 

@@ -34,10 +34,10 @@ from typing import Any
 
 import onnx
 
-from attn_export._lazy import require
+from attn_export.host.lazy import require
 from attn_export.deploy.folder import publish, staging
 from attn_export.errors import ConfigError
-from attn_export.runtime.tensorrt.spec import ShapeProfile
+from attn_export.targets.shape_profile import ShapeProfile
 
 __all__ = ["write_triton_repo", "server_command", "TRITON_DTYPES", "DEFAULT_MAX_BATCH", "VERSION_COMPATIBLE_FLAG"]
 

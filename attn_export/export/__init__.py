@@ -6,7 +6,7 @@ validated, before torch or onnx is imported.
 
 from __future__ import annotations
 
-from attn_export._lazy import lazy_exports
+from attn_export.host.lazy import lazy_exports
 
 _WHERE = {
     "DEFAULT_OPSET": "spec", "PRECISIONS": "spec", "ExportSpec": "spec",

@@ -22,8 +22,8 @@ import onnx
 import torch
 from torch import nn
 
-from attn_export._atomic import atomic_path
-from attn_export._quiet import EXPORT_NOISE, quieted
+from attn_export.outdir.atomic import atomic_path
+from attn_export.host.quiet import EXPORT_NOISE, quieted
 from attn_export.errors import ExportError
 from attn_export.export.inspect import GraphSummary, summarize_graph
 from attn_export.export.linear_gemm import gemm_to_linear, linear_to_gemm
@@ -33,7 +33,7 @@ from attn_export.export.row_layernorm import layernorm_on_rows
 from attn_export.export.spec import ExportSpec
 from attn_export.layers.projections import fuse_qkv_, set_attention_form_
 from attn_export.layers.registry import MaskedLayer
-from attn_export.vocabulary import PRECISIONS
+from attn_export.vocab.precisions import PRECISIONS
 
 __all__ = ["ExportResult", "export_onnx", "export_module", "example_inputs_for"]
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from attn_export.errors import ConfigError
-from attn_export.vocabulary import ATTENTION_FORMS, ENCODER_FORMS, PACKED_ATTENTION_FORMS, precision_names
+from attn_export.vocab.choices import ATTENTION_FORMS, ENCODER_FORMS, PACKED_ATTENTION_FORMS
+from attn_export.vocab.precisions import precision_names
 
 __all__ = ["ENCODER_FORMS", "ExportSpec", "PRECISIONS", "MIN_OPSET", "DEFAULT_OPSET"]
 

@@ -6,7 +6,7 @@ validated, before torch is imported, and importing it must not load every layer.
 
 from __future__ import annotations
 
-from attn_export._lazy import lazy_exports
+from attn_export.host.lazy import lazy_exports
 
 _WHERE = {
     "attend": "attention", "BlockSparseAttention": "block_sparse", "LinearAttention": "linear_attention",

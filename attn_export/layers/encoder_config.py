@@ -14,7 +14,7 @@ import logging
 from dataclasses import dataclass, field
 
 from attn_export.errors import ConfigError
-from attn_export.vocabulary import POOLING_MODES
+from attn_export.vocab.choices import POOLING_MODES
 
 __all__ = [
     "ACTIVATIONS",

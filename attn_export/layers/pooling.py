@@ -30,7 +30,7 @@ from torch import nn
 
 from attn_export.errors import ConfigError
 from attn_export.layers.encoder_config import PoolingConfig
-from attn_export.vocabulary import POOLING_MODES
+from attn_export.vocab.choices import POOLING_MODES
 
 __all__ = ["PoolingConfig", "SentencePooling", "pool"]
 

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attn_export.errors import ConfigError
-from attn_export.vocabulary import ATTENTION_FORMS, ATTENTION_IMPLS, check_heads
+from attn_export.vocab.choices import ATTENTION_FORMS, ATTENTION_IMPLS, check_heads
 
 __all__ = ["AttentionProjections", "fuse_qkv_", "set_attention_form_", "set_attention_impl_"]
 

@@ -19,7 +19,7 @@ from attn_export.layers.masks import AttentionMask
 from attn_export.layers.mha import MultiHeadAttention
 from attn_export.layers.self_attention import SelfAttention
 from attn_export.layers.transformer import TransformerLayer
-from attn_export.vocabulary import LAYER_MASKS, LAYER_NAMES, check_heads
+from attn_export.vocab.choices import LAYER_MASKS, LAYER_NAMES, check_heads
 
 __all__ = ["LayerInfo", "LAYERS", "build_layer", "MaskedLayer"]
 

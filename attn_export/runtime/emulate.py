@@ -16,7 +16,7 @@ from __future__ import annotations
 import onnx
 from onnx import helper, numpy_helper
 
-from attn_export.vocabulary import PRECISIONS, float_precision_of
+from attn_export.vocab.precisions import PRECISIONS, float_precision_of
 
 __all__ = ["emulated_model", "needs_emulation"]
 

@@ -183,7 +183,7 @@ class OrtRunner(Runner):
         self.session = self._loader() if callable(self._loader) else self._loader
         self._input_types = {i.name: i.type for i in self.session.get_inputs()}
         self._output_names = [o.name for o in self.session.get_outputs()]
-        from attn_export.process import reapply_denormal_flush
+        from attn_export.host.process import reapply_denormal_flush
 
         reapply_denormal_flush()  # a new session resets this thread's FTZ flag
 
@@ -201,7 +201,7 @@ class OrtRunner(Runner):
         return list(self._output_names)
 
     def _infer(self, feed: Feed) -> dict[str, np.ndarray]:
-        # The calling thread's denormal flag is the process context's (attn_export.process), the same
+        # The calling thread's denormal flag is the process context's (attn_export.host.process), the same
         # for eager and ONNX Runtime; the session flushes its own pool threads.
         cast = {n: np.ascontiguousarray(np.asarray(feed[n]).astype(_np_type(t), copy=False)) for n, t in self._input_types.items()}
         outs = self.session.run(None, cast)

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from attn_export._lazy import lazy_exports
+from attn_export.host.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from attn_export.run_options import RunOptions
+    from attn_export.vocab.run_options import RunOptions
     from attn_export.subjects.base import Subject
 
 _WHERE = {"Judgement": "base", "Split": "base", "Subject": "base", "SubjectProfile": "kinds", "kind_of": "kinds"}

@@ -28,7 +28,7 @@ from attn_export.runtime.base import Feed, Runner
 from attn_export.validate.report import Accuracy
 
 if TYPE_CHECKING:
-    from attn_export.compress.mixed_precision import FallbackGoal
+    from attn_export.compress.quant.mixed_precision import FallbackGoal
     from attn_export.export.onnx_export import ExportResult
     from attn_export.export.spec import ExportSpec
     from attn_export.validate.latency import TimingPoint
@@ -165,7 +165,7 @@ class BaseSubject(ABC):
 
     def fallback_goal(self, tolerance_key: str) -> FallbackGoal:
         """What the 8-bit fallback must reach on the select split: the stage's tolerance alone, unless a subject says more."""
-        from attn_export.compress.mixed_precision import FallbackGoal
+        from attn_export.compress.quant.mixed_precision import FallbackGoal
 
         return FallbackGoal()
 

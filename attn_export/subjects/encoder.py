@@ -249,7 +249,7 @@ class EncoderSubject(BaseSubject):
         return Tolerance(max_abs=emb.max_abs, rel_l2=emb.max_rel_l2, cosine_min=emb.min_mean_cosine)
 
     def fallback_goal(self, tolerance_key: str) -> Any:
-        from attn_export.compress.mixed_precision import FallbackGoal
+        from attn_export.compress.quant.mixed_precision import FallbackGoal
         from attn_export.validate.tolerances import tolerance_spec
 
         return FallbackGoal(tolerance_spec(tolerance_key).embedding_goal)

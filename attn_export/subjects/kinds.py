@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attn_export.errors import ConfigError
-from attn_export.vocabulary import LAYER_MASKS, LAYER_NAMES, check_heads
+from attn_export.vocab.choices import LAYER_MASKS, LAYER_NAMES, check_heads
 
 if TYPE_CHECKING:
-    from attn_export.run_options import RunOptions
+    from attn_export.vocab.run_options import RunOptions
 
 __all__ = ["KINDS", "CheckpointKind", "LayerKind", "ModelShape", "SubjectKind", "SubjectProfile", "checkpoint_config", "kind_of"]
 
@@ -143,7 +143,7 @@ class LayerKind(SubjectKind):
 
     def preflight(self, cfg: RunOptions) -> None:
         if cfg.compresses and cfg.calib is None:
-            from attn_export.compress.calib_data import default_calibration_path
+            from attn_export.compress.calib.data import default_calibration_path
 
             default_calibration_path(cfg.resolved_d_model)  # DataError naming `calib generate` when none ships
 
@@ -183,7 +183,7 @@ class CheckpointKind(SubjectKind):
 
             parse_pooling(cfg.pooling)
         if cfg.encoder_form is not None:
-            from attn_export.vocabulary import ENCODER_FORMS
+            from attn_export.vocab.choices import ENCODER_FORMS
 
             if cfg.encoder_form not in ("auto", *ENCODER_FORMS):
                 raise ConfigError(f"expected --encoder-form in auto|{'|'.join(ENCODER_FORMS)}, got {cfg.encoder_form!r}")

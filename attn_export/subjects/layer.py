@@ -82,7 +82,7 @@ class LayerSubject(BaseSubject):
         self._refs: dict[str, list[dict[str, np.ndarray]]] = {}
 
     def _make_splits(self) -> dict[str, Any]:
-        from attn_export.compress.calib_data import ActivationSet
+        from attn_export.compress.calib.data import ActivationSet
 
         if self.data is None:
             return {}

@@ -39,7 +39,7 @@ def read_text_file(path: Path) -> list[str]:
     ``MIN_USER_TEXTS`` distinct lines is refused here, before any model is loaded.
     """
     from attn_export.checkpoint.corpus import MIN_USER_TEXTS
-    from attn_export.paths import check_regular_file
+    from attn_export.host.paths import check_regular_file
 
     path = Path(path)
     check_regular_file(path, "--calib", DataError)  # a FIFO blocks and /dev/zero reports size 0: never opened

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 from attn_export.errors import ConfigError
 from attn_export.targets.trt_releases import RELEASES, TrtVersion, jetson_archs, jetson_releases, parse_trt_version
-from attn_export.vocabulary import ARCH_PRECISIONS as PRECISIONS
-from attn_export.vocabulary import EIGHT_BIT, precision_names
+from attn_export.vocab.precisions import ARCH_PRECISIONS as PRECISIONS
+from attn_export.vocab.precisions import EIGHT_BIT, precision_names
 
 __all__ = [
     "ALIASES",

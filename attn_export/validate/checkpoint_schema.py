@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 
 from attn_export.validate.schema import NonNegInt, StrictSchema, expected_error, finite_number
-from attn_export.vocabulary import POOLING_MODES
+from attn_export.vocab.choices import POOLING_MODES
 
 __all__ = [
     "BertConfigSchema",

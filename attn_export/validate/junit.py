@@ -14,7 +14,7 @@ import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from attn_export.validate.gate import GateResult
+from attn_export.validate.gate.check import GateResult
 from attn_export.validate.report import atomic_write_text
 
 __all__ = ["check_junit_target", "is_our_junit", "junit_xml", "write_junit"]

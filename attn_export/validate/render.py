@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from attn_export.resources import format_bytes
+from attn_export.host.memory import format_bytes
 from attn_export.validate.attention_report import AttentionSection, attention_section
 from attn_export.validate.headline import headline
 from attn_export.validate.report import atomic_write_text, load_report

@@ -120,7 +120,7 @@ def _json_default(obj: Any) -> Any:
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     """Write via a temporary file in the same folder, then rename: no half-written files."""
-    from attn_export._atomic import atomic_path
+    from attn_export.outdir.atomic import atomic_path
 
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")

@@ -141,7 +141,7 @@ class _ArtifactHash(StrictSchema):
 
 
 def _artifact_hash(value: dict[str, Any]) -> dict[str, Any]:
-    if "sha256" in value:  # attn_export.run_dir stamps it; ``check`` compares it with the file
+    if "sha256" in value:  # attn_export.outdir.claim stamps it; ``check`` compares it with the file
         _ArtifactHash.model_validate({"sha256": value["sha256"]}, strict=True)
     return value
 
@@ -272,7 +272,7 @@ class BaselineV2(StrictSchema):
     classes: dict[ClassName, ClassEntrySchema]
 
 
-# --- run.json (attn_export.run_dir) ----------------------------------------------------------------
+# --- run.json (attn_export.outdir.claim) ----------------------------------------------------------------
 class ManifestFileSchema(StrictSchema):
     sha256: Sha256
     size_bytes: NonNegInt
@@ -307,7 +307,7 @@ class BenchSchema(StrictSchema):
     results: list[BenchRowSchema]
 
 
-# --- sweep.json (attn_export.sweep) -------------------------------------------------------------
+# --- sweep.json (attn_export.campaigns.sweep) -------------------------------------------------------------
 class SweepPointSchema(StrictSchema):
     key: str
     stage: str
@@ -349,7 +349,7 @@ def validate(
 
 def read_json(path: str | os.PathLike[str], what: str, fix: str, error: type[AttnExportError] = DataError, max_bytes: int = 64 * 2**20) -> Any:
     """Parse a JSON file; a missing, unreadable, non-UTF-8, malformed or oversized file (``fstat``, before reading) is one line."""
-    from attn_export.paths import file_kind
+    from attn_export.host.paths import file_kind
 
     p = Path(path)
     if not p.is_file():  # stat only: a FIFO or a device is named, never opened (opening a FIFO blocks)

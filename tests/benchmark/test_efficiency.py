@@ -8,10 +8,10 @@ import numpy as np
 import onnx
 import pytest
 
-from attn_export.benchmark.ceilings import RUNS_IN, Ceilings, gemm_model
-from attn_export.benchmark.flops import count_module_flops
-from attn_export.benchmark.harness import _derive, paired_ratio
-from attn_export.benchmark.table import markdown_tables
+from attn_export.campaigns.bench.ceilings import RUNS_IN, Ceilings, gemm_model
+from attn_export.campaigns.bench.flops import count_module_flops
+from attn_export.campaigns.bench.harness import _derive, paired_ratio
+from attn_export.campaigns.bench.table import markdown_tables
 from attn_export.layers import MaskedLayer, build_layer
 
 

@@ -19,12 +19,12 @@ from attn_export.checkpoint.evaluate import SplicedEncoder, embed
 from attn_export.checkpoint.metrics import embedding_agreement
 from attn_export.compress.distill import DistillConfig
 from attn_export.compress.lowrank import LowRankConfig, LowRankLinear
-from attn_export.compress.quant_eager import quantize_eager_
-from attn_export.compress.quant_onnx import quantize_dynamic_onnx
-from attn_export.compress.quant_static import StaticQuantSpec, quantize_static_onnx
-from attn_export.config import RunConfig
+from attn_export.compress.quant.eager import quantize_eager_
+from attn_export.compress.quant.onnx import quantize_dynamic_onnx
+from attn_export.compress.quant.static import StaticQuantSpec, quantize_static_onnx
+from attn_export.config.run import RunConfig
 from attn_export.errors import ConfigError
-from attn_export.runner import run
+from attn_export.pipeline.runner import run
 from attn_export.runtime import OrtRunner, SessionFromOnnx
 
 QK_HALF = LowRankConfig(rank_ratio=0.5, targets=("q", "k"))
@@ -171,7 +171,7 @@ def test_pipeline_config_errors(tmp_path):
 @pytest.mark.slow  # a whole sweep on MiniLM; its plans are the main command's (tests/test_one_plan.py, default suite)
 def test_sweep_over_a_checkpoint(tmp_path):
     """``attn-export sweep --checkpoint minilm``: the same grid machinery, judged on held-out embeddings."""
-    from attn_export.sweep import SweepConfig, run_sweep
+    from attn_export.campaigns.sweep import SweepConfig, run_sweep
 
     base = {"checkpoint": "minilm", "batch": 2, "seq_len": 16, "threads": 2, "repeats": 1, "warmup": 0, "max_texts": 32,
             "encoder_form": "padded"}  # one form: the grid machinery is the point (both forms: test_encoder_forms.py)

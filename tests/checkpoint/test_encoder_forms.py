@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from attn_export.config import RunConfig
-from attn_export.plan import make_plan
-from attn_export.runner import run
+from attn_export.config.run import RunConfig
+from attn_export.pipeline.plan import make_plan
+from attn_export.pipeline.runner import run
 
 
 def _sha(path: Path) -> str:

@@ -16,7 +16,7 @@ from attn_export.checkpoint.loader import load_bert_checkpoint
 from attn_export.checkpoint.pooling import parse_pooling, read_sentence_transformers, resolve_pooling
 from attn_export.errors import CheckpointError, ConfigError
 from attn_export.layers.pooling import PoolingConfig, pool
-from attn_export.vocabulary import POOLING_MODES
+from attn_export.vocab.choices import POOLING_MODES
 
 _TRANSFORMER = {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}
 _POOLING = {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}

@@ -16,7 +16,7 @@ import pytest
 from fixtures import st_checkpoint
 
 from attn_export.checkpoint.metrics import row_cosines
-from attn_export.config import RunConfig
+from attn_export.config.run import RunConfig
 
 PROMPTS = {"query": "query: ", "passage": "passage: "}
 TEXTS = [  # words of the fixture's vocabulary; half are longer than max_seq_length 8 once prompted

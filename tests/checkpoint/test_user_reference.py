@@ -15,8 +15,8 @@ import torch
 from hf_models import build, save
 
 from attn_export.cli import main
-from attn_export.config import RunConfig
-from attn_export.runner import run
+from attn_export.config.run import RunConfig
+from attn_export.pipeline.runner import run
 
 TINY_RUN = ["--max-len", "32", "--repeats", "1", "--warmup", "0", "--batch", "2", "--seq-len", "16", "--max-texts", "16", "--threads", "1"]
 

@@ -15,7 +15,7 @@ from attn_export.checks.trt_attention import iattention_kernel, trt_attention_fo
 from attn_export.checks.trt_compat import check_trt_compat
 from attn_export.errors import ConfigError
 from attn_export.export import export_onnx
-from attn_export.export.targets import export_spec_for, get_target
+from attn_export.targets.targets import export_spec_for, get_target
 from attn_export.runtime.tensorrt.spec import ShapeProfile, TrtVersion
 
 PROFILE = ShapeProfile((1, 8), (2, 16), (4, 32))

@@ -16,7 +16,7 @@ from attn_export.checks.trt_attention import trt_attention_form
 from attn_export.checks.trt_compat import check_trt_compat
 from attn_export.errors import CompatibilityError, ConfigError
 from attn_export.export import export_onnx
-from attn_export.export.targets import export_spec_for
+from attn_export.targets.targets import export_spec_for
 from attn_export.runtime.tensorrt.spec import ShapeProfile
 
 PROFILE = ShapeProfile((1, 8), (2, 16), (4, 32))
@@ -210,8 +210,8 @@ def test_tensorrt_export_fails_on_jetson(own_exports: dict) -> None:
 
 
 def test_own_int8_qdq_export_passes(own_exports: dict, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from attn_export.compress import quant_static
-    from attn_export.compress.calib_data import ActivationSet
+    from attn_export.compress.quant import static as quant_static
+    from attn_export.compress.calib.data import ActivationSet
 
     rng = np.random.default_rng(0)
     calib = ActivationSet(rng.standard_normal((8, 16, 32)).astype(np.float32), np.ones((8, 16), np.int32))

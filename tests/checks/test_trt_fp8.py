@@ -59,11 +59,11 @@ def test_fp8_mha_outside_the_fused_head_sizes_warns(tmp_path) -> None:
     from fixtures import small_layer
 
     from attn_export.checks.trt_compat import check_trt_compat
-    from attn_export.compress.calib_data import ActivationSet
-    from attn_export.compress.calib_generate import synthesize_hidden_states
-    from attn_export.compress.fp8 import Fp8Spec, quantize_fp8_onnx
+    from attn_export.compress.calib.data import ActivationSet
+    from attn_export.compress.calib.generate import synthesize_hidden_states
+    from attn_export.compress.quant.fp8 import Fp8Spec, quantize_fp8_onnx
     from attn_export.export import export_onnx
-    from attn_export.export.targets import export_spec_for
+    from attn_export.targets.targets import export_spec_for
 
     layer = small_layer("transformer", "padding", d_model=16, heads=4)  # head size 4: below FP8 fMHA's 9-256
     export_onnx(layer, tmp_path / "fp32.onnx", export_spec_for("tensorrt", "fp32", attention="decomposed"))

@@ -1,4 +1,4 @@
-"""Finite but extreme calibration data: refused with the reason, never an internal error (compress/calib_bounds.py)."""
+"""Finite but extreme calibration data: refused with the reason, never an internal error (compress/calib/bounds.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from attn_export.compress.calib_bounds import check_data_scale, check_threshold
-from attn_export.compress.calib_choice import choose_ranges
+from attn_export.compress.calib.bounds import check_data_scale, check_threshold
+from attn_export.compress.calib.choice import choose_ranges
 from attn_export.compress.probe import RunningHistogram, TensorStats, collect_stats
 from attn_export.errors import DataError
 

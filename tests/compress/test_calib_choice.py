@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attn_export.compress.calib_choice import (
+from attn_export.compress.calib.choice import (
     PER_TENSOR,
     candidate_thresholds,
     choose_ranges,
@@ -13,7 +13,7 @@ from attn_export.compress.calib_choice import (
     quantization_mse,
 )
 from attn_export.compress.probe import RunningHistogram, TensorStats, real_tokens, trim_feed
-from attn_export.compress.smoothquant_alpha import choose_alpha
+from attn_export.compress.quant.smoothquant_alpha import choose_alpha
 
 
 def _hist(values: np.ndarray, batches: int = 4) -> RunningHistogram:

@@ -11,8 +11,8 @@ import typer
 from typer.testing import CliRunner
 
 from attn_export.cli.calib import register
-from attn_export.compress.calib_data import ActivationSet, default_calibration_path, load_calibration
-from attn_export.compress.calib_generate import generate_calibration
+from attn_export.compress.calib.data import ActivationSet, default_calibration_path, load_calibration
+from attn_export.compress.calib.generate import generate_calibration
 from attn_export.compress.layer_forward import eval_mode, forward_layer
 from attn_export.errors import DataError
 from attn_export.layers import MaskedLayer, build_layer

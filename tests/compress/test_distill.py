@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from attn_export.compress.calib_data import ActivationSet, CalibrationData, default_calibration_path, load_calibration
-from attn_export.compress.calib_generate import generate_calibration
+from attn_export.compress.calib.data import ActivationSet, CalibrationData, default_calibration_path, load_calibration
+from attn_export.compress.calib.generate import generate_calibration
 from attn_export.compress.distill import DistillConfig, attention_kl, capture_attention, distill_, output_error
 from attn_export.compress.lowrank import LowRankConfig, low_rank_
 from attn_export.errors import ConfigError

@@ -9,7 +9,7 @@ import onnx_ir as ir
 import pytest
 import torch
 
-from attn_export.compress.embedding_quant import EmbeddingQuantPass, quantize_rows
+from attn_export.compress.quant.embedding_quant import EmbeddingQuantPass, quantize_rows
 from attn_export.compress.qat import QatConfig, fake_quant, qat_
 
 
@@ -69,8 +69,8 @@ def test_fake_quant_is_the_qdq_arithmetic_and_passes_gradients():
 def test_qat_lowers_the_fake_quant_error(tmp_path):
     from fixtures import D_MODEL, HEADS
 
-    from attn_export.compress.calib_generate import synthesize_hidden_states
-    from attn_export.config import RunConfig
+    from attn_export.compress.calib.generate import synthesize_hidden_states
+    from attn_export.config.run import RunConfig
     from attn_export.subjects.layer import LayerSubject
 
     x, kpm = synthesize_hidden_states(98, 16, D_MODEL, np.random.default_rng(0))

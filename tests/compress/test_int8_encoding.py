@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 from u8s8_sim import quantize_weight_per_channel, simulate_u8s8_matmul
 
-from attn_export.compress.int8_encoding import choose_cpu_encoding
-from attn_export.environment import CpuInfo
+from attn_export.compress.quant.int8_encoding import choose_cpu_encoding
+from attn_export.host.environment import CpuInfo
 
 
 def test_simulated_kernel_saturates_exactly_like_vpmaddubsw():
@@ -91,8 +91,8 @@ def test_auto_encoding_follows_the_instruction_set(isa, expected):
 def test_plan_keeps_tensorrt_q_dq_full_range_on_a_saturating_cpu(monkeypatch):
     from attn_export.compress.methods.int8_dynamic import Int8Dynamic
     from attn_export.compress.methods.int8_static import Int8Static
-    from attn_export.config import RunConfig
-    from attn_export.plan import make_plan
+    from attn_export.config.run import RunConfig
+    from attn_export.pipeline.plan import make_plan
 
     monkeypatch.setenv("ATTN_EXPORT_ISA_CLASS", "x86-avx2")
     cpu = make_plan(RunConfig(quantize="int8"))

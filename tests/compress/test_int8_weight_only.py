@@ -14,10 +14,10 @@ from fixtures import small_layer_subject
 
 from attn_export.compress.methods.int8_weight_only import Int8WeightOnly
 from attn_export.compress.registry import BuildContext, Source, apply, route_names
-from attn_export.config import RunConfig
+from attn_export.config.run import RunConfig
 from attn_export.errors import ConfigError
-from attn_export.export.targets import export_spec_for, get_target
-from attn_export.plan import make_plan
+from attn_export.targets.targets import export_spec_for, get_target
+from attn_export.pipeline.plan import make_plan
 
 
 def test_planned_only_when_asked_and_never_for_tensorrt(tmp_path):

@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from attn_export.compress.calib_data import ActivationSet, default_calibration_path, load_calibration
-from attn_export.compress.calib_generate import generate_calibration
+from attn_export.compress.calib.data import ActivationSet, default_calibration_path, load_calibration
+from attn_export.compress.calib.generate import generate_calibration
 from attn_export.compress.distill import output_error
 from attn_export.compress.lowrank import (
     LowRankConfig,

@@ -13,10 +13,10 @@ import pytest
 from fixtures import small_layer_subject
 
 from attn_export.checks.trt_compat import check_trt_compat
-from attn_export.compress.gemm_groups import SwitchableGraph, apply_fallback, find_gemms
-from attn_export.compress.mixed_precision import FallbackGoal, fallback_search, sensitivity
-from attn_export.compress.qdq import inspect_qdq
-from attn_export.compress.quant_static import StaticQuantSpec, quantize_static_onnx
+from attn_export.compress.quant.gemm_groups import SwitchableGraph, apply_fallback, find_gemms
+from attn_export.compress.quant.mixed_precision import FallbackGoal, fallback_search, sensitivity
+from attn_export.compress.quant.qdq import inspect_qdq
+from attn_export.compress.quant.static import StaticQuantSpec, quantize_static_onnx
 from attn_export.subjects.layer import LayerSubject
 
 BROKEN = "layer.ffn1"  # the group whose int8 weight scale the tests break

@@ -14,14 +14,14 @@ import pytest
 import torch
 from torch import nn
 
-from attn_export.compress.calib_generate import synthesize_hidden_states
+from attn_export.compress.calib.generate import synthesize_hidden_states
 from attn_export.errors import ConfigError
 from attn_export.layers import MaskedLayer, build_layer
 from attn_export.validate import sqnr_db
 
 pytest.importorskip("torchao", reason="torchao (the eager int8 reference backend) is not installed (pip install torchao)")
 
-from attn_export.compress.quant_eager import EAGER_INT8_MODES, quantize_eager_
+from attn_export.compress.quant.eager import EAGER_INT8_MODES, quantize_eager_
 
 MIN_SQNR_DB = {"int8-dynamic": 35.0, "int8-weight-only": 45.0}
 

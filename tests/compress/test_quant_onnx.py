@@ -14,23 +14,23 @@ import pytest
 import torch
 from fixtures import run_onnx
 
-from attn_export.compress.calib_data import ActivationSet
-from attn_export.compress.calib_generate import synthesize_hidden_states
+from attn_export.compress.calib.data import ActivationSet
+from attn_export.compress.calib.generate import synthesize_hidden_states
 from attn_export.compress.methods.int8_dynamic import DYNAMIC_NOT_FOR_TENSORRT, Int8Dynamic
 from attn_export.compress.methods.int8_static import Int8Static
 from attn_export.compress.methods.torchao import TorchaoInt8
-from attn_export.compress.qdq import attention_bmms, inspect_qdq
-from attn_export.compress.quant_onnx import (
+from attn_export.compress.quant.qdq import attention_bmms, inspect_qdq
+from attn_export.compress.quant.onnx import (
     calibration_feeds,
     quantize_dynamic_onnx,
 )
-from attn_export.compress.quant_static import StaticQuantSpec, quantize_static_onnx
-from attn_export.compress.smoothquant import (
+from attn_export.compress.quant.static import StaticQuantSpec, quantize_static_onnx
+from attn_export.compress.quant.smoothquant import (
     SmoothQuantPass,
     activation_absmax,
     smoothable_groups,
 )
-from attn_export.config import RunConfig
+from attn_export.config.run import RunConfig
 from attn_export.errors import ConfigError, DataError
 from attn_export.export import export_onnx
 from attn_export.layers import MaskedLayer, build_layer
@@ -239,7 +239,7 @@ def test_inspect_qdq_reports_nonzero_zero_points_and_per_tensor_weights():
 
 def test_each_route_says_which_targets_can_deploy_it():
     """The methods describe themselves: the plan and RunConfig read ``deploy_refusal``, never a route name."""
-    from attn_export.export.targets import get_target
+    from attn_export.targets.targets import get_target
 
     assert Int8Dynamic.deploy_refusal(get_target("tensorrt")) == DYNAMIC_NOT_FOR_TENSORRT
     assert Int8Dynamic.deploy_refusal(get_target("jetson")) == DYNAMIC_NOT_FOR_TENSORRT

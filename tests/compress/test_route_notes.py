@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from attn_export.config import RunConfig
+from attn_export.config.run import RunConfig
 from attn_export.errors import ConfigError
-from attn_export.plan import make_plan
+from attn_export.pipeline.plan import make_plan
 
 
 @pytest.mark.parametrize("target", ["tensorrt", "jetson"])

@@ -19,7 +19,7 @@ from onnx import numpy_helper
 from attn_export.deploy.jetson_bundle import BUNDLE_FILES, write_jetson_bundle
 from attn_export.errors import CompatibilityError, DataError
 from attn_export.export import export_onnx
-from attn_export.export.targets import export_spec_for
+from attn_export.targets.targets import export_spec_for
 from attn_export.runtime.tensorrt.spec import EngineSpec, ShapeProfile
 from attn_export.validate import accuracy, tolerance_for
 from attn_export.validate.tolerances import Tolerance

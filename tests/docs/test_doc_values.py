@@ -116,7 +116,7 @@ def test_the_documents_write_option_values():
 
 
 def test_every_option_value_in_the_docs_is_accepted_by_the_cli():
-    from attn_export.benchmark.variants import VARIANTS
+    from attn_export.campaigns.bench.variants import VARIANTS
 
     params = _main_flags()
     bad = []
@@ -150,8 +150,8 @@ def test_the_checker_refuses_a_value_the_cli_does_not_take():
 
 
 def test_the_readme_report_example_has_the_real_selection_band_and_preference():
-    from attn_export.export.targets import TARGETS
-    from attn_export.select import NOISE_BAND
+    from attn_export.targets.targets import TARGETS
+    from attn_export.pipeline.select import NOISE_BAND
 
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     example = next(json.loads(m.group(1)) for m in re.finditer(r"```json\n(.*?)```", text, re.S) if '"stages"' in m.group(1))

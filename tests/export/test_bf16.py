@@ -21,7 +21,7 @@ from attn_export.runtime.tensorrt.build_plan import precision_plan
 from attn_export.runtime.tensorrt.spec import EngineSpec, ShapeProfile
 from attn_export.validate import accuracy
 from attn_export.validate.tolerances import tolerance_for
-from attn_export.vocabulary import PRECISIONS
+from attn_export.vocab.precisions import PRECISIONS
 
 PROFILE = ShapeProfile((1, 8), (2, 16), (4, 32))
 
@@ -99,7 +99,7 @@ def test_orin_and_turing_refuse_bf16_in_one_line(tmp_path, capsys, arch, trt, ex
 
 @pytest.mark.parametrize("arch", ["sm80", "sm86", "sm89", "sm90", "sm100", "sm120"])
 def test_ampere_and_later_plan_bf16(arch):
-    from attn_export.config import RunConfig
+    from attn_export.config.run import RunConfig
 
     cfg = RunConfig(precision="bf16", target="tensorrt", gpu_arch=arch)
     assert cfg.export_spec().precision == "bf16" and cfg.engine_spec().precision == "bf16"  # type: ignore[attr-defined]
@@ -110,7 +110,7 @@ def test_ampere_and_later_plan_bf16(arch):
     ({"target": "tensorrt"}, "--precision bf16 needs the GPU it runs on: pass --gpu-arch (sm80, sm86"),
 ])  # fmt: skip
 def test_bf16_needs_tensorrt_and_a_gpu_that_has_it(args, expect):
-    from attn_export.config import RunConfig
+    from attn_export.config.run import RunConfig
 
     with pytest.raises(ConfigError, match="^" + expect.replace("(", r"\(").replace(")", r"\)")):
         RunConfig(precision="bf16", **args)

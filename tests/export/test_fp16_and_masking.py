@@ -10,7 +10,7 @@ from fixtures import eager, feed_for, run_onnx, small_layer
 from attn_export.errors import ConfigError
 from attn_export.export import ExportSpec, export_onnx, summarize_graph
 from attn_export.validate import accuracy
-from attn_export.vocabulary import ATTENTION_FORMS
+from attn_export.vocab.choices import ATTENTION_FORMS
 
 
 def test_fp16_softmax_and_layernorm_run_in_float32(tmp_path):

@@ -12,7 +12,7 @@ from torch import nn
 
 from attn_export.errors import ConfigError, ExportError
 from attn_export.export import ExportSpec, export_module, export_onnx
-from attn_export.export.form_choice import LONG_SEQ_MIN_LEN, choose_attention_form
+from attn_export.targets.form_choice import LONG_SEQ_MIN_LEN, choose_attention_form
 from attn_export.layers import MaskedLayer, MultiHeadAttention, SelfAttention, build_layer
 
 TOL = 1e-4

@@ -18,7 +18,7 @@ import pytest
 from fixtures import eager, feed_for, small_layer
 
 from attn_export.export import export_onnx
-from attn_export.export.targets import export_spec_for
+from attn_export.targets.targets import export_spec_for
 
 
 def _plain_session_ops(path, tmp_path) -> list[str]:
@@ -55,11 +55,11 @@ def test_gemm_labels_survive_the_quantizers_preprocessing(tmp_path):
     """ORT's pre-processing fuses the rows' MatMul + Add into Gemm and drops the torch name scope; the labels come back."""
     import onnx_ir as ir
 
-    from attn_export.compress.calib_data import ActivationSet
-    from attn_export.compress.calib_generate import synthesize_hidden_states
-    from attn_export.compress.gemm_groups import find_gemms
-    from attn_export.compress.quant_onnx import preprocess_for_quantization
-    from attn_export.compress.quant_static import StaticQuantSpec, quantize_static_onnx
+    from attn_export.compress.calib.data import ActivationSet
+    from attn_export.compress.calib.generate import synthesize_hidden_states
+    from attn_export.compress.quant.gemm_groups import find_gemms
+    from attn_export.compress.quant.onnx import preprocess_for_quantization
+    from attn_export.compress.quant.static import StaticQuantSpec, quantize_static_onnx
 
     layer = small_layer(mask="padding")
     export_onnx(layer, tmp_path / "rows.onnx", export_spec_for("ort-cpu", "fp32"))

@@ -13,7 +13,7 @@ from fixtures import small_layer
 
 from attn_export.errors import ConfigError
 from attn_export.export import export_onnx, summarize_graph
-from attn_export.export.targets import DEFAULT_TARGET, TARGETS, export_spec_for, get_target
+from attn_export.targets.targets import DEFAULT_TARGET, TARGETS, export_spec_for, get_target
 from attn_export.runtime.tensorrt.spec import EngineSpec, ShapeProfile
 from attn_export.runtime.tensorrt.trtexec import trtexec_command
 

@@ -18,7 +18,7 @@ from attn_export.layers import (
     window_mask,
 )
 from attn_export.layers.masks import combine_keep, padding_to_keep
-from attn_export.vocabulary import ATTENTION_IMPLS
+from attn_export.vocab.choices import ATTENTION_IMPLS
 
 
 @pytest.mark.parametrize("name,mask", LAYER_MASKS)

@@ -251,7 +251,7 @@ def test_mask_free_attention_leaves_a_padded_graphs_attention_alone(encoder: Sen
 
 @pytest.mark.parametrize("mask_free", [False, True], ids=["masked", "mask-free"])
 def test_int8_dynamic_route_quantizes_the_packed_rows(encoder: SentenceEncoder, tmp_path: Path, mask_free: bool) -> None:
-    from attn_export.compress.quant_onnx import quantize_dynamic_onnx
+    from attn_export.compress.quant.onnx import quantize_dynamic_onnx
 
     fp32 = tmp_path / "packed.onnx"
     export_encoder(encoder, fp32, ExportSpec(attention="ort-contrib", encoder_form="packed", fuse_qkv=False, linear_gemm=False, mask_free_attention=mask_free))

@@ -33,7 +33,7 @@ def proc_factory() -> Iterator[Callable[..., Proc]]:
 @pytest.fixture(scope="session")
 def calib32(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A calibration set for the tiny layer (d_model 32): the shipped one is for 512."""
-    from attn_export.compress.calib_generate import generate_calibration
+    from attn_export.compress.calib.generate import generate_calibration
 
     return generate_calibration(tmp_path_factory.mktemp("calib") / "calib_d32.npz", 32, n_calib=16, n_val=4, seq_len=8, seed=0)
 
@@ -41,6 +41,6 @@ def calib32(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def calib32_slow(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Enough calibration data that static int8 (histograms, sensitivity, fallback) takes seconds (a window to interrupt it in)."""
-    from attn_export.compress.calib_generate import generate_calibration
+    from attn_export.compress.calib.generate import generate_calibration
 
     return generate_calibration(tmp_path_factory.mktemp("calib") / "calib_d32_large.npz", 32, n_calib=1024, n_val=16, seq_len=128, seed=0)

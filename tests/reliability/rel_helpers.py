@@ -251,7 +251,7 @@ def good_report() -> dict:
 def stamped_run(out: Path) -> Path:
     """A complete run folder as the runner leaves it, without building a model: ``good_report``'s two
     stages with their artifacts beside it, the report stamped with their sha256, ``run.json`` complete."""
-    from attn_export.run_dir import claim
+    from attn_export.outdir.claim import claim
 
     with claim(out, seed=0) as owner:
         report = _report_object(str(out))
@@ -289,7 +289,7 @@ def files_of(folder: Path) -> dict[str, bytes]:
 
 def earlier_run(out: Path, tag: str = "earlier", subfolder: bool = False) -> dict[str, bytes]:
     """A complete run in ``out``, made by the run-directory code itself; returns its files."""
-    from attn_export.run_dir import claim
+    from attn_export.outdir.claim import claim
 
     with claim(out, config={"tag": tag}, seed=1):
         (out / "model.onnx").write_bytes(f"{tag} model".encode())

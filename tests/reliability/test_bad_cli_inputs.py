@@ -43,7 +43,7 @@ def _report_with(mutate: Callable[[dict], None]) -> Callable[[Path], Path]:
 
 
 def _baseline(t: Path) -> Path:
-    from attn_export.validate.gate import make_baseline
+    from attn_export.validate.gate.check import make_baseline
 
     return write_json(t / "baseline.json", make_baseline(good_report()))
 
@@ -67,7 +67,7 @@ def _set(path: str, value: object) -> Callable[[dict], None]:
 
 def _baseline_with(mutate: Callable[[dict], None]) -> Callable[[Path], Path]:
     def build(t: Path) -> Path:
-        from attn_export.validate.gate import make_baseline
+        from attn_export.validate.gate.check import make_baseline
 
         b = make_baseline(good_report())
         mutate(b)

@@ -17,7 +17,7 @@ from rel_helpers import assert_one_line_error
 TRT_OWNER = "owned by the TensorRT work (runtime/trt_sidecar.py read_sidecar); see docs/reliability.md"
 
 
-# -- calibration files (attn_export.compress.calib_data.load_calibration) -----------------------------
+# -- calibration files (attn_export.compress.calib.data.load_calibration) -----------------------------
 def _arrays_with(**override: object) -> Callable[[Path], Path]:
     def build(t: Path) -> Path:
         arrays = {**mk.calib_arrays(), **override}
@@ -51,7 +51,7 @@ CALIB: dict[str, tuple[Callable[[Path], Path], str]] = {
 
 @pytest.mark.parametrize("case", list(CALIB), ids=list(CALIB))
 def test_bad_calibration_file_is_one_line_naming_the_file(case: str, tmp_path: Path) -> None:
-    from attn_export.compress.calib_data import load_calibration
+    from attn_export.compress.calib.data import load_calibration
     from attn_export.errors import DataError
 
     build, expect = CALIB[case]
@@ -65,7 +65,7 @@ def test_bad_calibration_file_is_one_line_naming_the_file(case: str, tmp_path: P
 
 
 def test_c10_calib_zip_bomb_is_refused_by_its_uncompressed_size(tmp_path: Path) -> None:
-    from attn_export.compress.calib_data import load_calibration
+    from attn_export.compress.calib.data import load_calibration
     from attn_export.errors import DataError
 
     path = mk.npz(tmp_path / "z.npz", calib_x=np.zeros((64, 64, 64), np.float32), val_x=np.ones((1, 64, 64), np.float32))
@@ -115,7 +115,7 @@ def test_bad_engine_sidecar_is_one_line(case: str, tmp_path: Path) -> None:
     assert_one_line_error(err.value, EngineError, expect)
 
 
-# -- run manifests (attn_export.run_dir) --------------------------------------------------------------
+# -- run manifests (attn_export.outdir.claim) --------------------------------------------------------------
 def _previous_run(out: Path, manifest: object) -> None:
     out.mkdir(parents=True)
     (out / "report.json").write_text("{}")
@@ -133,7 +133,7 @@ MANIFESTS: dict[str, tuple[object, str]] = {
 @pytest.mark.parametrize("case", list(MANIFESTS), ids=list(MANIFESTS))
 def test_a_run_json_that_is_not_ours_makes_the_run_refuse_the_folder(case: str, tmp_path: Path) -> None:
     from attn_export.errors import ConfigError
-    from attn_export.run_dir import claim
+    from attn_export.outdir.claim import claim
 
     manifest, expect = MANIFESTS[case]
     out = tmp_path / "out"
@@ -147,7 +147,7 @@ def test_a_run_json_that_is_not_ours_makes_the_run_refuse_the_folder(case: str, 
 
 def test_c02_a_forged_manifest_never_removes_files_outside_out(tmp_path: Path) -> None:
     """A run.json listing ``../victim`` or an absolute path: only files inside --out are ever moved."""
-    from attn_export.run_dir import claim
+    from attn_export.outdir.claim import claim
 
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me")
@@ -195,7 +195,7 @@ def test_c05_huge_safetensors_header_is_refused_without_allocating(tmp_path: Pat
 
 
 def test_c06_the_divisor_suggestion_is_instant_for_any_d_model() -> None:
-    from attn_export import vocabulary
+    from attn_export.vocab import choices as vocabulary
     from attn_export.errors import ConfigError
     from attn_export.layers.projections import check_heads
 

@@ -1,7 +1,7 @@
 """Numbers beyond their bounds (issue 20, class 18) and stale or wrong words, unbounded or empty work (class 20).
 
 Class 18: a TensorRT profile whose batch exceeds int64 (TensorRT's dimension type) or a stated
-bound (``spec.MAX_PROFILE_BATCH`` / ``MAX_PROFILE_SEQ``), a number too long for ``int()``, a
+bound (``shape_profile.MAX_PROFILE_BATCH`` / ``MAX_PROFILE_SEQ``), a number too long for ``int()``, a
 huge ``--workspace`` or ``--max-memory``: each one line, exit 2, before any work. Class 20:
 every flag a sweep refusal names is one of ``sweep``'s own options, every boolean flag's help
 states its real default, ``bench --variants ''`` names no variant and is refused, and a sweep
@@ -19,7 +19,7 @@ import rel_inputs as mk
 import typer
 from rel_helpers import TINY, assert_refused, run_cli
 
-from attn_export.runtime.tensorrt.spec import MAX_PROFILE_BATCH, MAX_PROFILE_SEQ
+from attn_export.targets.shape_profile import MAX_PROFILE_BATCH, MAX_PROFILE_SEQ
 
 INT64_PLUS_ONE = str(2**63)
 SHAPES = {
@@ -85,7 +85,7 @@ def test_a_sweep_refusal_names_only_sweeps_own_flags(case: str, tmp_path: Path, 
 
 
 def test_c20_a_sweep_grid_larger_than_max_points_needs_yes(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    from attn_export.sweep import SweepConfig
+    from attn_export.campaigns.sweep import SweepConfig
 
     monkeypatch.chdir(tmp_path)
     grid = {"--low-rank": "none," + ",".join(f"0.{i}" for i in range(1, 10)), "--distill": ",".join(str(n) for n in range(1, 26)),

@@ -29,7 +29,7 @@ from fixtures import eager, feed_for, small_layer
 from attn_export.deploy import jetson_bundle
 from attn_export.deploy.jetson_bundle import write_jetson_bundle
 from attn_export.export import export_onnx
-from attn_export.export.targets import export_spec_for
+from attn_export.targets.targets import export_spec_for
 from attn_export.runtime.tensorrt.spec import EngineSpec, ShapeProfile
 from attn_export.validate import tolerance_for
 

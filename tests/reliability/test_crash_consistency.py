@@ -51,8 +51,8 @@ def _after_calls(n: int, real: Callable[..., object]) -> Callable[..., object]:
 
 def _run_killed_at(point: str, out: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A second run into ``out`` killed at ``point``; its files are 'second ...'."""
-    import attn_export.run_dir as rd
-    from attn_export.run_dir_fs import OutDir
+    import attn_export.outdir.claim as rd
+    from attn_export.outdir.fs import OutDir
 
     def body(owner: rd.RunDir) -> None:
         (out / "model.onnx").write_bytes(b"second model")
@@ -90,7 +90,7 @@ KILL_POINTS = ["moving-aside-1", "moving-aside-3", "before-run-json-running", "w
 
 @pytest.mark.parametrize("point", KILL_POINTS, ids=[f"c12-killed-{p}-then-a-failing-run" for p in KILL_POINTS])
 def test_a_failing_run_after_a_kill_leaves_the_last_complete_run(point: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from attn_export.run_dir import claim
+    from attn_export.outdir.claim import claim
 
     out = tmp_path / "out"
     first = earlier_run(out, "first", subfolder=True)
@@ -110,7 +110,7 @@ def test_a_failing_run_after_a_kill_leaves_the_last_complete_run(point: str, tmp
 
 @pytest.mark.parametrize("point", KILL_POINTS, ids=[f"c12-killed-{p}-then-a-run-that-succeeds" for p in KILL_POINTS])
 def test_a_run_after_a_kill_leaves_only_its_own_files(point: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from attn_export.run_dir import claim
+    from attn_export.outdir.claim import claim
 
     out = tmp_path / "out"
     earlier_run(out, "first", subfolder=True)
@@ -152,7 +152,7 @@ def test_c12_a_real_sigkill_while_rendering_leaves_a_running_run_json(killed_whi
 def test_c12_check_refuses_the_report_of_a_killed_run(killed_while_rendering: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from rel_helpers import write_json
 
-    from attn_export.validate.gate import make_baseline
+    from attn_export.validate.gate.check import make_baseline
 
     out = killed_while_rendering["out"]
     report = json.loads((out / "report.json").read_text())

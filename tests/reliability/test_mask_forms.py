@@ -3,7 +3,7 @@
 The ``long-seq`` form runs a window mask as a Loop over query blocks with its Softmax inside
 the Loop body; the attention-map graph used to expose that Softmax as a graph output, which
 ONNX Runtime refuses ("Graph output ... does not exist"), and the run lost its whole output at
-rendering. Each case is a whole run through ``attn_export.runner.run`` with ``render=True``
+rendering. Each case is a whole run through ``attn_export.pipeline.runner.run`` with ``render=True``
 (the CLI's code path), at d_model 16. The failing combinations (long-seq with a window at
 L = 16 and 600) run in the default suite; every layer x mask x form, and ``--attention auto``
 at L = 8192, are ``slow`` (about 8 s a run here, 64 runs).
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from attn_export.config import RunConfig
-from attn_export.runner import run
-from attn_export.vocabulary import ATTENTION_FORMS, LAYER_MASKS
+from attn_export.config.run import RunConfig
+from attn_export.pipeline.runner import run
+from attn_export.vocab.choices import ATTENTION_FORMS, LAYER_MASKS
 
 REPORT_FILES = {"model.onnx", "report.json", "report.md", "report.html", "latency.png", "run.json"}
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from rel_helpers import assert_refused, run_cli, stamped_run, write_json
 
-from attn_export.validate.gate import MAX_SLACK, make_baseline
+from attn_export.validate.gate.check import MAX_SLACK, make_baseline
 
 INT8 = "classes.x86-avx2.stages.onnx-int8.metrics"
 

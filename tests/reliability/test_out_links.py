@@ -142,7 +142,7 @@ def test_an_empty_out_is_refused_not_the_current_folder(argv: list[str], tmp_pat
 
 
 def test_c11_a_forged_run_json_naming_paths_outside_moves_nothing(tmp_path: Path) -> None:
-    from attn_export.run_dir import claim
+    from attn_export.outdir.claim import claim
 
     victim = _victim(tmp_path)
     out = tmp_path / "out"
@@ -157,7 +157,7 @@ def test_c11_a_forged_run_json_naming_paths_outside_moves_nothing(tmp_path: Path
 
 def test_c11_a_listed_file_that_is_not_what_the_run_wrote_is_left_alone(tmp_path: Path) -> None:
     """run.json lists a planted file with a sha256 that does not match it: never moved or deleted."""
-    from attn_export.run_dir import claim
+    from attn_export.outdir.claim import claim
 
     out = tmp_path / "out"
     out.mkdir()
@@ -174,7 +174,7 @@ def test_c11_a_listed_file_that_is_not_what_the_run_wrote_is_left_alone(tmp_path
 
 def test_c11_a_deployment_folder_inside_out_that_is_a_link_is_refused(tmp_path: Path) -> None:
     from attn_export.errors import ConfigError
-    from attn_export.run_dir import claim
+    from attn_export.outdir.claim import claim
 
     folder = tmp_path / "outside" / "repo"
     folder.mkdir(parents=True)
@@ -188,7 +188,7 @@ def test_c11_a_deployment_folder_inside_out_that_is_a_link_is_refused(tmp_path: 
 
 def test_c11_a_link_the_run_does_not_use_is_left_alone(tmp_path: Path) -> None:
     """Not every link is an attack: a user's link to their data is neither followed nor removed."""
-    from attn_export.run_dir import claim
+    from attn_export.outdir.claim import claim
 
     victim = _victim(tmp_path)
     out = tmp_path / "out"

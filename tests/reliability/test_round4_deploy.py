@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from rel_helpers import TINY, assert_refused, files_of, run_cli, stamped_run
 
-from attn_export.run_dir import LOCK_NAME
-from attn_export.run_dir_fs import OutDir, take_lock
+from attn_export.outdir.claim import LOCK_NAME
+from attn_export.outdir.fs import OutDir, take_lock
 
 JETSON = [*TINY, "--target", "jetson"]
 USERS = {"thesis.txt": b"chapter one, not attn-export's\n", "sub/data.csv": b"1,2,3\n"}

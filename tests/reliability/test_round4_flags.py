@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from rel_helpers import TINY, assert_refused, good_report, run_cli, write_json
 
-from attn_export.validate.gate import make_baseline
+from attn_export.validate.gate.check import make_baseline
 
 TEXTS = Path(__file__).resolve().parents[2] / "attn_export" / "data" / "text"
 # The smallest checkpoint run: 8 texts per split, short sequences, one thread.
@@ -198,7 +198,7 @@ def test_c27_sweep_quick_composes_with_the_axis_flags(tmp_path, capsys, monkeypa
     ``sweep --quick --low-rank 0.5`` runs through the CLI (its distillation and int8 axes narrowed to keep it short)."""
     from rel_inputs import calib_arrays, npz
 
-    from attn_export.sweep import SweepConfig
+    from attn_export.campaigns.sweep import SweepConfig
 
     keys = [p.key for p in SweepConfig.quick(low_rank=(0.5,), base={"d_model": 32, "heads": 4}).points()]
     assert keys == ["r0.5-fp32", "r0.5-dynamic", "r0.5-static-minmax", "r0.5-fp16", "r0.5-d40-fp32", "r0.5-d40-dynamic",

@@ -199,7 +199,7 @@ def _run(model: ir.Model, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
 
 
 def test_c27_a_shared_initializer_folded_with_two_smoothing_factors_keeps_both_layers_numbers() -> None:
-    from attn_export.compress.smoothquant import SmoothQuantPass
+    from attn_export.compress.quant.smoothquant import SmoothQuantPass
 
     g = np.random.default_rng(1)
     feed = {}

@@ -66,7 +66,7 @@ def test_c21_force_moves_the_users_files_into_a_named_sibling_and_the_run_succee
     assert manifest["status"] == "complete"
     assert manifest["moved_aside"] == {"folder": str(aside), "files": ["model.onnx", "report.md"]}, "run.json names the folder"
     assert (out / "model.onnx").read_bytes() != USER["model.onnx"] and set(USER) <= set(manifest["artifacts"])
-    from attn_export.run_dir_aside import named_like_ours
+    from attn_export.outdir.recovery import named_like_ours
 
     assert all(named_like_ours(rel) for rel in manifest["artifacts"]), "a name the run writes that the refusal would not protect"
 
@@ -104,7 +104,7 @@ def test_c21_a_folder_without_run_json_is_no_longer_taken_for_an_earlier_run(tmp
 
 
 def test_c21_a_run_json_that_is_not_ours_is_refused_and_moved_aside_with_force(tmp_path: Path) -> None:
-    from attn_export.run_dir import claim
+    from attn_export.outdir.claim import claim
 
     out = tmp_path / "p"
     before = _users_folder(out, {"run.json": b'{"my": "experiment log"}', "model.onnx": b"mine"})
@@ -118,7 +118,7 @@ def test_c21_a_run_json_that_is_not_ours_is_refused_and_moved_aside_with_force(t
 
 
 def test_c21_files_with_other_names_are_left_alone(tmp_path: Path) -> None:
-    from attn_export.run_dir import claim
+    from attn_export.outdir.claim import claim
 
     out = tmp_path / "p"
     before = _users_folder(out, {"notes.txt": b"mine", "holiday.jpg": b"jpeg", "data/model.onnx": b"not a name a run writes"})
@@ -170,7 +170,7 @@ def test_c21_report_force_moves_the_users_file_and_a_later_report_needs_no_force
 
 def test_c21_report_into_a_run_folder_keeps_the_run_and_its_manifest_whole(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`attn-export report OUT/report.json` re-renders in place; the run's model stays listed, so a later run needs no --force."""
-    from attn_export.run_dir import claim
+    from attn_export.outdir.claim import claim
 
     report = stamped_run(tmp_path / "p")
     out = report.parent
@@ -188,7 +188,7 @@ def test_c21_report_into_a_run_folder_keeps_the_run_and_its_manifest_whole(tmp_p
 
 # -- the claim itself, under its lock ---------------------------------------------------------------
 def test_c21_the_claim_refuses_a_file_that_appeared_after_validation(tmp_path: Path) -> None:
-    from attn_export.run_dir import check_owned, claim
+    from attn_export.outdir.claim import check_owned, claim
 
     out = tmp_path / "p"
     out.mkdir()
@@ -200,7 +200,7 @@ def test_c21_the_claim_refuses_a_file_that_appeared_after_validation(tmp_path: P
 
 
 def test_c21_force_keeps_the_users_files_aside_when_the_run_fails(tmp_path: Path) -> None:
-    from attn_export.run_dir import claim
+    from attn_export.outdir.claim import claim
 
     out = tmp_path / "p"
     before = _users_folder(out)
@@ -212,7 +212,7 @@ def test_c21_force_keeps_the_users_files_aside_when_the_run_fails(tmp_path: Path
 
 
 def test_c21_the_aside_folder_is_always_new_and_never_a_link(tmp_path: Path) -> None:
-    from attn_export.run_dir_fs import OutDir, make_sibling, move_into
+    from attn_export.outdir.fs import OutDir, make_sibling, move_into
 
     out = tmp_path / "p"
     _users_folder(out)

@@ -19,7 +19,7 @@ from fixtures import ST_WORDS, st_checkpoint
 from rel_helpers import assert_refused, run_cli
 
 from attn_export.checkpoint.corpus import split_user_texts
-from attn_export.config import RunConfig
+from attn_export.config.run import RunConfig
 from attn_export.subjects.text_data import TextData, read_text_file
 
 PROMPTS = {"query": "query: ", "passage": "passage: "}

@@ -18,7 +18,7 @@ from rel_helpers import TINY, assert_refused, run_cli
 
 from attn_export.checks.trt_compat import check_trt_compat
 from attn_export.checks.trt_support import OP_SUPPORT
-from attn_export.export.targets import TARGETS, export_spec_for, get_target
+from attn_export.targets.targets import TARGETS, export_spec_for, get_target
 
 FORGED = "x\nERROR: forged"
 
@@ -124,7 +124,7 @@ def test_c29_an_opset_the_release_cannot_parse_is_refused_up_front(
     options: dict[str, object], expect: tuple[str, ...], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Refused while the options are validated (the RunConfig itself), naming both opsets, not by the check after an export."""
-    from attn_export.config import RunConfig
+    from attn_export.config.run import RunConfig
     from attn_export.errors import ConfigError
 
     with pytest.raises(ConfigError) as err:

@@ -61,7 +61,7 @@ def test_c02_two_runs_into_one_out_one_runs_the_other_refuses_naming_its_pid(int
 
 
 def test_c02_the_finished_reports_artifact_hashes_match_the_files_on_disk(int8_run: dict) -> None:
-    from attn_export.validate.gate import verify_artifact_hashes
+    from attn_export.validate.gate.check import verify_artifact_hashes
 
     out: Path = int8_run["out"]
     report = json.loads((out / "report.json").read_text())
@@ -122,7 +122,7 @@ def test_c02_a_held_lock_is_refused_at_once_naming_the_holder(tmp_path: Path, ca
 
 
 def test_c02_a_killed_runs_leftovers_are_cleared_and_user_files_kept(tmp_path: Path) -> None:
-    from attn_export.run_dir import claim
+    from attn_export.outdir.claim import claim
 
     out = tmp_path / "out"
     (out / ".attn-export-previous").mkdir(parents=True)
@@ -140,7 +140,7 @@ def test_c02_a_killed_runs_leftovers_are_cleared_and_user_files_kept(tmp_path: P
 
 
 def test_c02_a_failed_run_puts_the_previous_run_back(tmp_path: Path) -> None:
-    from attn_export.run_dir import claim
+    from attn_export.outdir.claim import claim
 
     out = tmp_path / "out"
     with claim(out) as owner:
@@ -161,7 +161,7 @@ def test_c02_a_failed_run_puts_the_previous_run_back(tmp_path: Path) -> None:
 
 def test_c02_files_in_subfolders_are_tracked_replaced_and_restored(tmp_path: Path) -> None:
     """--triton OUT/triton: the repository's files are the run's too (listed, replaced, restored)."""
-    from attn_export.run_dir import claim
+    from attn_export.outdir.claim import claim
 
     out = tmp_path / "out"
     (out / "user").mkdir(parents=True)
@@ -186,7 +186,7 @@ def test_c02_files_in_subfolders_are_tracked_replaced_and_restored(tmp_path: Pat
 
 def test_c02_a_forged_manifest_cannot_reach_outside_through_a_symlinked_folder(tmp_path: Path) -> None:
     from attn_export.errors import ConfigError
-    from attn_export.run_dir import claim
+    from attn_export.outdir.claim import claim
 
     secret = tmp_path / "elsewhere"
     secret.mkdir()

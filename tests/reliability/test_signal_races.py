@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from rel_helpers import REPO, TINY, Proc
 
-from attn_export.interrupts import Terminated, announce, interrupt_signals, received
+from attn_export.host.signals import Terminated, announce, interrupt_signals, received
 
 RENDERING = "rendering report"
 _SHIM = '''"""The first matplotlib Figure freed sends SIGTERM to this process from inside its finalizer."""
@@ -112,7 +112,7 @@ def test_c19_an_interrupt_a_finalizer_swallowed_is_raised_again_in_the_main_flow
 def test_c19_a_swallowed_interrupt_raised_in_the_main_flow_is_not_delivered_again_into_its_clean_up() -> None:
     """The finalizer swallows SIGTERM; ``raise_if_interrupted`` raises it before the commit; the
     clean-up that follows (removing the half run) must not be hit by the pending re-delivery."""
-    from attn_export.interrupts import raise_if_interrupted
+    from attn_export.host.signals import raise_if_interrupted
 
     cleaned = []
     with interrupt_signals():

@@ -20,7 +20,7 @@ import pytest
 import rel_inputs as mk
 from rel_helpers import TINY, Outcome, assert_refused, run_cli_batch, stamped_run, write_json
 
-from attn_export.validate.gate import make_baseline
+from attn_export.validate.gate.check import make_baseline
 
 TIMEOUT_S = 300.0  # for the whole batch, generous for a loaded machine; a blocked read never ends, so any bound catches it
 
@@ -151,7 +151,7 @@ def test_c14_an_unreadable_kind_is_named_by_the_library_readers_too(tmp_path: Pa
     """load_calibration and read_json, called directly, refuse a FIFO without opening it."""
     from rel_helpers import assert_one_line_error
 
-    from attn_export.compress.calib_data import load_calibration
+    from attn_export.compress.calib.data import load_calibration
     from attn_export.errors import DataError
     from attn_export.validate.schema import read_json
 

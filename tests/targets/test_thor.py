@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from fixtures import eager, feed_for, small_layer
 
-from attn_export.config import RunConfig
+from attn_export.config.run import RunConfig
 from attn_export.errors import ConfigError
 from attn_export.targets.gpu_arch import (
     ARCHS,
@@ -76,7 +76,7 @@ def test_the_default_gpu_and_release_follow_the_jetpack_table() -> None:
 
 
 def _plan(**kw: object):  # type: ignore[no-untyped-def]
-    from attn_export.plan import make_plan
+    from attn_export.pipeline.plan import make_plan
 
     cfg = RunConfig(d_model=512, heads=8, mask="padding", seed=0, calib=CALIB, render=False, quantize="auto", target="jetson", **kw)  # type: ignore[arg-type]
     return cfg, make_plan(cfg)
@@ -105,7 +105,7 @@ def test_bundle_trtexec_line_and_readme_follow_the_jetpack(tmp_path, version: st
 
     from attn_export.deploy.jetson_bundle import write_jetson_bundle
     from attn_export.export import export_onnx
-    from attn_export.export.targets import export_spec_for
+    from attn_export.targets.targets import export_spec_for
     from attn_export.runtime.tensorrt.spec import EngineSpec, ShapeProfile
     from attn_export.validate import tolerance_for
 

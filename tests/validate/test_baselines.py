@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from attn_export.validate.gate import DEFAULT_CROSS_CLASS_SLACK, METRIC_DIRECTIONS, check_report
+from attn_export.validate.gate.check import DEFAULT_CROSS_CLASS_SLACK, METRIC_DIRECTIONS, check_report
 from attn_export.validate.schema import BaselineV1, validate_baseline
 
 BASELINE_DIR = Path(__file__).resolve().parents[1] / "baselines"
@@ -46,7 +46,7 @@ def test_baseline_is_well_formed_and_accepts_its_own_figures(path):
 
 @pytest.mark.parametrize("path", BASELINES, ids=[p.name for p in BASELINES])
 def test_committed_baselines_are_within_the_slack_bounds(path):
-    from attn_export.validate.gate import check_slack_bounds
+    from attn_export.validate.gate.check import check_slack_bounds
 
     check_slack_bounds(json.loads(path.read_text()), str(path))  # raises DataError past MAX_SLACK
 

@@ -10,7 +10,7 @@ import pytest
 
 from attn_export.errors import DataError
 from attn_export.validate import Accuracy, Latency, Report, Stage
-from attn_export.validate.gate import (
+from attn_export.validate.gate.check import (
     BASELINE_FORMAT,
     DEFAULT_CROSS_CLASS_SLACK,
     DEFAULT_GATE_TOLERANCES,

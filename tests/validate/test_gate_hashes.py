@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from attn_export.errors import DataError
-from attn_export.validate.gate import check_run_folder, verify_artifact_hashes
+from attn_export.validate.gate.check import check_run_folder, verify_artifact_hashes
 
 
 def _report(folder: Path) -> dict:

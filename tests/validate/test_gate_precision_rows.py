@@ -9,9 +9,9 @@ import json
 import pytest
 
 from attn_export.validate import Accuracy, Latency, Report, Stage
-from attn_export.validate.gate import DEFAULT_CROSS_CLASS_SLACK, DEFAULT_GATE_TOLERANCES, check_report, make_baseline
+from attn_export.validate.gate.check import DEFAULT_CROSS_CLASS_SLACK, DEFAULT_GATE_TOLERANCES, check_report, make_baseline
 from attn_export.validate.tolerances import TOLERANCES
-from attn_export.vocabulary import PRECISIONS
+from attn_export.vocab.precisions import PRECISIONS
 
 VNNI, AVX2 = "x86-avx512-vnni", "x86-avx2"
 _GATED = ("cosine", "sqnr_db", "rel_l2", "max_abs")

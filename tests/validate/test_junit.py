@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 
 from validate.test_gate import AVX2, VNNI, _report
 
-from attn_export.validate.gate import check_report, make_baseline
+from attn_export.validate.gate.check import check_report, make_baseline
 from attn_export.validate.junit import junit_xml, write_junit
 
 

@@ -149,7 +149,7 @@ def _layer_report(layer: str, mask: str, out, **model_extra) -> dict:
     """
     from attn_export.export import export_onnx
     from attn_export.layers import MaskedLayer, build_layer
-    from attn_export.pipeline import PipelineConfig
+    from attn_export.pipeline.run import PipelineConfig
 
     cfg = PipelineConfig(layer=layer, mask=mask, d_model=64, heads=4, seq_len=16, batch=2, repeats=1, warmup=0, out=out)
     kw = {k: v for k, v in model_extra.items() if k in ("block_size", "window")}
@@ -227,7 +227,7 @@ def test_a_report_whose_model_is_not_a_reference_layer_gets_a_note(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize(("layer", "mask"), LAYER_MASKS, ids=[f"{layer}-{mask}" for layer, mask in LAYER_MASKS])
 def test_pipeline_renders_every_layer_and_mask(layer, mask, tmp_path):
-    from attn_export.pipeline import PipelineConfig, run_pipeline
+    from attn_export.pipeline.run import PipelineConfig, run_pipeline
 
     run_pipeline(PipelineConfig(layer=layer, mask=mask, d_model=64, heads=4, seq_len=16, batch=2, repeats=1, warmup=0, out=tmp_path))
     md = (tmp_path / "report.md").read_text()

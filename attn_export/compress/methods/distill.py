@@ -11,8 +11,8 @@ from attn_export.compress.registry import Method, PlanContext, Source, register_
 from attn_export.errors import ConfigError
 
 if TYPE_CHECKING:
-    from attn_export.artifacts import Artifact
-    from attn_export.run_options import RunOptions
+    from attn_export.runtime.artifacts import Artifact
+    from attn_export.vocab.run_options import RunOptions
 
 __all__ = ["Distill"]
 

@@ -24,9 +24,9 @@ from attn_export.errors import ConfigError
 from attn_export.validate.tolerances import compose_key
 
 if TYPE_CHECKING:
-    from attn_export.artifacts import Artifact
-    from attn_export.export.targets import Target
-    from attn_export.run_options import RunOptions
+    from attn_export.runtime.artifacts import Artifact
+    from attn_export.targets.targets import Target
+    from attn_export.vocab.run_options import RunOptions
 
 __all__ = ["FP8_TENSORRT_ONLY", "Fp8Static"]
 
@@ -61,7 +61,7 @@ class Fp8Static(Method):
     float_precision: str = "fp16"
 
     def __post_init__(self) -> None:
-        from attn_export.vocabulary import CALIB_CHOICES
+        from attn_export.vocab.choices import CALIB_CHOICES
 
         if self.method not in CALIB_CHOICES:
             raise ConfigError(f"expected an FP8 calibration method in {'|'.join(CALIB_CHOICES)}, got {self.method!r}; use minmax")
@@ -97,7 +97,7 @@ class Fp8Static(Method):
                    float_precision="fp32" if trt11 else "fp16")  # fmt: skip
 
     def spec(self) -> Any:
-        from attn_export.compress.fp8 import Fp8Spec
+        from attn_export.compress.quant.fp8 import Fp8Spec
 
         return Fp8Spec(method=self.method, per_channel=self.per_channel, quantize_attention_bmm=self.quantize_attention_bmm,
                        smoothquant_alpha=self.smoothquant_alpha)  # fmt: skip
@@ -106,9 +106,9 @@ class Fp8Static(Method):
 @register_method(Fp8Static)
 def fp8_static(source: Source, config: Fp8Static) -> Artifact:
     """The FP8 stage from the source's fp32 ONNX export."""
-    from attn_export.compress.fp8 import quantize_fp8_onnx
-    from attn_export.compress.mixed_precision import mixed_precision_
-    from attn_export.compress.qdq import inspect_qdq
+    from attn_export.compress.quant.fp8 import quantize_fp8_onnx
+    from attn_export.compress.quant.mixed_precision import mixed_precision_
+    from attn_export.compress.quant.qdq import inspect_qdq
 
     ctx, art = source.ctx, source.artifact
     if art.onnx_fp32 is None:

@@ -13,9 +13,9 @@ from attn_export.compress.registry import BuildContext, Method, PlanContext, Ski
 from attn_export.validate.tolerances import compose_key
 
 if TYPE_CHECKING:
-    from attn_export.artifacts import Artifact
-    from attn_export.export.targets import Target
-    from attn_export.run_options import RunOptions
+    from attn_export.runtime.artifacts import Artifact
+    from attn_export.targets.targets import Target
+    from attn_export.vocab.run_options import RunOptions
 
 __all__ = ["DYNAMIC_NOT_FOR_TENSORRT", "Int8Dynamic"]
 
@@ -83,7 +83,7 @@ def int8_dynamic(source: Source, config: Int8Dynamic) -> Artifact:
     """Exported with unfused Q/K/V: ONNX Runtime CPU runs three DynamicQuantizeMatMuls faster than
     one fused QKV GEMM followed by the Split that copies its output (default layer: 20.4 vs 22.0 ms;
     MiniLM: 3-6% less CPU time per batch)."""
-    from attn_export.compress.quant_onnx import quantize_dynamic_onnx
+    from attn_export.compress.quant.onnx import quantize_dynamic_onnx
 
     ctx, art = source.ctx, source.artifact
     extras = [w for w, on in (("SmoothQuant " + str(config.smoothquant_alpha), config.smoothquant_alpha is not None),
@@ -111,7 +111,7 @@ def int8_dynamic(source: Source, config: Int8Dynamic) -> Artifact:
 
 def _table_cost(ctx: BuildContext, with_int8: Path, with_float: Path, u8u8: bool) -> dict[str, Any]:
     """The int8 embedding tables' own accuracy cost: the same model with float tables, both on the whole select split."""
-    from attn_export.artifacts import ort_runner_factory
+    from attn_export.runtime.artifacts import ort_runner_factory
 
     choice = ctx.runtime(u8u8=u8u8)
     errors = {}

@@ -14,8 +14,8 @@ from attn_export.compress.registry import Method, PlanContext, Source, register_
 from attn_export.errors import ConfigError
 
 if TYPE_CHECKING:
-    from attn_export.artifacts import Artifact
-    from attn_export.run_options import RunOptions
+    from attn_export.runtime.artifacts import Artifact
+    from attn_export.vocab.run_options import RunOptions
 
 __all__ = ["Int8Qat"]
 
@@ -65,10 +65,10 @@ class Int8Qat(Method):
 def int8_qat(source: Source, config: Int8Qat) -> Artifact:
     import onnx_ir as ir
 
-    from attn_export.compress.gemm_groups import apply_fallback
+    from attn_export.compress.quant.gemm_groups import apply_fallback
     from attn_export.compress.qat import QatConfig, qat_
-    from attn_export.compress.qdq import inspect_qdq
-    from attn_export.compress.quant_static import StaticQuantSpec, quantize_static_onnx
+    from attn_export.compress.quant.qdq import inspect_qdq
+    from attn_export.compress.quant.static import StaticQuantSpec, quantize_static_onnx
 
     ctx, art = source.ctx, source.artifact
     if art.route != "static" or art.module is None:

@@ -13,8 +13,8 @@ from attn_export.errors import ConfigError
 from attn_export.validate.tolerances import compose_key
 
 if TYPE_CHECKING:
-    from attn_export.artifacts import Artifact
-    from attn_export.run_options import RunOptions
+    from attn_export.runtime.artifacts import Artifact
+    from attn_export.vocab.run_options import RunOptions
 
 __all__ = ["Int8Static", "check_alpha"]
 
@@ -65,7 +65,7 @@ class Int8Static(Method):
     sensitivity_items: int = 64
 
     def __post_init__(self) -> None:
-        from attn_export.vocabulary import CALIB_CHOICES
+        from attn_export.vocab.choices import CALIB_CHOICES
 
         if self.method not in CALIB_CHOICES:
             raise ConfigError(f"expected --calib-method in {'|'.join(CALIB_CHOICES)}, got {self.method!r}")
@@ -99,9 +99,9 @@ class Int8Static(Method):
 
 @register_method(Int8Static)
 def int8_static(source: Source, config: Int8Static) -> Artifact:
-    from attn_export.compress.mixed_precision import mixed_precision_
-    from attn_export.compress.qdq import inspect_qdq
-    from attn_export.compress.quant_static import StaticQuantSpec, quantize_static_onnx
+    from attn_export.compress.quant.mixed_precision import mixed_precision_
+    from attn_export.compress.quant.qdq import inspect_qdq
+    from attn_export.compress.quant.static import StaticQuantSpec, quantize_static_onnx
 
     ctx, art = source.ctx, source.artifact
     if art.onnx_fp32 is None:

@@ -25,9 +25,9 @@ from attn_export.errors import ConfigError
 from attn_export.validate.tolerances import compose_key
 
 if TYPE_CHECKING:
-    from attn_export.artifacts import Artifact
-    from attn_export.export.targets import Target
-    from attn_export.run_options import RunOptions
+    from attn_export.runtime.artifacts import Artifact
+    from attn_export.targets.targets import Target
+    from attn_export.vocab.run_options import RunOptions
 
 __all__ = ["Int8WeightOnly"]
 
@@ -80,8 +80,8 @@ def int8_weight_only(source: Source, config: Int8WeightOnly) -> Artifact:
     import onnx
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-    from attn_export._lazy import quiet_loggers
-    from attn_export.compress.quant_onnx import save_model_atomic
+    from attn_export.host.lazy import quiet_loggers
+    from attn_export.compress.quant.onnx import save_model_atomic
 
     ctx, art = source.ctx, source.artifact
     if art.onnx_fp32 is None:

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, ClassVar
 
 from attn_export.compress.registry import Method, PlanContext, Source, register_method
 from attn_export.errors import ConfigError
-from attn_export.vocabulary import LOW_RANK_METHODS, LOW_RANK_TARGET_NAMES
+from attn_export.vocab.choices import LOW_RANK_METHODS, LOW_RANK_TARGET_NAMES
 
 if TYPE_CHECKING:
-    from attn_export.artifacts import Artifact
-    from attn_export.run_options import RunOptions
+    from attn_export.runtime.artifacts import Artifact
+    from attn_export.vocab.run_options import RunOptions
 
 __all__ = ["LowRank"]
 

@@ -10,9 +10,9 @@ from attn_export.compress.registry import Method, PlanContext, Skip, Source, reg
 from attn_export.validate.tolerances import compose_key
 
 if TYPE_CHECKING:
-    from attn_export.artifacts import Artifact
-    from attn_export.export.targets import Target
-    from attn_export.run_options import RunOptions
+    from attn_export.runtime.artifacts import Artifact
+    from attn_export.targets.targets import Target
+    from attn_export.vocab.run_options import RunOptions
 
 __all__ = ["TORCHAO_OPT_IN_NOTE", "TorchaoInt8"]
 
@@ -69,8 +69,8 @@ def module_bytes(model: object) -> int:
 
 @register_method(TorchaoInt8)
 def torchao_int8(source: Source, config: TorchaoInt8) -> Artifact:
-    from attn_export.artifacts import Artifact
-    from attn_export.compress.quant_eager import quantize_eager_
+    from attn_export.runtime.artifacts import Artifact
+    from attn_export.compress.quant.eager import quantize_eager_
 
     source.ctx.say(f"int8 torchao: quantize_ with {config.mode} (eager reference, not exported)")
     qmodel = quantize_eager_(source.artifact.module, config.mode)  # works on a copy

@@ -29,8 +29,8 @@ from typing import Any
 
 import onnx
 
-from attn_export._atomic import atomic_write_bytes
-from attn_export._lazy import require
+from attn_export.outdir.atomic import atomic_write_bytes
+from attn_export.host.lazy import require
 from attn_export.checks.trt_attention import find_attention_blocks
 from attn_export.checks.trt_compat import CompatReport, check_trt_compat
 from attn_export.errors import ConfigError, EngineError
@@ -48,7 +48,7 @@ from attn_export.runtime.tensorrt.spec import (
     HARDWARE_COMPATIBILITY,
     EngineSpec,
 )
-from attn_export.vocabulary import float_precision_of
+from attn_export.vocab.precisions import float_precision_of
 
 __all__ = ["EngineBuildResult", "Preflight", "attach_timing_cache", "build_engine", "preflight", "save_timing_cache", "unfused_warning"]
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 from attn_export.errors import ConfigError
 from attn_export.runtime.tensorrt.spec import DLA_RELEASES, EngineSpec, TrtVersion, dla_supported, parse_trt_version
-from attn_export.vocabulary import PRECISIONS, get_precision, precision_names
+from attn_export.vocab.precisions import PRECISIONS, get_precision, precision_names
 
 __all__ = ["GRAPH_PRECISIONS", "SOURCES", "BuildPlan", "PrecisionPlan", "plan_build", "plan_table", "precision_plan", "trtexec_precision_args"]
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from attn_export._lazy import require
+from attn_export.host.lazy import require
 from attn_export.errors import EngineError, MissingDependencyError
 from attn_export.runtime.base import Feed, Runner
 from attn_export.runtime.tensorrt.sidecar import (

@@ -28,7 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from attn_export.errors import ConfigError, EngineError
-from attn_export.run_dir import sha256_file  # one file hash for run manifests and engine sidecars
+from attn_export.outdir.claim import sha256_file  # one file hash for run manifests and engine sidecars
 from attn_export.runtime.tensorrt.spec import ENGINE_PRECISIONS, HARDWARE_COMPATIBILITY, parse_trt_version
 
 __all__ = [
@@ -104,7 +104,7 @@ class EngineSidecar(BaseModel):
 
 
 def write_sidecar(engine_path: str | os.PathLike[str], sidecar: EngineSidecar) -> Path:
-    from attn_export._atomic import atomic_path
+    from attn_export.outdir.atomic import atomic_path
 
     path = sidecar_path_for(engine_path)
     with atomic_path(path) as tmp:  # no half-written sidecar beside an engine

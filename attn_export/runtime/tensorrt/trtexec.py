@@ -25,7 +25,7 @@ import onnx
 from attn_export.errors import ConfigError
 from attn_export.runtime.tensorrt.build_plan import plan_build
 from attn_export.runtime.tensorrt.spec import HARDWARE_COMPATIBILITY, EngineSpec
-from attn_export.vocabulary import float_precision_of
+from attn_export.vocab.precisions import float_precision_of
 
 __all__ = ["trtexec_command", "onnx_io_dims", "shell_line"]
 

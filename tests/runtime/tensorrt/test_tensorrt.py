@@ -17,7 +17,7 @@ from fixtures import eager, feed_for, small_layer
 
 from attn_export.errors import CompatibilityError, EngineError, MissingDependencyError
 from attn_export.export import export_onnx
-from attn_export.export.targets import export_spec_for
+from attn_export.targets.targets import export_spec_for
 from attn_export.runtime.tensorrt.build import preflight, unfused_warning
 from attn_export.runtime.tensorrt.build_plan import plan_build
 from attn_export.runtime.tensorrt.runner import check_shape_in_profile, ensure_runnable, load_engine
@@ -230,8 +230,8 @@ def _build_and_compare(tmp_path, trt, precision: str):  # type: ignore[no-untype
         overrides["attention"] = trt_attention_form(precision, 64, trt.__version__, strongly_typed=True)[0]
     export_onnx(layer, onnx_path, export_spec_for(target, precision, **overrides))
     if precision == "int8":
-        from attn_export.compress.calib_data import ActivationSet
-        from attn_export.compress.quant_static import quantize_static_onnx
+        from attn_export.compress.calib.data import ActivationSet
+        from attn_export.compress.quant.static import quantize_static_onnx
 
         calib = feed_for(layer, 16, 64, seed=1, d_model=512)
         q_path = tmp_path / "int8.onnx"

@@ -22,7 +22,7 @@ from trt_fakes import World, install, major_minor, manifest_versions
 
 from attn_export.errors import ConfigError, EngineError
 from attn_export.export import export_onnx
-from attn_export.export.targets import export_spec_for
+from attn_export.targets.targets import export_spec_for
 from attn_export.runtime.tensorrt.sidecar import read_sidecar, sidecar_path_for, verify_engine_file
 from attn_export.runtime.tensorrt.spec import EngineSpec, ShapeProfile
 

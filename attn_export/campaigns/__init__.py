@@ -1,0 +1,1 @@
+"""campaigns: see docs/architecture.md for what this layer owns."""

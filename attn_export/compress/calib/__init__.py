@@ -1,0 +1,1 @@
+"""compress.calib: see docs/architecture.md for what this layer owns."""

@@ -1,0 +1,1 @@
+"""compress.quant: see docs/architecture.md for what this layer owns."""

@@ -1,0 +1,1 @@
+"""outdir: see docs/architecture.md for what this layer owns."""

@@ -1,0 +1,134 @@
+"""The runner's last phases for one plan: select the 8-bit route, then deploy what the run ships.
+
+Selection (``select.select_route``) reads only the select split; deployment takes the ONNX
+model the plan names (the selected route, the distilled student or the plain export) through
+the TensorRT check, the engine build, the Jetson bundle and the Triton repository
+(``deploy.steps``). Both work for every subject through the ``Subject`` interface.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from attn_export.runtime.artifacts import Artifact
+from attn_export.pipeline.plan import Plan
+from attn_export.validate.report import Report, Stage
+from attn_export.vocab.precisions import PRECISIONS, engine_precision
+
+if TYPE_CHECKING:
+    from attn_export.subjects.base import Judgement, Subject
+    from attn_export.validate.latency import TimingPoint
+
+__all__ = ["deploy", "select"]
+
+log = logging.getLogger(__name__)
+
+
+def select(plan: Plan, stages: Mapping[str, Stage], select_j: Mapping[str, Judgement], artifacts: Mapping[str, Artifact], report: Report,
+           say: Callable[[str], None]) -> dict[str, Path]:  # fmt: skip
+    """Each selection of ``plan``: the fastest candidate meeting its tolerance on the select split, copied to its file."""
+    from attn_export.outdir.atomic import atomic_path
+    from attn_export.pipeline.select import Candidate, select_most_accurate, select_route
+
+    chosen_paths: dict[str, Path] = {}
+    for sel in plan.selections:
+        cands = []
+        for name in sel.candidates:
+            j, art, lat = select_j[name], artifacts[name], stages[name].latency_ms.get("artifact")
+            p50 = lat.p50 if lat is not None else float("inf")
+            cands.append(Candidate(name, art.route or name, p50, j.passed, float(j.score), "; ".join(j.violations)))
+        result = select_most_accurate(cands, sel.preference) if sel.criterion == "accuracy" else select_route(cands, sel.preference, sel.band)
+        entry: dict[str, Any] = {"route": None, "reason": result.reason, "tried": result.tried, "preference": list(sel.preference), "band": sel.band,
+                                 "criterion": sel.criterion, "decided_on": report.inputs.get("selection_data")}  # fmt: skip
+        if sel.why:
+            entry["why_these"] = sel.why
+        if result.chosen is None:
+            report.notes.append(f"no {sel.key} route selected: {result.reason}")
+            if result.best_failing is not None:
+                entry["best"] = result.best_failing.stage
+            report.selection[sel.key] = entry
+            report.verdict.setdefault("failures", []).append(f"selection {sel.key}: {result.reason}")
+            continue
+        final = plan.out / sel.filename.format(precision=artifacts[result.chosen.stage].precision)
+        with atomic_path(final) as tmp:
+            shutil.copyfile(artifacts[result.chosen.stage].path, tmp)  # type: ignore[arg-type]
+        chosen = stages[result.chosen.stage]
+        entry.update(route=result.chosen.route, stage=chosen.name, artifact=str(final), precision=artifacts[result.chosen.stage].precision)
+        report.selection[sel.key] = entry
+        say(f"selected {chosen.name} as {final.name}: {result.reason}")
+        report.notes.append(f"selected {chosen.name} as {final.name}: {result.reason}")
+        if chosen.passed is False:
+            report.verdict.setdefault("failures", []).append(
+                f"{chosen.name} met its tolerance on the select split but not on the report split: {'; '.join(chosen.details.get('violations') or [])}"
+            )
+        chosen_paths[sel.key] = final
+    return chosen_paths
+
+
+def deploy(plan: Plan, subject: Subject, artifacts: Mapping[str, Artifact], chosen: Mapping[str, Path], report: Report,
+           points: list[TimingPoint], say: Callable[[str], None]) -> None:  # fmt: skip
+    """The plan's deploy steps on the ONNX model it ships (an engine is timed on ``points[0]``, as the artifacts were)."""
+    from attn_export.deploy import steps as deploy_steps
+
+    if not plan.deploy:
+        return
+    cfg = plan.config
+    if plan.deploy_source.startswith("select:"):
+        onnx = chosen.get(plan.deploy_source.split(":", 1)[1])
+        if onnx is None:
+            report.notes.append("nothing deployed: no 8-bit route was selected")
+            return
+    else:
+        onnx = artifacts[plan.deploy_source].path  # type: ignore[assignment]
+    target, spec = cfg.target_info, cfg.engine_spec()
+    shipped = next((e.get("precision") for e in report.selection.values() if isinstance(e, dict) and e.get("artifact") == str(onnx)), None)
+    shipped = engine_precision(None, spec.precision, shipped)
+    if spec.precision != shipped:  # --quantize auto: the engine is built in the precision that shipped
+        import dataclasses
+
+        spec = dataclasses.replace(spec, precision=shipped)
+    deployed: dict[str, Any] = {"onnx": str(onnx)}
+    report.selection["deploy"] = deployed
+    engine_path: Path | None = None
+    for step in plan.deploy:
+        if step.kind == "trt-check":
+            deployed["trt_check"] = deploy_steps.check_for_target(onnx, target, spec, cfg.resolved_trt_version, report.notes, say)
+        elif step.kind == "engine":
+            engine_path = _build_engine(onnx, spec, subject, report, points, say)
+        elif step.kind == "bundle":
+            deployed["jetson_bundle"] = str(deploy_steps.write_bundle(subject, onnx, Path(cfg.bundle), spec, plan.deploy_precision,  # type: ignore[arg-type]
+                                                                      cfg.resolved_trt_version, say))  # fmt: skip
+        elif step.kind == "triton":
+            deployed["triton_repo"] = str(deploy_steps.write_triton(onnx, Path(cfg.triton), spec, engine_path, subject.deploy_name, say))  # type: ignore[arg-type]
+
+
+def _build_engine(onnx: Path, spec: Any, subject: Subject, report: Report, points: list[TimingPoint], say: Callable[[str], None]) -> Path:
+    """Build with the TensorRT Python API, then judge and time the engine like any artifact."""
+    from attn_export.runtime.tensorrt import EngineFromPath, TrtRunner, build_engine
+    from attn_export.validate.latency import time_pass
+
+    engine_path = onnx.with_suffix(".engine")
+    say(f"building TensorRT engine {engine_path.name} ({spec.precision})")
+    result = build_engine(onnx, engine_path, spec)
+    report.notes.extend(result.warnings)
+    name = f"trt-{spec.precision}"
+    runner = TrtRunner(EngineFromPath(engine_path))
+    # an fp32 engine may run its GEMMs in TF32 (TensorRT's default on Ampere and later): judged at fp16's bar
+    key = PRECISIONS["fp16" if spec.precision == "fp32" else spec.precision].tolerance_key
+    judgement = subject.judge(runner, "report", key)
+    timing = time_pass({"eager": subject.eager_runner, name: lambda: runner}, points[:1])
+    lat = timing.latency.get(points[0].label, {})
+    eager, mine = lat.get("eager"), lat.get(name)
+    stage = Stage(name=name, artifact=str(engine_path), precision=spec.precision, accuracy=judgement.accuracy,
+                  latency_ms={"artifact": mine, "eager": eager} if mine and eager else {},
+                  speedup_vs_eager=eager.p50 / mine.p50 if mine and eager and mine.p50 > 0 else None, size_bytes=result.size_bytes,
+                  passed=judgement.passed, tolerance=judgement.tolerance,
+                  details={"engine": result.to_dict(), **judgement.details, "violations": judgement.violations})  # fmt: skip
+    report.add(stage)
+    if not stage.passed:
+        report.verdict.setdefault("failures", []).append(f"{name}: {'; '.join(judgement.violations)}")
+    return engine_path

@@ -1,0 +1,1 @@
+"""validate.gate: see docs/architecture.md for what this layer owns."""

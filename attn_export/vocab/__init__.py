@@ -1,0 +1,1 @@
+"""vocab: see docs/architecture.md for what this layer owns."""
