@@ -31,7 +31,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 from attn_export.checkpoint.text import TokenBatch, all_layer_inputs
 from attn_export.compress.calib_data import ActivationSet

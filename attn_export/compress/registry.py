@@ -41,8 +41,8 @@ from attn_export.errors import ConfigError
 
 if TYPE_CHECKING:
     from attn_export.artifacts import Artifact, OnnxRuntimeChoice
-    from attn_export.export.targets import Target
     from attn_export.compress.subject_hooks import TransformSubject
+    from attn_export.export.targets import Target
     from attn_export.run_options import RunOptions
 
 __all__ = [
