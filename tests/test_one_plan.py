@@ -14,11 +14,10 @@ import pytest
 import typer
 
 from attn_export.campaigns.bench.variants import VARIANTS
-from attn_export.compress.registry import Method, methods, precisions, route_names
+from attn_export.compress.registry import Method, compose_key, methods, precisions, route_names
 from attn_export.config.run import RunConfig
 from attn_export.pipeline.plan import make_plan
 from attn_export.campaigns.sweep import SweepConfig, SweepPoint
-from attn_export.validate.tolerances import compose_key
 
 CALIB = Path(__file__).resolve().parents[1] / "attn_export" / "data" / "calibration" / "synthetic_d512.npz"
 

@@ -31,65 +31,18 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 from attn_export.checkpoint.text import TokenBatch, all_layer_inputs
 from attn_export.compress.calib.data import ActivationSet
-from attn_export.compress.distill import DistillConfig, DistillSummary, distill_, train_loop
-from attn_export.compress.lowrank import LowRankConfig, LowRankLinear, low_rank_
+from attn_export.compress.distill import DistillConfig, distill_slot_, train_loop, train_low_rank_only
+from attn_export.compress.lowrank import LayerwiseLowRankSummary, LowRankConfig, low_rank_
+from attn_export.compress.subject_hooks import ModuleSlot
 from attn_export.errors import ConfigError
 from attn_export.layers.encoder import SentenceEncoder
-from attn_export.layers.transformer import TransformerLayer
 
-__all__ = [
-    "E2EDistillSummary",
-    "EncoderLowRankSummary",
-    "distill_encoder_",
-    "distill_encoder_e2e_",
-    "low_rank_encoder_",
-    "distill_layer_",
-    "train_low_rank_only",
-]
+__all__ = ["E2EDistillSummary", "distill_encoder_e2e_", "low_rank_encoder_"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class EncoderLowRankSummary:
-    """Per layer: what ``low_rank_`` replaced and what distillation recovered."""
-
-    params_before: int
-    params_after: int
-    replaced_params_before: int = 0
-    replaced_params_after: int = 0
-    layers: dict[int, dict[str, Any]] = field(default_factory=dict)
-
-    @property
-    def replaced_ratio(self) -> float:
-        """Parameters of the factorized Linears after / before (0.5 = half of Q/K kept)."""
-        return self.replaced_params_after / self.replaced_params_before if self.replaced_params_before else 1.0
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["replaced_ratio"] = self.replaced_ratio
-        return d
-
-    def describe(self) -> str:
-        distilled = [v["distill"] for v in self.layers.values() if v.get("distill")]
-        rel = ", ".join(f"{d['val_rel_l2_before']:.3g}->{d['val_rel_l2_after']:.3g}" for d in distilled)
-        return (
-            f"low-rank encoder: {len(self.layers)} layers, factorized Linears at {100 * self.replaced_ratio:.0f}% "
-            f"of their parameters, encoder {self.params_before} -> {self.params_after} parameters" + (f"; distillation rel L2 per layer {rel}" if rel else "")
-        )
-
-
-def train_low_rank_only(module: nn.Module) -> dict[str, bool]:
-    """Freeze everything but ``LowRankLinear`` factors; returns the previous flags to restore."""
-    before = {name: p.requires_grad for name, p in module.named_parameters()}
-    low_rank = {id(p) for m in module.modules() if isinstance(m, LowRankLinear) for p in m.parameters()}
-    for p in module.parameters():
-        p.requires_grad_(id(p) in low_rank)
-    return before
 
 
 def _split(acts: ActivationSet, holdout: np.ndarray) -> tuple[ActivationSet, ActivationSet]:
@@ -100,18 +53,6 @@ def _split(acts: ActivationSet, holdout: np.ndarray) -> tuple[ActivationSet, Act
     )
 
 
-def _distill_pair(student: TransformerLayer, teacher: TransformerLayer, lowrank: LowRankConfig) -> tuple[nn.Module, nn.Module]:
-    """What to distill: the attention block when only its projections changed, else the whole layer.
-
-    In a post-norm layer the attention block reads the layer's input, so both see the same
-    real activations; the block alone costs about a third of the layer per step and, with
-    only Q/K/V/O factorized, recovers as much (MiniLM: same held-out cosine, 5x faster).
-    """
-    if set(lowrank.targets) <= {"q", "k", "v", "o"}:
-        return student.self_attn, teacher.self_attn
-    return student, teacher
-
-
 def low_rank_encoder_(
     student: SentenceEncoder,
     teacher: SentenceEncoder,
@@ -120,7 +61,7 @@ def low_rank_encoder_(
     distill: DistillConfig | None = None,
     layers: Sequence[int] | None = None,
     holdout_every: int = 5,
-) -> EncoderLowRankSummary:
+) -> LayerwiseLowRankSummary:
     """Factorize (and, with ``distill``, distill) ``student.layers[i]`` for i in ``layers``, in place.
 
     ``teacher`` is the untouched encoder: its layer inputs on ``calib`` fit the factors and
@@ -134,53 +75,20 @@ def low_rank_encoder_(
         raise ConfigError(f"expected >= {2 * holdout_every} calibration texts to hold some out for early stopping, got {len(calib)}")
     acts = all_layer_inputs(teacher, calib, layers=indices)
     holdout = np.arange(len(calib)) % holdout_every == holdout_every - 1
-    summary = EncoderLowRankSummary(params_before=sum(p.numel() for p in student.parameters()), params_after=0)
+    summary = LayerwiseLowRankSummary(params_before=sum(p.numel() for p in student.parameters()), params_after=0)
     for i in indices:
         low = low_rank_(student.layers[i], lowrank, acts[i])
-        entry: dict[str, Any] = {"low_rank": low.to_dict(), "distill": None}
-        summary.replaced_params_before += low.replaced_params_before
-        summary.replaced_params_after += low.replaced_params_after
+        distilled = None
         if distill is not None and low.ranks:
             train, dev = _split(acts[i], holdout)
-            entry["distill"] = distill_layer_(student.layers[i], teacher.layers[i], train, dev, lowrank.targets, distill).to_dict()  # type: ignore[arg-type]
-        summary.layers[i] = entry
+            slot = ModuleSlot(student.layers[i], teacher.layers[i], {"train": train, "select": dev}.__getitem__, layer=i, frozen=True)
+            distilled = distill_slot_(slot, distill).to_dict()
+        summary.add(i, low, distilled)
         log.info("layer %d: %s", i, low.describe())
     student.eval()
     summary.params_after = sum(p.numel() for p in student.parameters())
     log.info("%s", summary.describe())
     return summary
-
-
-def distill_encoder_(
-    student: SentenceEncoder,
-    teacher: SentenceEncoder,
-    train: TokenBatch,
-    select: TokenBatch,
-    targets: Sequence[str],
-    distill: DistillConfig,
-    layers: Sequence[int] | None = None,
-) -> dict[int, dict[str, Any]]:
-    """Distil each factorized ``student.layers[i]`` towards ``teacher.layers[i]`` on the teacher's real inputs.
-
-    Trains on the layer inputs of the ``train`` texts and early-stops on those of the
-    ``select`` texts (never the texts a report measures). Only ``LowRankLinear`` factors train.
-    Returns the per-layer summaries.
-    """
-    if student is teacher:
-        raise ConfigError("expected a student copy of the encoder; pass copy.deepcopy(encoder) as the student")
-    indices = [i for i in (range(len(teacher.layers)) if layers is None else sorted(set(layers)))
-               if any(isinstance(m, LowRankLinear) for m in student.layers[i].modules())]  # fmt: skip
-    if not indices:
-        return {}
-    train_acts = all_layer_inputs(teacher, train, layers=indices)
-    select_acts = all_layer_inputs(teacher, select, layers=indices)
-    out: dict[int, dict[str, Any]] = {}
-    for i in indices:
-        summary = distill_layer_(student.layers[i], teacher.layers[i], train_acts[i], select_acts[i], targets, distill).to_dict()  # type: ignore[arg-type]
-        out[i] = {k: v for k, v in summary.items() if k != "history"}
-        log.info("layer %d distilled: val rel L2 %.4g -> %.4g", i, summary["val_rel_l2_before"], summary["val_rel_l2_after"])
-    student.eval()
-    return out
 
 
 @dataclass
@@ -274,21 +182,3 @@ def distill_encoder_e2e_(
     log.info("%s", summary.describe())
     return summary
 
-
-def distill_layer_(student: TransformerLayer, teacher: TransformerLayer, train: ActivationSet, select: ActivationSet, targets: Sequence[str],
-                   config: DistillConfig) -> DistillSummary:  # fmt: skip
-    """Distil one factorized layer of a checkpoint (layer N) towards the teacher's on its real inputs.
-
-    The attention block alone when only its projections were factorized (``_distill_pair``);
-    only ``LowRankLinear`` factors train, the rest stays the pretrained layer.
-    """
-    s_mod, t_mod = _distill_pair(student, teacher, LowRankConfig(rank_ratio=0.5, targets=tuple(targets)))
-    flags = train_low_rank_only(s_mod)
-    try:
-        summary = distill_(s_mod, t_mod, train, select, config)
-    finally:
-        for name, p in s_mod.named_parameters():
-            p.requires_grad_(flags.get(name, True))
-    student.eval()
-    summary.module = "self_attn" if s_mod is not student else "layer"
-    return summary

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -28,10 +28,17 @@ from tqdm.auto import tqdm
 
 from attn_export.compress.calib.data import ActivationSet
 from attn_export.compress.layer_forward import device_of, eval_mode, forward_layer
+from attn_export.compress.lowrank import LowRankLinear
 from attn_export.errors import ConfigError
 from attn_export.layers.projections import AttentionProjections
+from attn_export.layers.registry import MaskedLayer
+from attn_export.layers.transformer import TransformerLayer
 
-__all__ = ["DISTILL_SCOPES", "DistillConfig", "DistillSummary", "LoopResult", "OutputError", "attention_kl", "capture_attention", "distill_", "output_error", "train_loop"]
+if TYPE_CHECKING:
+    from attn_export.compress.subject_hooks import ModuleSlot
+
+__all__ = ["DISTILL_SCOPES", "DistillConfig", "DistillSummary", "LoopResult", "OutputError", "attention_kl", "capture_attention", "distill_",
+           "distill_slot_", "output_error", "train_loop", "train_low_rank_only"]
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +54,7 @@ class DistillConfig:
     ``augment`` trains on calibration tokens recombined into new sequences (see ``_batches``).
     ``scope``: what one loop trains: ``layer`` (one module on its own input activations: a
     reference layer, layer N of a checkpoint, or each layer of an encoder in turn) or
-    ``end-to-end`` (a whole encoder on text, ``checkpoint.compress.distill_encoder_e2e_``).
+    ``end-to-end`` (a whole model, the subject's ``end_to_end`` hook: ``checkpoint.compress.distill_encoder_e2e_``).
     Both run ``train_loop``.
     """
 
@@ -236,6 +243,51 @@ def distill_(
         torch.manual_seed(config.seed)
         summary = _train(student, teacher, calib, val, config, params, use_kl)
     log.info("%s", summary.describe())
+    return summary
+
+
+def train_low_rank_only(module: nn.Module) -> dict[str, bool]:
+    """Freeze everything but ``LowRankLinear`` factors; returns the previous flags to restore."""
+    before = {name: p.requires_grad for name, p in module.named_parameters()}
+    low_rank = {id(p) for m in module.modules() if isinstance(m, LowRankLinear) for p in m.parameters()}
+    for p in module.parameters():
+        p.requires_grad_(id(p) in low_rank)
+    return before
+
+
+def _trained_block(slot: ModuleSlot) -> tuple[nn.Module, nn.Module, str]:
+    """What a frozen slot trains: the attention block when every low-rank factor lies in it, else the whole slot.
+
+    In a post-norm layer the attention block reads the layer's input, so both see the same
+    real activations; the block alone costs about a third of the layer per step and, with
+    only Q/K/V/O factorized, recovers as much (MiniLM: same held-out cosine, 5x faster).
+    """
+    student, teacher = (slot.student.layer, slot.teacher.layer) if isinstance(slot.student, MaskedLayer) else (slot.student, slot.teacher)
+    if isinstance(student, TransformerLayer):
+        factors = [m for m in student.modules() if isinstance(m, LowRankLinear)]
+        inside = {id(m) for m in student.self_attn.modules()}
+        if factors and all(id(m) in inside for m in factors):
+            return student.self_attn, teacher.self_attn, "self_attn"  # type: ignore[union-attr]
+    return slot.student, slot.teacher, "layer"
+
+
+def distill_slot_(slot: ModuleSlot, config: DistillConfig) -> DistillSummary:
+    """Distil one slot of a student towards the reference's same module on the slot's own inputs (``train``; early
+    stopping on ``select``). A frozen slot (pretrained weights that must stay) trains only its low-rank factors, in the
+    smallest block that holds them (``_trained_block``); any other slot trains whole."""
+    if not slot.frozen:
+        summary = distill_(slot.student, slot.teacher, slot.inputs("train"), slot.inputs("select"), config)
+        slot.student.eval()
+        return summary
+    s_mod, t_mod, block = _trained_block(slot)
+    flags = train_low_rank_only(s_mod)
+    try:
+        summary = distill_(s_mod, t_mod, slot.inputs("train"), slot.inputs("select"), config)
+    finally:
+        for name, p in s_mod.named_parameters():
+            p.requires_grad_(flags.get(name, True))
+    slot.student.eval()
+    summary.module = block
     return summary
 
 

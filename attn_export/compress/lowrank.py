@@ -25,6 +25,7 @@ from attn_export.layers.transformer import TransformerLayer
 __all__ = [
     "LOW_RANK_METHODS",
     "LOW_RANK_TARGETS",
+    "LayerwiseLowRankSummary",
     "LowRankConfig",
     "LowRankLinear",
     "LowRankSummary",
@@ -145,6 +146,41 @@ class LowRankSummary:
             f"low-rank ({self.method}): {len(self.ranks)} Linears factorized, {len(self.skipped)} skipped; "
             f"params {self.params_before} -> {self.params_after}, "
             f"Linear FLOPs/token {self.flops_before} -> {self.flops_after}"
+        )
+
+
+@dataclass
+class LayerwiseLowRankSummary:
+    """A model factorized layer by layer (an encoder): per layer what ``low_rank_`` replaced, and what distillation recovered."""
+
+    params_before: int
+    params_after: int
+    replaced_params_before: int = 0
+    replaced_params_after: int = 0
+    layers: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def replaced_ratio(self) -> float:
+        """Parameters of the factorized Linears after / before (0.5 = half of Q/K kept)."""
+        return self.replaced_params_after / self.replaced_params_before if self.replaced_params_before else 1.0
+
+    def add(self, layer: int, summary: LowRankSummary, distilled: dict[str, Any] | None = None) -> None:
+        """Record layer ``layer``'s factorization (and its distillation)."""
+        self.layers[layer] = {"low_rank": summary.to_dict(), "distill": distilled}
+        self.replaced_params_before += summary.replaced_params_before
+        self.replaced_params_after += summary.replaced_params_after
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["replaced_ratio"] = self.replaced_ratio
+        return d
+
+    def describe(self) -> str:
+        distilled = [v["distill"] for v in self.layers.values() if v.get("distill")]
+        rel = ", ".join(f"{d['val_rel_l2_before']:.3g}->{d['val_rel_l2_after']:.3g}" for d in distilled)
+        return (
+            f"low-rank encoder: {len(self.layers)} layers, factorized Linears at {100 * self.replaced_ratio:.0f}% "
+            f"of their parameters, encoder {self.params_before} -> {self.params_after} parameters" + (f"; distillation rel L2 per layer {rel}" if rel else "")
         )
 
 

@@ -17,7 +17,7 @@ Linears compute exactly what the static Q/DQ graph will:
 
 The loss is the subject's own outputs against the fp32 teacher on the train split
 (normalised MSE per output on real tokens: hidden states and sentence embedding for an
-encoder, y for a layer); early stopping watches ``Subject.quick_error`` of the fake-quant
+encoder, y for a layer); early stopping watches ``Subject.select_error`` of the fake-quant
 model on the select split and keeps the best weights. Export then writes the trained
 float weights, the smoothing scales and the thresholds as Q/DQ ranges
 (``quantize_static_onnx(smoothing=..., range_overrides=...)``).
@@ -239,7 +239,7 @@ def _smoothing(module: nn.Module, linears: list[str], keys: dict[str, str], stat
 def qat_(student: nn.Module, teacher: nn.Module, subject: Any, float_groups: set[str], config: QatConfig | None = None) -> QatSummary:
     """Fine-tune ``student`` (in place, float weights) through int8 fake quantization towards ``teacher``.
 
-    ``subject`` gives the data (``feeds("train")``, ``quick_error(runner, "select", n)``) and the
+    ``subject`` gives the data (``feeds("train")``, ``select_error(runner, n)``) and the
     input/output names; Linears of ``float_groups`` (``mixed_precision`` group names) stay float.
     """
     from attn_export.compress.quant.gemm_groups import group_of
@@ -273,7 +273,7 @@ def qat_(student: nn.Module, teacher: nn.Module, subject: Any, float_groups: set
         targets = [_outputs(teacher, f, names) for f in train]
 
     def select_error() -> float:
-        return float(subject.quick_error(EagerRunner(student, names, outs, name="qat"), "select", config.select_items))
+        return float(subject.select_error(EagerRunner(student, names, outs, name="qat"), config.select_items))
 
     history: list[dict[str, float]] = []
     with _swapped(student, wrappers), torch.random.fork_rng(devices=[]):

@@ -8,11 +8,17 @@ A method is a frozen config dataclass that subclasses ``Method`` and says what i
 * ``precision`` (what ``--quantize`` names), ``route`` (what ``--int8-mode`` names),
   ``tolerance`` (the key into ``validate/tolerances.py``), ``produces`` (``onnx`` | ``qdq-onnx``
   | ``eager``), ``needs`` (the data roles it reads) and ``stage``/``filename`` (how its stage and
-  file are named, ``{prefix}`` being the precision, or ``lowrank-<precision>`` after low-rank);
+  file are named, ``{prefix}`` being ``stage_prefix``: the precision, after the key parts of the
+  transforms it was built on);
+* ``key_part`` (a transform whose result is lossy): what it adds to the names and tolerance keys of
+  the stages built on it (low-rank's ``lowrank``: ``lowrank-int8-static``, held to ``lowrank-int8``;
+  ``compose_key`` and ``stage_prefix`` read it, so no other module names a transform);
 * ``deploy_refusal(target)``: why a target cannot deploy it (None: it can);
 * ``from_run(run, ctx)``: the config a ``RunConfig`` asks for, ``Skip(reason)``, or None.
 
-and one function registered for the type applies it, torchao-style, to a ``Source``:
+and one function registered for the type applies it, torchao-style, to a ``Source``, asking the
+subject only the generic hooks of ``compress.subject_hooks`` (the slots a transform may rewrite,
+the data roles, the select split's quick error, its training defaults):
 
     @register_method(MyMethod)
     def _my_method(source: Source, config: MyMethod) -> Artifact: ...
@@ -26,7 +32,7 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -35,9 +41,9 @@ from attn_export.errors import ConfigError
 
 if TYPE_CHECKING:
     from attn_export.runtime.artifacts import Artifact, OnnxRuntimeChoice
+    from attn_export.compress.subject_hooks import TransformSubject
     from attn_export.targets.targets import Target
     from attn_export.vocab.run_options import RunOptions
-    from attn_export.subjects.base import Subject
 
 __all__ = [
     "METHOD_MODULES",
@@ -47,10 +53,12 @@ __all__ = [
     "Skip",
     "Source",
     "apply",
+    "compose_key",
     "methods",
     "precisions",
     "register_method",
     "route_names",
+    "stage_prefix",
 ]
 
 log = logging.getLogger(__name__)
@@ -104,7 +112,7 @@ class Method:
     stage: ClassVar[str] = ""
     filename: ClassVar[str] = ""
     refines: ClassVar[type[Method] | None] = None
-    lossy_source: ClassVar[bool] = False  # a transform whose result makes later 8-bit stages ``lowrank-<p>``
+    key_part: ClassVar[str] = ""  # a lossy transform: what stages built on its result carry in their name and tolerance key
     required: ClassVar[bool] = False  # a transform whose failure fails the run (the last of the chain always does)
 
     @classmethod
@@ -144,7 +152,7 @@ class Method:
 class BuildContext:
     """What every method needs besides its config and source: where to write, how to export and run."""
 
-    subject: Subject
+    subject: TransformSubject
     out: Path
     target: Target
     fp32_spec: Any  # ExportSpec of the target at fp32 (every compressed student is exported with it)
@@ -178,7 +186,7 @@ class Source:
     ctx: BuildContext
 
     @property
-    def subject(self) -> Subject:
+    def subject(self) -> TransformSubject:
         return self.ctx.subject
 
 
@@ -220,6 +228,35 @@ def precisions() -> tuple[str, ...]:
 def route_names(precision: str) -> tuple[str, ...]:
     """What ``--int8-mode`` takes for ``precision`` (besides ``auto``): its routes' names."""
     return tuple(m.route for m in methods("route") if m.precision == precision)
+
+
+def _key_parts(key: str) -> tuple[list[str], str]:
+    """The transforms' key parts ``key`` starts with, in order, and what follows them (a precision, or nothing)."""
+    parts = tuple(dict.fromkeys(m.key_part for m in methods("transform") if m.key_part))
+    found: list[str] = []
+    while part := next((p for p in parts if key == p or key.startswith(p + "-")), None):
+        found.append(part)
+        key = key[len(part) + 1 :]
+    return found, key
+
+
+def compose_key(source_key: str, method_key: str) -> str:
+    """The tolerance key of a method applied to a source stage: a lossy transform's errors add to the method's
+    (8-bit of a low-rank student: ``lowrank-int8``); any other source leaves the method's own key."""
+    from attn_export.validate.tolerances import tolerance_spec
+
+    source_parts, _ = _key_parts(source_key)
+    if not source_parts:
+        return method_key
+    method_parts, rest = _key_parts(method_key)
+    key = "-".join([*dict.fromkeys([*source_parts, *method_parts]), *([rest] if rest else [])])
+    tolerance_spec(key)  # every combination a plan can build has a row
+    return key
+
+
+def stage_prefix(transforms: Iterable[type[Method]], precision: str) -> str:
+    """What a route's ``{prefix}`` is on the result of ``transforms``: their key parts, then the precision (``lowrank-int8``)."""
+    return "-".join([*dict.fromkeys(m.key_part for m in transforms if m.key_part), precision])
 
 
 def apply(source: Source, config: Method) -> Artifact:

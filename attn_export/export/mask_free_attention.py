@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
-from attn_export.export.graph_constants import typed_initializer
+from attn_export.export.passes.graph_constants import typed_initializer
 
 __all__ = ["MASKED_KEY", "mask_free_attention"]
 

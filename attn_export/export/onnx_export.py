@@ -26,10 +26,10 @@ from attn_export.outdir.atomic import atomic_path
 from attn_export.host.quiet import EXPORT_NOISE, quieted
 from attn_export.errors import ExportError
 from attn_export.export.inspect import GraphSummary, summarize_graph
-from attn_export.export.linear_gemm import gemm_to_linear, linear_to_gemm
-from attn_export.export.long_seq import LongSeqLowering, lower_long_seq
-from attn_export.export.mask_free_attention import mask_free_attention
-from attn_export.export.row_layernorm import layernorm_on_rows
+from attn_export.export.passes.linear_gemm import gemm_to_linear, linear_to_gemm
+from attn_export.export.forms.long_seq import LongSeqLowering, lower_long_seq
+from attn_export.export.passes.mask_free_attention import mask_free_attention
+from attn_export.export.passes.row_layernorm import layernorm_on_rows
 from attn_export.export.spec import ExportSpec
 from attn_export.layers.projections import fuse_qkv_, set_attention_form_
 from attn_export.layers.registry import MaskedLayer

@@ -14,7 +14,7 @@ During ``torch.onnx.export`` the module's ``attention_form`` decides what lands 
 * ``onnx-attention`` the standard ONNX ``Attention`` op (opset >= 23), mask expanded to [B,1,Lq,Lk]
 * ``ort-contrib``   ``com.microsoft.MultiHeadAttention`` for ONNX Runtime
 * ``long-seq``      a placeholder node carrying the mask in parts (key padding, causal, window),
-  lowered after export by ``attn_export.export.long_seq`` to ONNX Runtime kernels whose memory
+  lowered after export by ``attn_export.export.forms.long_seq`` to ONNX Runtime kernels whose memory
   grows as O(L) (see docs/long-sequences.md)
 
 Fully masked query rows (no key to attend to) return zeros in every form, never NaN.
@@ -214,7 +214,7 @@ def _as_parts(keep: torch.Tensor | AttentionMask | None) -> AttentionMask:
 def _long_seq(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int, parts: AttentionMask) -> torch.Tensor:
     """Placeholder ``attn_export.long_seq.LongSeqAttention(q, k, v[, key_keep])`` -> (B, Lq, D).
 
-    ``attn_export.export.long_seq.lower_long_seq`` replaces it after export by the ONNX
+    ``attn_export.export.forms.long_seq.lower_long_seq`` replaces it after export by the ONNX
     Runtime kernels for its mask parts; it never reaches a runtime.
     """
     inputs = [q, k, v] + ([] if parts.key_keep is None else [parts.key_keep])

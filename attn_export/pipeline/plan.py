@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attn_export.compress.registry import Method, PlanContext, Skip, methods
+from attn_export.compress.registry import Method, PlanContext, Skip, methods, stage_prefix
 from attn_export.pipeline.select import NOISE_BAND
 from attn_export.vocab.precisions import EIGHT_BIT, engine_precision
 
@@ -191,9 +191,10 @@ def _fp32_source(cfg: RunConfig, plan: Plan, spec: ExportSpec, form: str) -> str
     return plan.steps[0].name
 
 
-def _transforms(cfg: RunConfig, plan: Plan, ctx: PlanContext, source: str) -> tuple[str, bool]:
-    """The model transforms the run asks for, chained in registry order; returns the last stage and whether it is lossy."""
-    lossy, chain = False, []
+def _transforms(cfg: RunConfig, plan: Plan, ctx: PlanContext, source: str) -> tuple[str, list[type[Method]]]:
+    """The model transforms the run asks for, chained in registry order; returns the last stage and the transforms it went through."""
+    applied: list[type[Method]] = []
+    chain = []
     for method in methods("transform"):
         config = method.from_run(cfg, ctx)
         if isinstance(config, Skip):
@@ -201,12 +202,13 @@ def _transforms(cfg: RunConfig, plan: Plan, ctx: PlanContext, source: str) -> tu
             plan.notes.append(config.reason)
         elif config is not None:
             chain.append(Step(method.stage, config, source, method.filename, required=method.required))
-            source, lossy = method.stage, lossy or method.lossy_source
+            source = method.stage
+            applied.append(method)
     if chain:
         chain[-1] = dataclasses.replace(chain[-1], required=True)  # the chain's result decides the run
         plan.steps.extend(chain)
         plan.deploy_source, plan.deploy_precision = source, "fp32"
-    return source, lossy
+    return source, applied
 
 
 def eight_bit_precisions(cfg: RunConfig, target: Target) -> tuple[tuple[str, ...], str]:
@@ -227,7 +229,7 @@ def eight_bit_precisions(cfg: RunConfig, target: Target) -> tuple[tuple[str, ...
     return (best,), f"--quantize auto on {arch}: {why}"
 
 
-def _routes(cfg: RunConfig, plan: Plan, ctx: PlanContext, source: str, lowrank: bool) -> None:
+def _routes(cfg: RunConfig, plan: Plan, ctx: PlanContext, source: str, transforms: list[type[Method]]) -> None:
     """Every route of the planned 8-bit precisions (and their refinements) as candidates of one selection."""
     precisions, why = eight_bit_precisions(cfg, ctx.target)
     if why:
@@ -235,7 +237,7 @@ def _routes(cfg: RunConfig, plan: Plan, ctx: PlanContext, source: str, lowrank: 
     built: list[Step] = []
     for precision in precisions:
         ctx.precision = precision
-        prefix = ("lowrank-" if lowrank else "") + precision
+        prefix = stage_prefix(transforms, precision)
         for method in methods("route"):
             if method.precision != precision:
                 continue
@@ -350,12 +352,12 @@ def make_plan(cfg: RunConfig) -> Plan:
     fp32_source = _fp32_source(cfg, plan, spec, form)
     target = cfg.target_info
     ctx = PlanContext(target, profile)
-    source, lossy = _transforms(cfg, plan, ctx, fp32_source)
+    source, transforms = _transforms(cfg, plan, ctx, fp32_source)
     if cfg.quantize:
         from attn_export.compress.quant.int8_encoding import choose_cpu_encoding
 
         plan.encoding = ctx._encoding = choose_cpu_encoding(cfg.int8_encoding)
-        _routes(cfg, plan, ctx, source, lossy)
+        _routes(cfg, plan, ctx, source, transforms)
     if "packed" in forms and len(forms) > 1:
         _add_packed_form(cfg, plan, form_why)
     if target.is_tensorrt:

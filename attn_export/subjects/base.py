@@ -4,10 +4,13 @@ A subject is a reference layer (``LayerSubject``), a pretrained checkpoint (``En
 or one layer of a checkpoint in context (``EncoderLayerSubject``). The plan, the runner and
 the compression methods only talk to this protocol, so every stage, flag and deploy target
 works the same for all of them, and no module outside ``subjects/`` asks which kind it has.
+What the methods need of it (``compress.subject_hooks.TransformSubject``) lives below compress
+and names no method: the slots a transform may rewrite, the data roles, a quick error on the
+select split, a training transform's defaults.
 
 Data comes in three roles, never mixed:
 
-* ``train``: fits things (8-bit ranges, activation-aware low-rank, distillation);
+* ``train``: fits things (8-bit ranges, transforms such as activation-aware low-rank and distillation);
 * ``select``: decides things (distillation early stopping, route selection, the fallback);
 * ``report``: only measured, never used for a decision. Every accuracy figure in a report is
   on this split.
@@ -17,54 +20,26 @@ from __future__ import annotations
 
 import copy
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 from torch import nn
 
+from attn_export.compress.subject_hooks import Judgement, ModuleSlot, Split, TransformSubject
 from attn_export.runtime.base import Feed, Runner
-from attn_export.validate.report import Accuracy
 
 if TYPE_CHECKING:
     from attn_export.compress.quant.mixed_precision import FallbackGoal
-    from attn_export.export.onnx_export import ExportResult
-    from attn_export.export.spec import ExportSpec
     from attn_export.validate.latency import TimingPoint
     from attn_export.validate.tolerances import Tolerance
 
-__all__ = ["BaseSubject", "Judgement", "Split", "Subject", "concat_output", "rel_l2"]
-
-Split = Literal["train", "select", "report"]
-
-
-@dataclass
-class Judgement:
-    """An artifact's accuracy against the reference on one split.
-
-    ``score`` is the one figure selection ranks by (higher is better): the output cosine for a
-    layer, the mean sentence-embedding cosine for an encoder.
-    """
-
-    accuracy: Accuracy
-    passed: bool
-    tolerance: dict[str, float]
-    score: float
-    violations: list[str] = field(default_factory=list)
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def headline(self) -> str:
-        """The figures users read first."""
-        emb = self.details.get("embedding")
-        if emb:
-            return f"mean cosine {emb['mean_cosine']:.6f}, min {emb['min_cosine']:.6f}, top-1 {emb['top1_neighbor_agreement']:.3f}"
-        return f"cosine {self.accuracy.cosine:.6f}, rel L2 {self.accuracy.rel_l2:.2e}"
+__all__ = ["BaseSubject", "Judgement", "ModuleSlot", "Split", "Subject", "concat_output", "rel_l2"]
 
 
 @runtime_checkable
-class Subject(Protocol):
-    """What the plan, the runner and the methods need of a subject (see the module docstring)."""
+class Subject(TransformSubject, Protocol):
+    """What the plan and the runner need of a subject, besides the methods' hooks (``TransformSubject``)."""
 
     kind: str  # what the report calls it: layer | encoder | encoder-layer (never branched on outside subjects/)
 
@@ -75,35 +50,8 @@ class Subject(Protocol):
     def describe_data(self) -> str: ...
     def notes(self) -> list[str]: ...  # what the report must say about the data (none for most subjects)
 
-    # the eager reference and what is exported
-    @property
-    def module(self) -> nn.Module: ...
-    @property
-    def input_names(self) -> list[str]: ...
-    @property
-    def output_names(self) -> list[str]: ...
-    def eager_runner(self, module: nn.Module | None = None, name: str = "eager-fp32") -> Runner: ...
-    def params(self, module: nn.Module | None = None) -> int: ...
-
-    # data
-    def feeds(self, split: Split) -> list[Feed]: ...
-    def latency_feed(self) -> Feed: ...
+    # timing
     def timing_points(self, warmup: int, repeats: int) -> list[TimingPoint]: ...
-    def calibration(self) -> Any: ...
-
-    # building
-    def export(self, module: nn.Module, path: Path, spec: ExportSpec) -> ExportResult: ...
-    def low_rank(self, student: nn.Module, config: Any) -> Any: ...
-    def distill(self, student: nn.Module, config: Any) -> Any: ...
-    @property
-    def default_distill_config(self) -> Any: ...
-
-    # judging
-    def judge(self, candidate: Runner, split: Split, tolerance_key: str) -> Judgement: ...
-    def quick_error(self, candidate: Runner, split: Split, limit: int) -> float: ...
-    @property
-    def quick_error_name(self) -> str: ...
-    def fallback_goal(self, tolerance_key: str) -> FallbackGoal: ...
 
     # deploying and reporting
     @property
@@ -140,6 +88,18 @@ class BaseSubject(ABC):
 
     @abstractmethod
     def feeds(self, split: Split) -> list[Feed]: ...
+
+    @abstractmethod
+    def module_slots(self, student: nn.Module) -> list[ModuleSlot]:
+        """The places of ``student`` (a copy of ``module``) a transform may rewrite, with the reference's module at each."""
+
+    def training_defaults(self) -> Mapping[str, Any]:
+        """The settings a training transform starts from on this subject (each takes the keys its config has)."""
+        return {}
+
+    def end_to_end(self, student: nn.Module, settings: Any) -> Any:
+        """Train what transforms added through the whole model after the slots were fitted; None: the slots are the whole model."""
+        return None
 
     @abstractmethod
     def tensor_tolerance(self, tolerance_key: str) -> Tolerance:

@@ -24,7 +24,7 @@ import numpy as np
 from torch import nn
 
 from attn_export.runtime.base import Feed, Runner
-from attn_export.subjects.base import BaseSubject, Judgement, Split
+from attn_export.subjects.base import BaseSubject, Judgement, ModuleSlot, Split
 
 __all__ = ["EncoderSubject"]
 
@@ -39,7 +39,7 @@ class EncoderSubject(BaseSubject):
 
     kind = "encoder"
     deploy_name = "encoder"
-    quick_error_name = "1 - mean embedding cosine"
+    select_error_name = "1 - mean embedding cosine"
 
     def __init__(self, cfg: Any) -> None:
         from attn_export.checkpoint.fidelity import check_fidelity
@@ -183,27 +183,35 @@ class EncoderSubject(BaseSubject):
                 self._distill_tokens = tokenize(self.tokenizer, self.prompt.apply(texts), self.max_len)
         return self._distill_tokens
 
-    def low_rank(self, student: nn.Module, config: Any) -> Any:
-        from attn_export.checkpoint.compress import low_rank_encoder_
+    def module_slots(self, student: nn.Module) -> list[ModuleSlot]:
+        """Every layer, fitted on the hidden states the reference feeds it (recorded once per split for all layers, and
+        dropped with the slots); the pretrained weights stay, so a training transform trains only what was put in."""
+        from attn_export.checkpoint.text import all_layer_inputs
 
-        return low_rank_encoder_(student, self.encoder, self.tokens["train"], config, None)  # type: ignore[arg-type]
+        acts: dict[str, Any] = {}
 
-    def distill(self, student: nn.Module, config: Any) -> Any:
-        from attn_export.checkpoint.compress import distill_encoder_, distill_encoder_e2e_
+        def inputs_of(index: int) -> Any:
+            def inputs(split: Split) -> Any:
+                if split not in acts:
+                    acts[split] = all_layer_inputs(self.encoder, self.tokens[split])
+                return acts[split][index]
 
-        targets = self.cfg.resolved_low_rank_targets
-        layers = distill_encoder_(student, self.encoder, self.tokens["train"], self.tokens["select"], targets, config)  # type: ignore[arg-type]
-        e2e = distill_encoder_e2e_(student, self.encoder, self.distill_tokens(), self.tokens["select"], steps=config.steps,  # type: ignore[arg-type]
-                                   lr=E2E_LR, batch_size=config.batch_size, seed=config.seed)  # fmt: skip
-        return _Summary({"layers": layers, "steps_per_layer": config.steps, "end_to_end": e2e.to_dict()})
+            return inputs
 
-    @property
-    def default_distill_config(self) -> Any:
+        return [ModuleSlot(layer, self.encoder.layers[i], inputs_of(i), layer=i, frozen=True) for i, layer in enumerate(student.layers)]  # type: ignore[union-attr, arg-type]
+
+    def training_defaults(self) -> dict[str, Any]:
         """Per-layer attention distillation measured on MiniLM (Q/K at 50%): the attention-KL term
         does the work; lr 1e-3 converges in ~120 steps per layer (docs/encoder.md)."""
-        from attn_export.compress.distill import DistillConfig
+        return {"lr": 1e-3, "batch_size": 16, "attn_kl_weight": 1.0, "eval_every": 20, "patience": 3, "progress": False, "seed": self.cfg.seed}
 
-        return DistillConfig(lr=1e-3, batch_size=16, attn_kl_weight=1.0, eval_every=20, patience=3, progress=False, seed=self.cfg.seed)
+    def end_to_end(self, student: nn.Module, settings: Any) -> Any:
+        """Every factor at once through the whole student, towards every layer's hidden states and the embedding, on all the
+        calibration texts (``distill_tokens``), stopping on the select texts (``checkpoint.compress.distill_encoder_e2e_``)."""
+        from attn_export.checkpoint.compress import distill_encoder_e2e_
+
+        return distill_encoder_e2e_(student, self.encoder, self.distill_tokens(), self.tokens["select"], steps=settings.steps,  # type: ignore[arg-type]
+                                    lr=E2E_LR, batch_size=settings.batch_size, seed=settings.seed)  # fmt: skip
 
     # -- judging ------------------------------------------------------------------------
     def _set(self, name: str) -> Any:
@@ -234,12 +242,12 @@ class EncoderSubject(BaseSubject):
         """``candidate``'s sentence embeddings of ``split``'s texts (the first ``limit``)."""
         return np.concatenate([np.asarray(o["sentence_embedding"], dtype=np.float32) for o in self.candidate_outputs(candidate, split, limit)])
 
-    def quick_error(self, candidate: Runner, split: Split, limit: int) -> float:
-        """1 - mean embedding cosine on the first ``limit`` texts (for ranking, never a verdict)."""
+    def select_error(self, candidate: Runner, limit: int) -> float:
+        """1 - mean embedding cosine on the first ``limit`` select texts (for ranking, never a verdict)."""
         from attn_export.checkpoint.metrics import row_cosines
 
-        n = max(1, min(limit, len(self.tokens[split])))
-        return float(1.0 - row_cosines(self.reference_embeddings(split)[:n], self.candidate_embeddings(candidate, split, n)).mean())
+        n = max(1, min(limit, len(self.tokens["select"])))
+        return float(1.0 - row_cosines(self.reference_embeddings("select")[:n], self.candidate_embeddings(candidate, "select", n)).mean())
 
     def tensor_tolerance(self, tolerance_key: str) -> Any:
         """Each output tensor's bar on the device: the embedding bar's mean cosine as a flattened cosine, and a max-abs bar for fp32."""
@@ -319,22 +327,3 @@ def _text_settings(cfg: Any, path: Path, reference: Any, tokenizer: Any) -> tupl
                      "feed the deployed model prompted texts")  # fmt: skip
     return prompt, max_len, notes
 
-
-class _Summary:
-    """A plain summary with ``to_dict()`` (what the registry records for every method)."""
-
-    def __init__(self, data: dict[str, Any]) -> None:
-        self._data = data
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self._data)
-
-    def describe(self) -> str:
-        layers = self._data.get("layers") or {}
-        rel = ", ".join(f"{v['val_rel_l2_before']:.3g}->{v['val_rel_l2_after']:.3g}" for v in layers.values())
-        out = f"distilled {len(layers)} layers ({self._data.get('steps_per_layer')} steps max each); select-split rel L2 per layer {rel}"
-        e2e = self._data.get("end_to_end")
-        if e2e:
-            out += (f"; then end to end on {e2e['train_texts']} texts (hidden states of every layer + embedding): select embedding error "
-                    f"{e2e['select_error_before']:.3e} -> {e2e['select_error_after']:.3e} (best at step {e2e['best_step']} of {e2e['steps_run']})")  # fmt: skip
-        return out

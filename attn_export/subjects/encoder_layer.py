@@ -17,7 +17,7 @@ import numpy as np
 from torch import nn
 
 from attn_export.runtime.base import Feed, Runner
-from attn_export.subjects.base import Judgement, Split, rel_l2
+from attn_export.subjects.base import Judgement, ModuleSlot, Split, rel_l2
 from attn_export.subjects.encoder import FEED_BATCH, EncoderSubject
 
 __all__ = ["EncoderLayerSubject"]
@@ -30,7 +30,7 @@ class EncoderLayerSubject(EncoderSubject):
 
     kind = "encoder-layer"
     deploy_name = "encoder_layer"
-    quick_error_name = "relative L2 of the layer output"
+    select_error_name = "relative L2 of the layer output"
 
     def __init__(self, cfg: Any) -> None:
         from attn_export.layers.encoder import parse_layers
@@ -88,16 +88,13 @@ class EncoderLayerSubject(EncoderSubject):
 
         return export_onnx(module, path, encoder_export_spec(spec))  # type: ignore[arg-type]
 
-    def low_rank(self, student: nn.Module, config: Any) -> Any:
-        from attn_export.compress.lowrank import low_rank_
+    def module_slots(self, student: nn.Module) -> list[ModuleSlot]:
+        """Layer N as one slot, on the hidden states it really sees; its pretrained weights stay."""
+        return [ModuleSlot(student, self._layer, self._acts, frozen=True)]
 
-        return low_rank_(student, config, self._acts("train"))
-
-    def distill(self, student: nn.Module, config: Any) -> Any:
-        from attn_export.checkpoint.compress import distill_layer_
-
-        return distill_layer_(student.layer, self._layer.layer, self._acts("train"), self._acts("select"),  # type: ignore[union-attr]
-                              self.cfg.resolved_low_rank_targets, config)  # fmt: skip
+    def end_to_end(self, student: nn.Module, settings: Any) -> Any:
+        """None: the one slot is the whole subject (the encoder's end-to-end stage trains the whole encoder)."""
+        return None
 
     # -- judging ------------------------------------------------------------------------
     def tensor_tolerance(self, tolerance_key: str) -> Any:
@@ -115,15 +112,15 @@ class EncoderLayerSubject(EncoderSubject):
         spliced = SplicedEncoder(self.encoder, self.index, RunnerLayer(candidate)).eval()
         return EagerRunner(spliced, ENCODER_INPUT_NAMES, list(self.encoder.output_names))
 
-    def quick_error(self, candidate: Runner, split: Split, limit: int) -> float:
-        """The layer output's relative L2 on the real inputs of the first ``limit`` texts (its own error, without the splice)."""
+    def select_error(self, candidate: Runner, limit: int) -> float:
+        """The layer output's relative L2 on the real inputs of the first ``limit`` select texts (its own error, without the splice)."""
         take, seen = [], 0
-        for f in self.feeds(split):
+        for f in self.feeds("select"):
             if seen >= limit:
                 break
             take.append(f)
             seen += len(f["x"])
-        key = f"{split}:{len(take)}"
+        key = f"select:{len(take)}"
         if key not in self._quick_refs:
             eager = self.eager_runner()
             self._quick_refs[key] = np.concatenate([eager.infer(f)["y"].ravel() for f in take])

@@ -18,7 +18,7 @@ from torch import nn
 
 from attn_export.errors import ConfigError
 from attn_export.runtime.base import Feed, Runner
-from attn_export.subjects.base import BaseSubject, Judgement, Split, concat_output, rel_l2
+from attn_export.subjects.base import BaseSubject, Judgement, ModuleSlot, Split, concat_output, rel_l2
 
 __all__ = ["HOLDOUT_EVERY", "LayerSubject", "random_feeds", "split_feeds"]
 
@@ -58,7 +58,7 @@ class LayerSubject(BaseSubject):
     kind = "layer"
     renders_attention_maps = True
     deploy_name = "attn"
-    quick_error_name = "relative L2 of the output"
+    select_error_name = "relative L2 of the output"
 
     def __init__(self, cfg: Any) -> None:
         from attn_export.layers import MaskedLayer, build_layer
@@ -170,24 +170,17 @@ class LayerSubject(BaseSubject):
 
         return export_onnx(module, path, spec)  # type: ignore[arg-type]
 
-    def low_rank(self, student: nn.Module, config: Any) -> Any:
-        from attn_export.compress import low_rank_
+    def module_slots(self, student: nn.Module) -> list[ModuleSlot]:
+        """The whole layer: a seeded reference layer has no pretrained weights to keep, so a training transform trains all of it."""
+        return [ModuleSlot(student, self._layer, self._activations)]
 
-        x, kpm = self.calibration().to_torch()
-        return low_rank_(student, config, x, kpm)
+    def _activations(self, split: Split) -> Any:
+        if self.data is None:
+            raise ConfigError("this run has no calibration data; add --low-rank or --quantize int8 (they load it)")
+        return self._splits[split]
 
-    def distill(self, student: nn.Module, config: Any) -> Any:
-        from attn_export.compress import distill_
-
-        summary = distill_(student, self._layer, self._splits["train"], self._splits["select"], config)
-        student.eval()
-        return summary
-
-    @property
-    def default_distill_config(self) -> Any:
-        from attn_export.compress import DistillConfig
-
-        return DistillConfig(seed=self.cfg.seed, progress=False)
+    def training_defaults(self) -> dict[str, Any]:
+        return {"seed": self.cfg.seed, "progress": False}
 
     # -- judging ------------------------------------------------------------------------
     def _references(self, split: Split) -> list[dict[str, np.ndarray]]:
@@ -196,8 +189,8 @@ class LayerSubject(BaseSubject):
             self._refs[split] = [eager.infer(f) for f in self.feeds(split)]
         return self._refs[split]
 
-    def quick_error(self, candidate: Runner, split: Split, limit: int) -> float:
-        feeds, refs, n, seen = self.feeds(split), self._references(split), 0, 0
+    def select_error(self, candidate: Runner, limit: int) -> float:
+        feeds, refs, n, seen = self.feeds("select"), self._references("select"), 0, 0
         while n < len(feeds) and seen < limit:
             seen += len(feeds[n]["x"])
             n += 1

@@ -2,7 +2,8 @@
 
 Keys are what a stage is held to: ``fp32``, ``fp16``, ``int8``, ``fp8``, ``lowrank`` (low-rank
 and distilled students) and ``lowrank-<p>`` (a low-rank student quantized to ``p``: both
-errors add; ``compose_key`` builds it). Each key has two bars, one per way of judging:
+errors add). ``compress.registry.compose_key`` builds a stage's key from the registry's transforms
+(each declares its key part); this table only holds the rows. Each key has two bars, one per way of judging:
 
 * ``tensor``: output tensors vs eager fp32 (reference layers; every output a Jetson bundle
   compares on the device). fp32: ONNX Runtime and PyTorch differ only by summation order
@@ -37,7 +38,6 @@ __all__ = [
     "LogitTolerance",
     "Tolerance",
     "ToleranceSpec",
-    "compose_key",
     "embedding_tolerance_for",
     "check_override_outputs",
     "embedding_with_overrides",
@@ -183,15 +183,6 @@ def tolerance_for(key: str) -> Tolerance:
 def embedding_tolerance_for(key: str) -> EmbeddingTolerance:
     """The sentence-embedding tolerance for ``key`` (same keys as ``tolerance_for``)."""
     return tolerance_spec(key).embedding
-
-
-def compose_key(source_key: str, method_key: str) -> str:
-    """The key of a lossy method applied to a source: 8-bit of a low-rank student is ``lowrank-<p>``."""
-    if source_key.startswith("lowrank") and method_key != "lowrank":
-        key = f"lowrank-{method_key.removeprefix('lowrank-')}"
-        tolerance_spec(key)  # every combination a plan can build has a row
-        return key
-    return method_key
 
 
 _FIELDS = {"atol": "max_abs", "rtol": "rel_l2", "cosine-min": "cosine_min"}

@@ -16,7 +16,7 @@ import torch
 from attn_export.checkpoint.export import export_encoder
 from attn_export.errors import ConfigError
 from attn_export.export import ExportSpec
-from attn_export.export.linear_gemm import gemm_to_linear
+from attn_export.export.passes.linear_gemm import gemm_to_linear
 from attn_export.layers.encoder import EncoderConfig, SentenceEncoder
 from attn_export.layers.packed import PackedEncoder, PackedIndex
 from attn_export.layers.projections import set_attention_impl_
@@ -171,7 +171,7 @@ def test_exported_packed_graph_runs_rows_and_stays_plain(exported: Path, tmp_pat
 
 def test_mask_free_attention_widens_q_and_k_only_and_masks_keys_through_an_appended_row(encoder: SentenceEncoder, tmp_path: Path) -> None:
     """Per head one Q channel at 1 and one K channel at 0; the padded key slots read the appended row (-10000 there)."""
-    from attn_export.export.mask_free_attention import MASKED_KEY
+    from attn_export.export.passes.mask_free_attention import MASKED_KEY
 
     path = tmp_path / "mask_free.onnx"
     export_encoder(encoder, path, FORMS["ort-contrib-mask-free-unfused"])

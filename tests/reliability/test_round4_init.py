@@ -227,7 +227,7 @@ def test_c27_a_shared_initializer_folded_with_two_smoothing_factors_keeps_both_l
 
 def test_c27_typed_initializer_never_reuses_a_name() -> None:
     """A stem that an initializer or a node output already has gets a suffix; the first keeps its value."""
-    from attn_export.export.graph_constants import typed_initializer
+    from attn_export.export.passes.graph_constants import typed_initializer
 
     model = _two_layers_sharing_constants()
     first = typed_initializer(model.graph, "b_smoothed_v", np.zeros(D, np.float32))

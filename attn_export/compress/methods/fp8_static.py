@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from attn_export.compress.methods.int8_static import check_alpha
-from attn_export.compress.registry import Method, PlanContext, Skip, Source, register_method
+from attn_export.compress.registry import Method, PlanContext, Skip, Source, compose_key, register_method
 from attn_export.errors import ConfigError
-from attn_export.validate.tolerances import compose_key
 
 if TYPE_CHECKING:
     from attn_export.runtime.artifacts import Artifact

@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from attn_export.compress.methods.int8_static import check_alpha
-from attn_export.compress.registry import BuildContext, Method, PlanContext, Skip, Source, register_method
-from attn_export.validate.tolerances import compose_key
+from attn_export.compress.registry import BuildContext, Method, PlanContext, Skip, Source, compose_key, register_method
 
 if TYPE_CHECKING:
     from attn_export.runtime.artifacts import Artifact
@@ -118,10 +117,10 @@ def _table_cost(ctx: BuildContext, with_int8: Path, with_float: Path, u8u8: bool
     for label, p in (("float_tables", with_float), ("int8_tables", with_int8)):
         runner = ort_runner_factory(p, choice, ctx.threads, label)()
         try:
-            errors[label] = float(ctx.subject.quick_error(runner, "select", 1 << 30))
+            errors[label] = float(ctx.subject.select_error(runner, 1 << 30))
         finally:
             runner.deactivate()
     cost = errors["int8_tables"] - errors["float_tables"]
     ctx.say(f"int8 embedding tables: select-split error {errors['float_tables']:.2e} -> {errors['int8_tables']:.2e} ({cost:+.2e})")
     return {"select_error_float_tables": errors["float_tables"], "select_error_int8_tables": errors["int8_tables"], "cost": cost,
-            "error": ctx.subject.quick_error_name}  # fmt: skip
+            "error": ctx.subject.select_error_name}  # fmt: skip

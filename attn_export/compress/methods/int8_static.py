@@ -8,9 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from attn_export.compress.registry import Method, PlanContext, Source, register_method
+from attn_export.compress.registry import Method, PlanContext, Source, compose_key, register_method
 from attn_export.errors import ConfigError
-from attn_export.validate.tolerances import compose_key
 
 if TYPE_CHECKING:
     from attn_export.runtime.artifacts import Artifact

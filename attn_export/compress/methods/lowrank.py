@@ -1,21 +1,30 @@
-"""``LowRank``: factorize Linears into two thinner ones (activation-aware SVD by default)."""
+"""``LowRank``: factorize Linears into two thinner ones (activation-aware SVD by default), slot by slot.
+
+The subject names the places a transform may rewrite (``module_slots``) and their real inputs;
+each slot is factorized on its own ``train`` inputs. A slot that is the whole subject reports one
+``LowRankSummary``; layer slots (an encoder's) report layer by layer.
+"""
 
 from __future__ import annotations
 
 import copy
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from attn_export.compress.registry import Method, PlanContext, Source, register_method
 from attn_export.errors import ConfigError
 from attn_export.vocab.choices import LOW_RANK_METHODS, LOW_RANK_TARGET_NAMES
 
 if TYPE_CHECKING:
+    from torch import nn
+
     from attn_export.runtime.artifacts import Artifact
+    from attn_export.compress.lowrank import LowRankConfig
+    from attn_export.compress.subject_hooks import ModuleSlot
     from attn_export.vocab.run_options import RunOptions
 
-__all__ = ["LowRank"]
+__all__ = ["LowRank", "low_rank_slots_"]
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +38,7 @@ class LowRank(Method):
     needs: ClassVar[tuple[str, ...]] = ("train",)
     stage: ClassVar[str] = "lowrank"
     filename: ClassVar[str] = "model.lowrank.onnx"
-    lossy_source: ClassVar[bool] = True
+    key_part: ClassVar[str] = "lowrank"  # the 8-bit stages of a low-rank student: lowrank-int8-static, held to lowrank-int8
 
     rank_ratio: float = 0.5
     method: str = "activation"
@@ -53,17 +62,35 @@ class LowRank(Method):
         return cls(rank_ratio=float(run.low_rank), method=run.low_rank_method, targets=run.resolved_low_rank_targets)
 
 
+def low_rank_slots_(student: nn.Module, slots: list[ModuleSlot], config: LowRankConfig) -> Any:
+    """Factorize every slot of ``student`` on its own ``train`` inputs, in place; the summary of the whole student."""
+    from attn_export.compress.lowrank import LayerwiseLowRankSummary, low_rank_
+
+    if len(slots) == 1 and slots[0].layer is None:
+        return low_rank_(slots[0].student, config, slots[0].inputs("train"))
+    summary = LayerwiseLowRankSummary(params_before=sum(p.numel() for p in student.parameters()), params_after=0)
+    for n, slot in enumerate(slots):
+        low = low_rank_(slot.student, config, slot.inputs("train"))
+        summary.add(n if slot.layer is None else slot.layer, low)
+        log.info("layer %s: %s", slot.layer, low.describe())
+    student.eval()
+    summary.params_after = sum(p.numel() for p in student.parameters())
+    log.info("%s", summary.describe())
+    return summary
+
+
 @register_method(LowRank)
 def low_rank(source: Source, config: LowRank) -> Artifact:
     from attn_export.compress.lowrank import LowRankConfig
 
-    ctx = source.ctx
+    ctx, subject = source.ctx, source.subject
     ctx.say(f"low-rank: {config.method} SVD at {config.rank_ratio} of {','.join(config.targets)} parameters")
     student = copy.deepcopy(source.artifact.module)
-    summary = source.subject.low_rank(student, LowRankConfig(rank_ratio=config.rank_ratio, method=config.method, targets=config.targets))
+    summary = low_rank_slots_(student, subject.module_slots(student), LowRankConfig(rank_ratio=config.rank_ratio, method=config.method,
+                                                                                     targets=config.targets))  # fmt: skip
     ctx.say(summary.describe())
-    result = source.subject.export(student, source.path, ctx.fp32_spec)
+    result = subject.export(student, source.path, ctx.fp32_spec)
     return ctx.onnx_artifact(
-        source.name, source.path, "fp32", config.tolerance, module=student, onnx_fp32=source.path, params=source.subject.params(student),
+        source.name, source.path, "fp32", config.tolerance, module=student, onnx_fp32=source.path, params=subject.params(student),
         details={"low_rank": summary.to_dict(), "export": result.to_dict()},
     )  # fmt: skip

@@ -6,8 +6,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from attn_export.compress.registry import Method, PlanContext, Skip, Source, register_method
-from attn_export.validate.tolerances import compose_key
+from attn_export.compress.registry import Method, PlanContext, Skip, Source, compose_key, register_method
 
 if TYPE_CHECKING:
     from attn_export.runtime.artifacts import Artifact

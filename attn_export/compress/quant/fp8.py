@@ -41,7 +41,7 @@ from attn_export.compress.quant.qdq import QdqSummary, inspect_qdq, is_constant
 from attn_export.compress.quant.onnx import STATIC_ON_CPU, ActivationLike, save_model_atomic
 from attn_export.compress.quant.static import StaticQuantSpec, quantize_static_onnx
 from attn_export.errors import ConfigError, ExportError
-from attn_export.export.graph_constants import typed_initializer
+from attn_export.export.passes.graph_constants import typed_initializer
 from attn_export.vocab.choices import CALIB_CHOICES
 
 __all__ = ["E4M3_MAX", "FP8_MIN_OPSET", "SIMULATION", "Fp8Result", "Fp8Spec", "Int8ToFp8Pass", "fp8_weight", "quantize_fp8_onnx"]

@@ -26,7 +26,7 @@ import onnx_ir.passes.common as ir_common
 
 from attn_export.compress.quant.qdq import is_constant
 from attn_export.errors import ConfigError, ExportError
-from attn_export.export.graph_constants import typed_initializer
+from attn_export.export.passes.graph_constants import typed_initializer
 from attn_export.runtime.base import Feed, Runner
 
 __all__ = ["FloatFallbackPass", "Gemm", "SwitchableGraph", "apply_fallback", "find_gemms", "gemm_label", "group_of", "groups_in_order"]

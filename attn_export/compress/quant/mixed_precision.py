@@ -8,7 +8,7 @@ the first layers carries GELU outliers), and TensorRT runs any GEMM without Q/DQ
    module it came from (``layers.0.ffn_out``) and grouped as the issue's tuning units:
    Q/K/V (fused or not, low-rank factors included), attention output, FFN1, FFN2 of layer N.
 2. **Sensitivity** (``sensitivity``): quantize one group at a time, everything else float,
-   and measure the subject's own error (``Subject.quick_error``: embedding cosine for an
+   and measure the subject's own error (``Subject.select_error``: embedding cosine for an
    encoder, output error for a layer) on the first ``limit`` items of the select split.
    All variants run in *one* ONNX Runtime session of a switchable graph
    (``SwitchableGraph``): each group's activation and weight pass through ``Where(switch,
@@ -80,12 +80,12 @@ class GroupSensitivity:
     macs_per_token: int = 0
 
 
-def sensitivity(subject: Any, graph: SwitchableGraph, limit: int, split: str = "select", say: Callable[[str], None] | None = None) -> list[GroupSensitivity]:
-    """Each group quantized alone, the rest float: the subject's error on ``limit`` items of ``split``, most sensitive first."""
+def sensitivity(subject: Any, graph: SwitchableGraph, limit: int, say: Callable[[str], None] | None = None) -> list[GroupSensitivity]:
+    """Each group quantized alone, the rest float: the subject's error on ``limit`` items of the select split, most sensitive first."""
     out = []
     for group in graph.groups:
         members = [g for g in graph.gemms if g.group == group]
-        err = float(subject.quick_error(graph.runner({group}), split, limit))
+        err = float(subject.select_error(graph.runner({group}), limit))
         out.append(GroupSensitivity(group, err, [g.label for g in members], sum(g.macs_per_token for g in members)))
     out.sort(key=lambda s: s.error, reverse=True)
     if say:

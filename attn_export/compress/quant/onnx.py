@@ -211,7 +211,7 @@ def preprocess_for_quantization(fp32_onnx: str | os.PathLike[str], out_path: str
         quant_pre_process(str(src), str(out_path), skip_symbolic_shape=True)
     except Exception as err:  # ORT raises plain exceptions with long messages
         raise ExportError(f"quantization pre-processing of {src} failed ({type(err).__name__}: {str(err).splitlines()[0]})") from err
-    from attn_export.export.linear_gemm import gemm_to_linear
+    from attn_export.export.passes.linear_gemm import gemm_to_linear
 
     # ORT's optimizer fuses a 2-D MatMul + Add (the packed encoder form's rows, the rows of a
     # residual LayerNorm) into Gemm, which the dynamic quantizer and SmoothQuant do not read:

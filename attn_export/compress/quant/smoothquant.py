@@ -41,7 +41,7 @@ from attn_export.compress.quant.smoothquant_alpha import (
     smoothing_scale_from_max,
 )
 from attn_export.errors import ConfigError
-from attn_export.export.graph_constants import typed_initializer
+from attn_export.export.passes.graph_constants import typed_initializer
 
 __all__ = ["SmoothGroup", "SmoothQuantPass", "activation_absmax", "search_alphas", "smooth_onnx", "smoothable_groups"]
 
