@@ -308,9 +308,6 @@ KNOWN_TIES: dict[tuple[str, str], str] = {
     # compress/registry.py types Source.subject with subjects.base.Subject (TYPE_CHECKING), while subjects call
     # the methods: the Subject protocol's generic transform hooks (no method names) move below compress.
     ("compress", "subjects"): "the transform-facing part of subjects.base.Subject moves below compress",
-    # run_dir_aside.py validates the manifest it reads with validate/schema.py's RunManifestSchema, while
-    # validate/gate_hashes.py reads run_dir's names: the manifest and its schema move to outdir/manifest.py.
-    ("run_dir_aside", "validate"): "RunManifestSchema moves out of validate/schema.py into outdir/ with the manifest",
     # runtime/tensorrt/build.py runs checks.check_trt_compat before building, while checks read
     # runtime.tensorrt.spec.ShapeProfile: ShapeProfile (pure Python) moves below both, next to TrtVersion.
     ("runtime", "checks"): "ShapeProfile moves out of runtime/tensorrt/spec.py below checks (checks then sit below runtime)",
