@@ -80,7 +80,7 @@ def int8_weight_only(source: Source, config: Int8WeightOnly) -> Artifact:
     import onnx
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-    from attn_export._lazy import quiet_loggers
+    from attn_export._quiet import quiet_loggers
     from attn_export.compress.quant_onnx import save_model_atomic
 
     ctx, art = source.ctx, source.artifact
