@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from attn_export.errors import ConfigError
+from attn_export.outdir.manifest import MANIFEST_NAME, manifest_bytes, manifest_record, sha256_file
 from attn_export.paths import COMMAND_LINE, given_empty
 from attn_export.run_dir_aside import (
     ARTIFACT_PATTERNS,
@@ -62,7 +63,6 @@ from attn_export.run_dir_aside import (
     refuse_links,
     restore,
 )
-from attn_export.outdir.manifest import MANIFEST_NAME, manifest_bytes, manifest_record, sha256_file
 from attn_export.run_dir_fs import OutDir, Stat, make_sibling, move_into, stat_key, take_lock
 
 __all__ = [

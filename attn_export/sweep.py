@@ -30,12 +30,15 @@ from attn_export.errors import ConfigError
 from attn_export.validate.pareto import ParetoPoint, pareto_front
 from attn_export.vocabulary import CALIB_METHODS, PRECISIONS, precision_names
 
-__all__ = ["MAX_POINTS", "SweepConfig", "SweepPoint", "pareto_rows", "run_sweep", "with_calibration", "write_sweep"]
+__all__ = ["MAX_POINTS", "POINT_DEFAULTS", "SweepConfig", "SweepPoint", "pareto_rows", "run_sweep", "with_calibration", "write_sweep"]
 
 log = logging.getLogger(__name__)
 
 # A grid larger than this asks for --yes (or --max-points): each point is a whole pipeline run.
 MAX_POINTS = 64
+# What ``attn-export sweep`` times each point with unless told (``--quick``: 5 repeats): fewer runs
+# than one main command (RunConfig's 3 and 20), because a grid runs many. Its options read them here.
+POINT_DEFAULTS: dict[str, int] = {"warmup": 2, "repeats": 10}
 Progress = Callable[[str, int, int], None]
 
 

@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from attn_export.compress.registry import route_help
 from attn_export.vocabulary import precision_names
 
 __all__ = [
@@ -144,7 +145,7 @@ DistillOpt = Annotated[
     typer.Option("--distill", metavar="[STEPS]", help="Distil the low-rank student from the original (alone: 200 steps).", show_default="off", rich_help_panel=_COMPRESS),
 ]
 QuantizeOpt = Annotated[Optional[str], typer.Option("--quantize", help="8-bit precision: int8 | fp8 (TensorRT on sm89+) | auto (the best 8-bit format the target's GPU runs) | none. Every route the target can deploy is built; the one meeting the tolerance ships.", show_default="off", rich_help_panel=_COMPRESS)]
-Int8ModeOpt = Annotated[str, typer.Option("--int8-mode", help="auto (every route the target can deploy) | static (Q/DQ) | dynamic (ORT CPU) | torchao (eager reference).", rich_help_panel=_COMPRESS)]
+Int8ModeOpt = Annotated[str, typer.Option("--int8-mode", help=route_help(), rich_help_panel=_COMPRESS)]  # the registry's routes, each in its own words
 Int8EncodingOpt = Annotated[
     str,
     typer.Option("--int8-encoding", help="ONNX Runtime CPU int8: auto (u8u8 where this CPU's U8S8 GEMM saturates, i.e. x86 without VNNI; full-range elsewhere) | full-range | reduce-range (7-bit weights, safe in any session) | u8u8 (ORT's U8U8 kernel, session.x64quantprecision=1).", rich_help_panel=_COMPRESS),

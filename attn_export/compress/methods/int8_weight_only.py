@@ -46,6 +46,7 @@ class Int8WeightOnly(Method):
     role: ClassVar[str] = "route"
     precision: ClassVar[str] = "int8"
     route: ClassVar[str] = "weight-only"
+    description: ClassVar[str] = "int8 weights in blocks of 128, float activations: ONNX Runtime's MatMulNBits, opt-in"
     tolerance: ClassVar[str] = "int8"
     produces: ClassVar[str] = "onnx"
     needs: ClassVar[tuple[str, ...]] = ()  # nothing is calibrated
