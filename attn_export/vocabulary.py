@@ -40,6 +40,7 @@ __all__ = [
     "engine_precision",
     "float_precision_of",
     "get_precision",
+    "is_ascii_digits",
     "precision_names",
 ]
 
@@ -212,6 +213,15 @@ def engine_precision(quantize: str | None, float_precision: str, shipped: str | 
     if quantize in PRECISIONS and PRECISIONS[quantize].quantized:
         return quantize
     return "int8"  # auto (or a route precision the registry adds): int8 runs on every TensorRT GPU
+
+
+def is_ascii_digits(text: str, max_len: int | None = None) -> bool:
+    """``text`` is a whole number written in ASCII digits (at most ``max_len`` of them): how every option and file
+    field that holds a count is checked before ``int()``.
+
+    Why not ``str.isdigit()`` alone: it is also true of '²' and '①', which ``int()`` refuses, and ``int()``
+    takes '١٢' (Arabic-Indic digits), which no user means."""
+    return text.isascii() and text.isdigit() and (max_len is None or len(text) <= max_len)
 
 
 def check_heads(d_model: int, heads: int) -> None:

@@ -262,3 +262,12 @@ def test_run_default_is_the_field_default_and_refuses_an_unknown_name():
     assert run_default("out") == RunConfig().out and run_default("int8_mode") == RunConfig().int8_mode
     with pytest.raises(KeyError, match="no_such_option"):
         run_default("no_such_option")
+
+
+@pytest.mark.parametrize("text,ok", [("12", True), ("0", True), ("", False), ("²", False), ("①", False), ("١٢", False), ("-1", False), ("1.5", False)])
+def test_counts_are_ascii_digits(text, ok):
+    """The one check every count (--int8-fallback N, --layers N, --seqs, a label id) passes before int()."""
+    from attn_export.vocabulary import is_ascii_digits
+
+    assert is_ascii_digits(text) is ok
+    assert is_ascii_digits("12345678", max_len=7) is False and is_ascii_digits("1234567", max_len=7) is True
