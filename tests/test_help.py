@@ -183,3 +183,19 @@ def test_int8_mode_help_names_every_route_of_the_registry_in_its_own_words():
     for m in routes:
         assert m.description and " ".join(m.description.split()) in text, m.__name__
 
+
+
+def test_subject_dependent_defaults_in_help_are_the_subject_kinds():
+    """--help shows a subject-dependent default (None in RunConfig) as the subject kind resolves it: one table, subjects/kinds.py."""
+    from attn_export.subjects.kinds import KINDS
+
+    _register()
+    shown = {p.name: p.show_default for p in typer.main.get_command(app).params}
+    layer, ckpt = KINDS["layer"].defaults, KINDS["encoder"].defaults
+    for name in ("layer", "d_model", "heads", "mask"):
+        assert shown[name] == str(layer[name]), name
+    for name in ("layers", "max_len", "max_texts"):
+        assert shown[name] == str(ckpt[name]), name
+    for name in ("low_rank_targets", "calib_method", "smoothquant"):
+        as_shown = ["off" if v is None else str(v) for v in (layer[name], ckpt[name])]
+        assert shown[name] == f"{as_shown[0]} for a layer; {as_shown[1]} for --checkpoint", name
