@@ -30,7 +30,7 @@ from attn_export.errors import ConfigError
 from attn_export.validate.pareto import ParetoPoint, pareto_front
 from attn_export.vocabulary import CALIB_METHODS, PRECISIONS, precision_names
 
-__all__ = ["MAX_POINTS", "POINT_DEFAULTS", "SweepConfig", "SweepPoint", "pareto_rows", "run_sweep", "with_calibration", "write_sweep"]
+__all__ = ["MAX_POINTS", "POINT_DEFAULTS", "QUICK", "SweepConfig", "SweepPoint", "pareto_rows", "run_sweep", "with_calibration", "write_sweep"]
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,12 @@ class SweepPoint:
 DEFAULT_FLOATS: tuple[str, ...] = tuple(n for n in precision_names(export_float=True) if "onnxruntime" in PRECISIONS[n].runtimes)
 
 
+# ``sweep --quick``: the small grid (its help is written from it) and its timed runs per point.
+QUICK: dict[str, tuple[Any, ...]] = {"low_rank": (None, 0.5), "distill": (None, 40), "quantize": (None, "int8"), "int8_mode": ("dynamic", "static"),
+                                     "calib_method": ("minmax",), "precision": DEFAULT_FLOATS}  # fmt: skip
+QUICK_REPEATS = 5
+
+
 @dataclass(frozen=True)
 class SweepConfig:
     """The grid (main-command option values; None = off) and the run settings every point shares."""
@@ -101,10 +107,8 @@ class SweepConfig:
     @classmethod
     def quick(cls, **overrides: Any) -> SweepConfig:
         """The small grid of ``sweep --quick``; an axis (or setting) in ``overrides`` replaces the preset's (``--quick --low-rank 0.5``)."""
-        preset: dict[str, Any] = {"low_rank": (None, 0.5), "distill": (None, 40), "quantize": (None, "int8"), "int8_mode": ("dynamic", "static"),
-                                  "calib_method": ("minmax",), "precision": DEFAULT_FLOATS}  # fmt: skip
-        base = {"repeats": 5, **overrides.pop("base", {})}
-        return cls(**{**preset, **overrides, "base": base})
+        base = {"repeats": QUICK_REPEATS, **overrides.pop("base", {})}
+        return cls(**{**QUICK, **overrides, "base": base})
 
     def points(self) -> list[SweepPoint]:
         """The grid without meaningless combinations (distillation without low-rank, int8 of fp16, calibration of dynamic)."""

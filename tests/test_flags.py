@@ -271,3 +271,17 @@ def test_counts_are_ascii_digits(text, ok):
 
     assert is_ascii_digits(text) is ok
     assert is_ascii_digits("12345678", max_len=7) is False and is_ascii_digits("1234567", max_len=7) is True
+
+
+def test_bench_and_sweep_quick_read_their_defaults_from_the_library():
+    """bench's layer shape is BenchConfig's (the reference layer's, subjects/kinds.py); sweep --quick's help is its preset."""
+    from attn_export.benchmark import BenchConfig
+    from attn_export.subjects.kinds import KINDS
+    from attn_export.sweep import QUICK, SweepConfig
+
+    bench = _command_params("bench")
+    for name in ("d_model", "heads"):
+        assert bench[name].default == getattr(BenchConfig(), name) == KINDS["layer"].defaults[name]
+    quick_help = " ".join(_command_params("sweep")["quick"].help.split())
+    assert "--low-rank none,0.5 --distill none,40" in quick_help and all(f"--{k.replace('_', '-')} " in quick_help for k in QUICK)
+    assert SweepConfig.quick().low_rank == QUICK["low_rank"]

@@ -37,7 +37,7 @@ from attn_export.cli.options import (
     WarmupOpt,
 )
 from attn_export.config import run_default
-from attn_export.sweep import MAX_POINTS, POINT_DEFAULTS, SweepConfig
+from attn_export.sweep import MAX_POINTS, POINT_DEFAULTS, QUICK, QUICK_REPEATS, SweepConfig
 
 __all__ = ["register", "sweep_axis"]
 
@@ -46,8 +46,17 @@ _AXES = "Sweep axes (comma lists of the main command's values; none = the option
 
 def _axis(name: str) -> str:
     """An axis's default as its flag writes it (``none,0.75,0.5,0.25``): ``SweepConfig``'s, shown in ``--help``."""
-    default = next(f.default for f in dataclasses.fields(SweepConfig) if f.name == name)
-    return ",".join("none" if v is None else f"{v:g}" if isinstance(v, float) else str(v) for v in default)
+    return _values(next(f.default for f in dataclasses.fields(SweepConfig) if f.name == name))
+
+
+def _preset(axes: dict[str, tuple[Any, ...]]) -> str:
+    """A grid as the flags that ask for it (``--low-rank none,0.5 --distill none,40 ...``)."""
+    return " ".join(f"--{name.replace('_', '-')} {_values(values)}" for name, values in axes.items())
+
+
+def _values(axis: tuple[Any, ...]) -> str:
+    """An axis's values as its flag takes them (``none,0.5``)."""
+    return ",".join("none" if v is None else f"{v:g}" if isinstance(v, float) else str(v) for v in axis)
 
 
 def sweep_axis(text: str | None, flag: str, kind: type) -> tuple[Any, ...] | None:
@@ -77,7 +86,7 @@ def sweep_axis(text: str | None, flag: str, kind: type) -> tuple[Any, ...] | Non
 
 
 def sweep(
-    quick: Annotated[bool, typer.Option("--quick", metavar="", help="Small grid: --low-rank none,0.5 --distill none,40 --quantize none,int8 --int8-mode dynamic,static --calib-method minmax --precision fp32,fp16; an axis flag given beside it replaces that axis.", show_default="off")] = False,
+    quick: Annotated[bool, typer.Option("--quick", metavar="", help=f"Small grid: {_preset(QUICK)}; an axis flag given beside it replaces that axis.", show_default="off")] = False,
     out: Annotated[Path, typer.Option("--out", help="Output folder for sweep.json, pareto.md and pareto.png.")] = Path("attn-export-sweep"),
     low_rank: Annotated[str | None, typer.Option("--low-rank", help="Low-rank ratios (none = no factorization).", show_default=_axis("low_rank"), rich_help_panel=_AXES)] = None,
     distill: Annotated[str | None, typer.Option("--distill", help="Distillation steps (none = no distillation).", show_default=_axis("distill"), rich_help_panel=_AXES)] = None,
@@ -100,7 +109,7 @@ def sweep(
     target: TargetOpt = run_default("target"),
     threads: ThreadsOpt = run_default("threads"),
     warmup: WarmupOpt = POINT_DEFAULTS["warmup"],
-    repeats: Annotated[int | None, typer.Option("--repeats", help="Timed runs per configuration.", show_default=f"{POINT_DEFAULTS['repeats']}, quick 5")] = None,
+    repeats: Annotated[int | None, typer.Option("--repeats", help="Timed runs per configuration.", show_default=f"{POINT_DEFAULTS['repeats']}, quick {QUICK_REPEATS}")] = None,
     max_points: Annotated[int, typer.Option("--max-points", help="Refuse a grid with more points than this (each point is a pipeline run).")] = MAX_POINTS,
     yes: Annotated[bool, typer.Option("--yes", metavar="", help="Run a grid larger than --max-points anyway.", show_default="off")] = False,
     save_models: Annotated[bool, typer.Option("--save-models", metavar="", help="Keep the Pareto points' models in OUT/models/.", show_default="off")] = False,
