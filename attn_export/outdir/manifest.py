@@ -19,6 +19,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -92,11 +93,22 @@ def parse_manifest(raw: bytes, where: str, fix: str, error: type[AttnExportError
     try:
         RunManifestSchema.model_validate(data, strict=True)
     except ValidationError as err:
-        first = err.errors(include_url=False)[0]  # pydantic's own wording of the first problem; the gate's reader names them all
-        field = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        got = "nothing (the key is missing)" if first["type"] == "missing" else json.dumps(first.get("input"), default=str)[:60]
-        raise error(" ".join(f"{where}: {field}: {first['msg'][:1].lower()}{first['msg'][1:]}, got {got}; {fix}".split())) from None
+        raise error(_one_line(err, where, fix)) from None
     return data
+
+
+def _one_line(err: ValidationError, where: str, fix: str) -> str:
+    """The first problem as ``<file>: <field>: expected X, got Y; <fix>``, in pydantic's own words for X
+    (the gate reads run.json through ``validate.schema``, whose messages name every kind of problem)."""
+    first = err.errors(include_url=False)[0]
+    field = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    if first["type"] == "missing":
+        want, got = "a value", "nothing (the key is missing)"
+    else:
+        pattern = (first.get("ctx") or {}).get("pattern")
+        want = f"a string matching {pattern}" if first["type"] == "string_pattern_mismatch" else re.sub(r"^\w+ should (be )?", "", first["msg"])
+        got = json.dumps(first.get("input"), default=str)[:60]
+    return " ".join(f"{where}: {field}: expected {want}, got {got}; {fix}".split())
 
 
 def manifest_record(status: str, *, command: list[str] | None, seed: int | None, started: str, config: dict[str, Any],
