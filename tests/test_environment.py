@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from attn_export.host.environment import capture_environment, classify, detect_cpu, parse_cpu_flags
+from attn_export.host.environment import capture_environment, classify, detect_cpu, package_versions, parse_cpu_flags
 
 EPYC_AVX2 = "model name\t: AMD EPYC 7763 64-Core Processor\nflags\t\t: fpu sse4_1 sse4_2 avx avx2 fma bmi2\n"
 ICELAKE = "model name\t: Intel Xeon Platinum 8375C\nflags\t\t: avx2 avx512f avx512bw avx512vl avx512_vnni\n"
@@ -36,6 +36,40 @@ def test_environment_records_the_cpu_class_and_process_settings():
     env = capture_environment(2, {"threads": 2, "flush_denormals": True})
     assert env["cpu"]["isa_class"] == detect_cpu().isa_class and "u8s8_saturates" in env["cpu"]
     assert env["process"] == {"threads": 2, "flush_denormals": True} and env["onnxruntime"]
+
+
+@pytest.mark.parametrize("provides", [["onnxruntime-gpu"], ["onnxruntime"], []])
+def test_onnxruntime_is_recorded_under_the_distribution_that_provides_its_module(monkeypatch, provides):
+    """The GPU wheel is another distribution with the same module: a run on it records its version, not None."""
+    from importlib import metadata
+
+    import attn_export.host.environment as environment
+
+    versions = {"onnxruntime-gpu": "1.22.0", "onnxruntime": "1.21.1"}
+    monkeypatch.setattr(metadata, "packages_distributions", lambda: {"onnxruntime": provides, "numpy": ["numpy"]})
+    real_version = metadata.version
+    monkeypatch.setattr(metadata, "version", lambda d: versions[d] if d in versions else real_version(d))
+    environment._onnxruntime_distribution.cache_clear()
+    try:
+        got = package_versions()
+        assert got["onnxruntime"] == (versions[provides[0]] if provides else None)
+        assert got["onnxruntime_distribution"] == (provides[0] if provides else None)
+        assert capture_environment(1)["onnxruntime"] == got["onnxruntime"]
+    finally:
+        environment._onnxruntime_distribution.cache_clear()
+
+
+def test_run_json_and_the_report_record_the_same_versions(tmp_path):
+    """One capture: the manifest's versions are the report environment's versions."""
+    import json
+
+    from attn_export.outdir.claim import claim
+
+    with claim(tmp_path / "out"):
+        pass
+    recorded = json.loads((tmp_path / "out" / "run.json").read_text())["versions"]
+    env = capture_environment(1)
+    assert recorded == {k: env[k] for k in recorded} and recorded.keys() == package_versions().keys()
 
 
 def test_an_emulated_class_is_refused_when_unknown(monkeypatch):

@@ -205,3 +205,83 @@ def test_int8_fallback_smoothquant_and_calibration_values(tmp_path):
         config_from_options(base | {"int8_qat_scales": "frozen"})
     plan = make_plan(config_from_options(base | {"int8_qat": 10, "target": "jetson"}))
     assert [s.name for s in plan.steps][-2:] == ["int8-static", "int8-static+qat"] and plan.selections[0].candidates == ("int8-static", "int8-static+qat")
+
+
+def _command_params(name: str | None) -> dict[str, object]:
+    """The click parameters of the main command (``name`` None) or of a subcommand, by name."""
+    _register()
+    cmd = typer.main.get_command(app)
+    if name is not None:
+        cmd = cmd.commands[name]  # type: ignore[attr-defined]
+    return {p.name: p for p in cmd.params if p.param_type_name == "option"}
+
+
+def _same(a: object, b: object) -> bool:
+    return str(a) == str(b) if isinstance(a, Path) or isinstance(b, Path) else a == b and type(a) is type(b)
+
+
+@pytest.mark.parametrize("command", [None, "sweep"], ids=["attn-export", "sweep"])
+def test_every_option_of_a_run_config_field_has_its_default(command):
+    """One edit changes the library and the CLI: an option that sets a RunConfig field defaults to the field's
+    default (read through click, as a user gets it); an engine option to EngineSpec's; sweep's timing to its points'."""
+    import dataclasses
+
+    from attn_export.cli.main_command import ENGINE_OPTIONS
+    from attn_export.config.run import RunConfig, run_default
+    from attn_export.runtime.tensorrt.spec import EngineSpec
+    from attn_export.campaigns.sweep import MAX_POINTS, POINT_DEFAULTS, SweepConfig
+
+    run_fields = {f.name for f in dataclasses.fields(RunConfig)}
+    engine = {f.name: f.default for f in dataclasses.fields(EngineSpec)}
+    own: dict[str, object] = {}
+    if command == "sweep":  # its timing is its points' (repeats None: POINT_DEFAULTS', quick 5); its axes default to SweepConfig's
+        # grid (None, shown from there); --out is the sweep's own folder, not a point's
+        own = {**POINT_DEFAULTS, "repeats": None, **{f.name: None for f in dataclasses.fields(SweepConfig) if f.name != "base"},
+               "max_points": MAX_POINTS}
+        run_fields.discard("out")
+    checked, wrong = 0, []
+    for name, param in _command_params(command).items():
+        if name in own:
+            expected = own[name]
+        elif name in run_fields:
+            expected = run_default(name)
+        elif name in ENGINE_OPTIONS and command is None:
+            expected = engine[ENGINE_OPTIONS[name]] if ENGINE_OPTIONS[name] != "profiles" else None
+        else:
+            continue
+        checked += 1
+        if not _same(param.default, expected):
+            wrong.append(f"--{name.replace('_', '-')}: {param.default!r}, expected {expected!r}")
+    assert checked >= (50 if command is None else 10)
+    assert not wrong, f"CLI defaults that are not the library's: {wrong}"
+
+
+def test_run_default_is_the_field_default_and_refuses_an_unknown_name():
+    from attn_export.config.run import RunConfig, run_default
+
+    assert run_default("out") == RunConfig().out and run_default("int8_mode") == RunConfig().int8_mode
+    with pytest.raises(KeyError, match="no_such_option"):
+        run_default("no_such_option")
+
+
+@pytest.mark.parametrize("text,ok", [("12", True), ("0", True), ("", False), ("²", False), ("①", False), ("١٢", False), ("-1", False), ("1.5", False)])
+def test_counts_are_ascii_digits(text, ok):
+    """The one check every count (--int8-fallback N, --layers N, --seqs, a label id) passes before int()."""
+    from attn_export.vocab.choices import is_ascii_digits
+
+    assert is_ascii_digits(text) is ok
+    assert is_ascii_digits("12345678", max_len=7) is False and is_ascii_digits("1234567", max_len=7) is True
+
+
+def test_bench_and_sweep_quick_read_their_defaults_from_the_library():
+    """bench's layer shape is BenchConfig's (the reference layer's, subjects/kinds.py); sweep --quick's help is its preset."""
+    from attn_export.campaigns.bench import BenchConfig
+    from attn_export.subjects.kinds import KINDS
+    from attn_export.campaigns.sweep import QUICK, SweepConfig
+
+    bench = _command_params("bench")
+    for name in ("d_model", "heads"):
+        assert bench[name].default == getattr(BenchConfig(), name) == KINDS["layer"].defaults[name]
+    quick_help = " ".join(_command_params("sweep")["quick"].help.split())
+    assert "--low-rank none,0.5 --distill none,40" in quick_help and all(f"--{k.replace('_', '-')} " in quick_help for k in QUICK)
+    assert SweepConfig.quick().low_rank == QUICK["low_rank"]

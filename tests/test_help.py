@@ -165,3 +165,37 @@ def test_int8_encoding_help_says_what_auto_picks():
     assert choose_cpu_encoding("auto", CpuInfo("x86-avx512-vnni", "x86_64", "test")).encoding == "full-range"
     help_line = text[text.index("--int8-encoding") : text.index("--with-torchao")]
     assert all(v in help_line for v in CPU_INT8_ENCODINGS), help_line
+
+
+def test_int8_mode_help_names_every_route_of_the_registry_in_its_own_words():
+    """--int8-mode's help is generated from compress/registry.py: a new route (weight-only was missed once) shows up by itself."""
+    from attn_export.compress.registry import methods, route_choices
+
+    _register()
+    root = typer.main.get_command(app)
+    ctx = root.make_context("attn-export", [], resilient_parsing=True)
+    (param,) = [p for p in root.params if p.name == "int8_mode"]
+    text = " ".join(param.get_help_record(ctx)[1].split())
+    routes = methods("route")
+    assert {m.route for m in routes} >= {"static", "dynamic", "torchao", "weight-only"}
+    for name in route_choices():
+        assert f"{name} (" in text, name
+    for m in routes:
+        assert m.description and " ".join(m.description.split()) in text, m.__name__
+
+
+
+def test_subject_dependent_defaults_in_help_are_the_subject_kinds():
+    """--help shows a subject-dependent default (None in RunConfig) as the subject kind resolves it: one table, subjects/kinds.py."""
+    from attn_export.subjects.kinds import KINDS
+
+    _register()
+    shown = {p.name: p.show_default for p in typer.main.get_command(app).params}
+    layer, ckpt = KINDS["layer"].defaults, KINDS["encoder"].defaults
+    for name in ("layer", "d_model", "heads", "mask"):
+        assert shown[name] == str(layer[name]), name
+    for name in ("layers", "max_len", "max_texts"):
+        assert shown[name] == str(ckpt[name]), name
+    for name in ("low_rank_targets", "calib_method", "smoothquant"):
+        as_shown = ["off" if v is None else str(v) for v in (layer[name], ckpt[name])]
+        assert shown[name] == f"{as_shown[0]} for a layer; {as_shown[1]} for --checkpoint", name

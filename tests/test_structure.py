@@ -305,9 +305,6 @@ def test_light_modules_import_neither_torch_nor_onnx(name):
 # folder move of issue 29 removes them; a cut edge must leave this table (a test checks each is still
 # an edge on a cycle), and no new one may be added to get a test green.
 KNOWN_TIES: dict[tuple[str, str], str] = {
-    # run_dir_aside.py validates the manifest it reads with validate/schema.py's RunManifestSchema, while
-    # validate/gate_hashes.py reads run_dir's names: the manifest and its schema move to outdir/manifest.py.
-    ("outdir", "validate"): "RunManifestSchema moves out of validate/schema.py into outdir/ with the manifest",
 }
 
 

@@ -31,12 +31,15 @@ from attn_export.validate.pareto import ParetoPoint, pareto_front
 from attn_export.vocab.choices import CALIB_METHODS
 from attn_export.vocab.precisions import PRECISIONS, precision_names
 
-__all__ = ["MAX_POINTS", "SweepConfig", "SweepPoint", "pareto_rows", "run_sweep", "with_calibration", "write_sweep"]
+__all__ = ["MAX_POINTS", "POINT_DEFAULTS", "QUICK", "SweepConfig", "SweepPoint", "pareto_rows", "run_sweep", "with_calibration", "write_sweep"]
 
 log = logging.getLogger(__name__)
 
 # A grid larger than this asks for --yes (or --max-points): each point is a whole pipeline run.
 MAX_POINTS = 64
+# What ``attn-export sweep`` times each point with unless told (``--quick``: 5 repeats): fewer runs
+# than one main command (RunConfig's 3 and 20), because a grid runs many. Its options read them here.
+POINT_DEFAULTS: dict[str, int] = {"warmup": 2, "repeats": 10}
 Progress = Callable[[str, int, int], None]
 
 
@@ -74,6 +77,12 @@ class SweepPoint:
 DEFAULT_FLOATS: tuple[str, ...] = tuple(n for n in precision_names(export_float=True) if "onnxruntime" in PRECISIONS[n].runtimes)
 
 
+# ``sweep --quick``: the small grid (its help is written from it) and its timed runs per point.
+QUICK: dict[str, tuple[Any, ...]] = {"low_rank": (None, 0.5), "distill": (None, 40), "quantize": (None, "int8"), "int8_mode": ("dynamic", "static"),
+                                     "calib_method": ("minmax",), "precision": DEFAULT_FLOATS}  # fmt: skip
+QUICK_REPEATS = 5
+
+
 @dataclass(frozen=True)
 class SweepConfig:
     """The grid (main-command option values; None = off) and the run settings every point shares."""
@@ -99,10 +108,8 @@ class SweepConfig:
     @classmethod
     def quick(cls, **overrides: Any) -> SweepConfig:
         """The small grid of ``sweep --quick``; an axis (or setting) in ``overrides`` replaces the preset's (``--quick --low-rank 0.5``)."""
-        preset: dict[str, Any] = {"low_rank": (None, 0.5), "distill": (None, 40), "quantize": (None, "int8"), "int8_mode": ("dynamic", "static"),
-                                  "calib_method": ("minmax",), "precision": DEFAULT_FLOATS}  # fmt: skip
-        base = {"repeats": 5, **overrides.pop("base", {})}
-        return cls(**{**preset, **overrides, "base": base})
+        base = {"repeats": QUICK_REPEATS, **overrides.pop("base", {})}
+        return cls(**{**QUICK, **overrides, "base": base})
 
     def points(self) -> list[SweepPoint]:
         """The grid without meaningless combinations (distillation without low-rank, int8 of fp16, calibration of dynamic)."""

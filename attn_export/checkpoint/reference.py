@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from attn_export.host.lazy import quiet_loggers, require
+from attn_export.host.lazy import require
+from attn_export.host.quiet import quiet_loggers
 from attn_export.errors import CheckpointError
 from attn_export.layers.pooling import PoolingConfig, pool
 

@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 
 from attn_export.errors import ConfigError
+from attn_export.vocab.choices import is_ascii_digits
 
 __all__ = ["writing", "JsonFlag", "QuietFlag", "ThreadsFlag", "err_console", "int_in", "ints", "out_console", "progress_bar",
            "progress_lines", "strs"]
@@ -73,8 +74,7 @@ def ints(text: str | None, flag: str) -> tuple[int, ...] | None:
     if text is None:
         return None
     parts = [t.strip() for t in text.split(",") if t.strip()]
-    # ASCII only: int() takes '١٢' (Arabic-Indic digits) too, and str.isdigit() alone takes '²', which int() refuses
-    if not all(t.removeprefix("-").isascii() and t.removeprefix("-").isdigit() and len(t) <= 30 for t in parts):
+    if not all(is_ascii_digits(t.removeprefix("-")) and len(t) <= 30 for t in parts):
         raise ConfigError(f"expected {flag} as comma-separated integers like 128,512, got {text[:80]!r}")
     values = tuple(int(t) for t in parts)
     distinct(values, flag)

@@ -19,6 +19,7 @@ from attn_export.cli._common import (
     writing,
 )
 from attn_export.cli.options import ForceOpt
+from attn_export.subjects.kinds import KINDS  # the default reference layer's shape (BenchConfig's too)
 
 __all__ = ["CEILING_SIZE", "register"]
 
@@ -33,8 +34,8 @@ def bench(
     seqs: Annotated[str | None, typer.Option("--seqs", help="Sequence lengths, e.g. 128,512,1024,2048,4096.", show_default="off")] = None,
     batches: Annotated[str | None, typer.Option("--batches", help="Batch sizes, e.g. 1,8.", show_default="off")] = None,
     variants: Annotated[str | None, typer.Option("--variants", help="Comma-separated variants; eager-int8-torchao only when named.", show_default="all but torchao")] = None,
-    d_model: Annotated[int, typer.Option("--d-model", help="Model width of the default TransformerLayer.")] = 512,
-    heads: Annotated[int, typer.Option("--heads", help="Attention heads.")] = 8,
+    d_model: Annotated[int, typer.Option("--d-model", help="Model width of the default TransformerLayer.")] = KINDS["layer"].defaults["d_model"],
+    heads: Annotated[int, typer.Option("--heads", help="Attention heads.")] = KINDS["layer"].defaults["heads"],
     ceiling_size: Annotated[int | None, typer.Option("--ceiling-size", help="N of the NxN GEMMs that measure the ceilings (default 2048, quick 1024).", show_default="off")] = None,
     threads: ThreadsFlag = None,
     force: ForceOpt = False,

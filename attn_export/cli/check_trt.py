@@ -10,10 +10,11 @@ cache, compatibility, DLA) into an ``EngineSpec`` for the main command.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -22,27 +23,32 @@ from attn_export.host.memory import parse_bytes
 from attn_export.runtime.tensorrt.spec import EngineSpec, ShapeProfile
 from attn_export.vocab.precisions import precision_names
 
-__all__ = ["PRECISIONS", "register", "check_trt", "engine_spec_from_options"]
+__all__ = ["PRECISIONS", "register", "check_trt", "engine_default", "engine_spec_from_options"]
 
 PRECISIONS = precision_names()
 
 log = logging.getLogger(__name__)
 
 
+def engine_default(name: str) -> Any:
+    """``EngineSpec``'s default for its field ``name``: the engine options' defaults (here and in the main command) are its."""
+    return next(f.default for f in dataclasses.fields(EngineSpec) if f.name == name)
+
+
 
 def engine_spec_from_options(
-    precision: str = "fp16",
+    precision: str = engine_default("precision"),
     min_shape: str | None = None,
     opt_shape: str | None = None,
     max_shape: str | None = None,
     workspace: str | None = None,
-    timing_cache: str | None = None,
-    hardware_compatibility: str = "none",
-    version_compatible: bool = False,
-    optimization_level: int = 3,
-    dla_core: int | None = None,
-    gpu_fallback: bool = True,
-    strongly_typed: bool | None = None,
+    timing_cache: str | None = engine_default("timing_cache"),
+    hardware_compatibility: str = engine_default("hardware_compatibility"),
+    version_compatible: bool = engine_default("version_compatible"),
+    optimization_level: int = engine_default("optimization_level"),
+    dla_core: int | None = engine_default("dla_core"),
+    gpu_fallback: bool = engine_default("gpu_fallback"),
+    strongly_typed: bool | None = engine_default("strongly_typed"),
 ) -> EngineSpec:
     """The CLI's engine options as an ``EngineSpec`` (validated there)."""
     return EngineSpec(

@@ -10,11 +10,11 @@ other option means the same for both subjects or is refused before any work (see
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
 import typer
 
+from attn_export.cli.check_trt import engine_default
 from attn_export.cli.options import (
     AtolOpt,
     AttentionImplOpt,
@@ -77,15 +77,17 @@ from attn_export.cli.options import (
     WithTorchaoOpt,
     WorkspaceOpt,
 )
+from attn_export.config.run import run_default  # light: the defaults are RunConfig's (engine options: EngineSpec's)
 
 __all__ = ["config_from_options", "register", "run_main"]
 
 # Options that only shape the terminal output; everything else becomes a RunConfig field.
 OUTPUT_ONLY = ("quiet", "as_json", "progress")
-# Engine options map into EngineSpec (RunConfig.engine); the rest map 1:1 onto RunConfig.
 TOLERANCE_OPTIONS = {"atol": "atol", "rtol": "rtol", "cosine_min": "cosine-min"}
-ENGINE_OPTIONS = ("min_shape", "opt_shape", "max_shape", "workspace", "timing_cache", "hardware_compatibility",
-                  "version_compatible", "builder_optimization_level", "dla_core")  # fmt: skip
+# Engine options map into EngineSpec (RunConfig.engine), option -> its EngineSpec field; the rest map 1:1 onto RunConfig.
+ENGINE_OPTIONS = {"min_shape": "profiles", "opt_shape": "profiles", "max_shape": "profiles", "workspace": "workspace_bytes",
+                  "timing_cache": "timing_cache", "hardware_compatibility": "hardware_compatibility", "version_compatible": "version_compatible",
+                  "builder_optimization_level": "optimization_level", "dla_core": "dla_core"}  # fmt: skip
 
 
 def config_from_options(options: dict[str, Any]) -> Any:
@@ -101,9 +103,9 @@ def config_from_options(options: dict[str, Any]) -> Any:
     tolerances = parse_tolerance_overrides({flag: opts.pop(name, None) for name, flag in TOLERANCE_OPTIONS.items()})
     opts["tolerance_overrides"] = tolerances or None
     engine_args = {k: opts.pop(k) for k in ENGINE_OPTIONS}
-    check_export_precision(opts.get("precision", "fp32"))  # before the engine spec, which would name the engine instead
+    check_export_precision(opts.get("precision", run_default("precision")))  # before the engine spec, which would name the engine instead
     engine = engine_spec_from_options(
-        precision=engine_precision(opts.get("quantize"), opts.get("precision", "fp32")),
+        precision=engine_precision(opts.get("quantize"), opts.get("precision", run_default("precision"))),
         min_shape=engine_args["min_shape"], opt_shape=engine_args["opt_shape"], max_shape=engine_args["max_shape"],
         workspace=engine_args["workspace"], timing_cache=engine_args["timing_cache"],
         hardware_compatibility=engine_args["hardware_compatibility"], version_compatible=engine_args["version_compatible"],
@@ -140,63 +142,63 @@ def register(app: typer.Typer) -> None:
     @app.callback(invoke_without_command=True)
     def attn_export(
         ctx: typer.Context,
-        checkpoint: CheckpointMainOpt = None,
-        layers: LayersMainOpt = None,
-        max_len: MaxLenOpt = None,
-        max_texts: MaxTextsOpt = None,
-        languages: LanguagesOpt = None,
-        pooling: PoolingOpt = None,
-        prompt: PromptOpt = None,
-        encoder_form: EncoderFormOpt = None,
-        layer: LayerOpt = None,
-        d_model: DModelOpt = None,
-        heads: HeadsOpt = None,
-        mask: MaskOpt = None,
-        seq_len: SeqLenOpt = 128,
-        batch: BatchOpt = 8,
-        seed: SeedOpt = 0,
-        opset: OpsetOpt = None,
-        attention: AttentionOpt = None,
-        attention_impl: AttentionImplOpt = "math",
-        precision: PrecisionOpt = "fp32",
-        out: OutOpt = Path("attn-export-out"),
-        force: ForceOpt = False,
-        threads: ThreadsOpt = None,
-        warmup: WarmupOpt = 3,
-        repeats: RepeatsOpt = 20,
+        checkpoint: CheckpointMainOpt = run_default("checkpoint"),
+        layers: LayersMainOpt = run_default("layers"),
+        max_len: MaxLenOpt = run_default("max_len"),
+        max_texts: MaxTextsOpt = run_default("max_texts"),
+        languages: LanguagesOpt = run_default("languages"),
+        pooling: PoolingOpt = run_default("pooling"),
+        prompt: PromptOpt = run_default("prompt"),
+        encoder_form: EncoderFormOpt = run_default("encoder_form"),
+        layer: LayerOpt = run_default("layer"),
+        d_model: DModelOpt = run_default("d_model"),
+        heads: HeadsOpt = run_default("heads"),
+        mask: MaskOpt = run_default("mask"),
+        seq_len: SeqLenOpt = run_default("seq_len"),
+        batch: BatchOpt = run_default("batch"),
+        seed: SeedOpt = run_default("seed"),
+        opset: OpsetOpt = run_default("opset"),
+        attention: AttentionOpt = run_default("attention"),
+        attention_impl: AttentionImplOpt = run_default("attention_impl"),
+        precision: PrecisionOpt = run_default("precision"),
+        out: OutOpt = run_default("out"),
+        force: ForceOpt = run_default("force"),
+        threads: ThreadsOpt = run_default("threads"),
+        warmup: WarmupOpt = run_default("warmup"),
+        repeats: RepeatsOpt = run_default("repeats"),
         quiet: QuietOpt = False,
         as_json: JsonOpt = False,
         progress: ProgressOpt = False,
-        max_memory: MaxMemoryOpt = None,
-        low_rank: LowRankOpt = None,
-        low_rank_method: LowRankMethodOpt = "activation",
-        low_rank_targets: LowRankTargetsOpt = None,
-        distill: DistillOpt = None,
-        quantize: QuantizeOpt = None,
-        int8_mode: Int8ModeOpt = "auto",
-        int8_encoding: Int8EncodingOpt = "auto",
-        with_torchao: WithTorchaoOpt = False,
-        calib: CalibOpt = None,
-        calib_method: CalibMethodOpt = None,
-        smoothquant: SmoothQuantOpt = None,
-        int8_fallback: Int8FallbackOpt = "auto",
-        int8_qat: Int8QatOpt = None,
-        int8_qat_scales: Int8QatScalesOpt = "learned",
-        target: TargetOpt = "ort-cpu",
-        trt_version: TrtVersionOpt = None,
-        gpu_arch: GpuArchOpt = None,
+        max_memory: MaxMemoryOpt = run_default("max_memory"),
+        low_rank: LowRankOpt = run_default("low_rank"),
+        low_rank_method: LowRankMethodOpt = run_default("low_rank_method"),
+        low_rank_targets: LowRankTargetsOpt = run_default("low_rank_targets"),
+        distill: DistillOpt = run_default("distill"),
+        quantize: QuantizeOpt = run_default("quantize"),
+        int8_mode: Int8ModeOpt = run_default("int8_mode"),
+        int8_encoding: Int8EncodingOpt = run_default("int8_encoding"),
+        with_torchao: WithTorchaoOpt = run_default("with_torchao"),
+        calib: CalibOpt = run_default("calib"),
+        calib_method: CalibMethodOpt = run_default("calib_method"),
+        smoothquant: SmoothQuantOpt = run_default("smoothquant"),
+        int8_fallback: Int8FallbackOpt = run_default("int8_fallback"),
+        int8_qat: Int8QatOpt = run_default("int8_qat"),
+        int8_qat_scales: Int8QatScalesOpt = run_default("int8_qat_scales"),
+        target: TargetOpt = run_default("target"),
+        trt_version: TrtVersionOpt = run_default("trt_version"),
+        gpu_arch: GpuArchOpt = run_default("gpu_arch"),
         min_shape: MinShapeOpt = None,
         opt_shape: OptShapeOpt = None,
         max_shape: MaxShapeOpt = None,
         workspace: WorkspaceOpt = None,
-        timing_cache: TimingCacheOpt = None,
-        hardware_compatibility: HwCompatOpt = "none",
-        version_compatible: VersionCompatOpt = False,
-        builder_optimization_level: OptLevelOpt = 3,
-        dla_core: DlaCoreOpt = None,
-        build_engine: BuildEngineOpt = False,
-        bundle: BundleOpt = None,
-        triton: TritonOpt = None,
+        timing_cache: TimingCacheOpt = engine_default("timing_cache"),
+        hardware_compatibility: HwCompatOpt = engine_default("hardware_compatibility"),
+        version_compatible: VersionCompatOpt = engine_default("version_compatible"),
+        builder_optimization_level: OptLevelOpt = engine_default("optimization_level"),
+        dla_core: DlaCoreOpt = engine_default("dla_core"),
+        build_engine: BuildEngineOpt = run_default("build_engine"),
+        bundle: BundleOpt = run_default("bundle"),
+        triton: TritonOpt = run_default("triton"),
         atol: AtolOpt = None,
         rtol: RtolOpt = None,
         cosine_min: CosineMinOpt = None,

@@ -13,6 +13,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from attn_export.compress.registry import route_help
+from attn_export.subjects.kinds import KINDS  # the subject-dependent defaults --help shows
 from attn_export.vocab.precisions import precision_names
 
 __all__ = [
@@ -77,19 +79,37 @@ __all__ = [
 ]
 
 _MODEL = "Model options"
+
+
+def _layer(name: str) -> str:
+    """A reference layer's default for ``name``, as ``--help`` shows it: the subject kind's (``subjects/kinds.py``)."""
+    return _shown(KINDS["layer"].defaults[name])
+
+
+def _checkpoint(name: str) -> str:
+    return _shown(KINDS["encoder"].defaults[name])
+
+
+def _both(name: str) -> str:
+    """A default that depends on the subject: the layer's and the checkpoint's."""
+    return f"{_layer(name)} for a layer; {_checkpoint(name)} for --checkpoint"
+
+
+def _shown(value: object) -> str:
+    return "off" if value is None else str(value)
 _EXPORT = "Export options"
 _COMPARE = "Comparison options"
 _OUTPUT = "Output options"
 
 LayerOpt = Annotated[
     Optional[str],
-    typer.Option("--layer", help="Reference layer: transformer|mha|self-attention|block-sparse|linear.", show_default="transformer", rich_help_panel=_MODEL),
+    typer.Option("--layer", help="Reference layer: transformer|mha|self-attention|block-sparse|linear.", show_default=_layer("layer"), rich_help_panel=_MODEL),
 ]
-DModelOpt = Annotated[Optional[int], typer.Option("--d-model", help="Model width of the reference layer.", show_default="512", rich_help_panel=_MODEL)]
-HeadsOpt = Annotated[Optional[int], typer.Option("--heads", help="Attention heads (must divide --d-model).", show_default="8", rich_help_panel=_MODEL)]
+DModelOpt = Annotated[Optional[int], typer.Option("--d-model", help="Model width of the reference layer.", show_default=_layer("d_model"), rich_help_panel=_MODEL)]
+HeadsOpt = Annotated[Optional[int], typer.Option("--heads", help="Attention heads (must divide --d-model).", show_default=_layer("heads"), rich_help_panel=_MODEL)]
 SeqLenOpt = Annotated[int, typer.Option("--seq-len", help="Sequence length of the latency input (and of random validation inputs).", rich_help_panel=_MODEL)]
 BatchOpt = Annotated[int, typer.Option("--batch", help="Batch size of the latency input (and of validation batches).", rich_help_panel=_MODEL)]
-MaskOpt = Annotated[Optional[str], typer.Option("--mask", help="Mask kind: none|padding|causal|window.", show_default="padding", rich_help_panel=_MODEL)]
+MaskOpt = Annotated[Optional[str], typer.Option("--mask", help="Mask kind: none|padding|causal|window.", show_default=_layer("mask"), rich_help_panel=_MODEL)]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for weights and inputs (same seed, same weights).", rich_help_panel=_MODEL)]
 OpsetOpt = Annotated[
     Optional[int], typer.Option("--opset", help="ONNX opset.", show_default="the target's: 18; 23 for --target tensorrt and --attention onnx-attention", rich_help_panel=_EXPORT)
@@ -138,21 +158,21 @@ LowRankOpt = Annotated[
     typer.Option("--low-rank", metavar="[RATIO]", help="Low-rank factorize Q/K/V/O keeping RATIO of their parameters (alone: 0.5).", show_default="off", rich_help_panel=_COMPRESS),
 ]
 LowRankMethodOpt = Annotated[str, typer.Option("--low-rank-method", help="activation (whitened, SVD-LLM/ASVD) | svd (plain).", rich_help_panel=_COMPRESS)]
-LowRankTargetsOpt = Annotated[Optional[str], typer.Option("--low-rank-targets", help="Comma list of q,k,v,o,ffn.", show_default="q,k,v,o for a layer; q,k for --checkpoint", rich_help_panel=_COMPRESS)]
+LowRankTargetsOpt = Annotated[Optional[str], typer.Option("--low-rank-targets", help="Comma list of q,k,v,o,ffn.", show_default=_both("low_rank_targets"), rich_help_panel=_COMPRESS)]
 DistillOpt = Annotated[
     Optional[int],
     typer.Option("--distill", metavar="[STEPS]", help="Distil the low-rank student from the original (alone: 200 steps).", show_default="off", rich_help_panel=_COMPRESS),
 ]
 QuantizeOpt = Annotated[Optional[str], typer.Option("--quantize", help="8-bit precision: int8 | fp8 (TensorRT on sm89+) | auto (the best 8-bit format the target's GPU runs) | none. Every route the target can deploy is built; the one meeting the tolerance ships.", show_default="off", rich_help_panel=_COMPRESS)]
-Int8ModeOpt = Annotated[str, typer.Option("--int8-mode", help="auto (every route the target can deploy) | static (Q/DQ) | dynamic (ORT CPU) | torchao (eager reference).", rich_help_panel=_COMPRESS)]
+Int8ModeOpt = Annotated[str, typer.Option("--int8-mode", help=route_help(), rich_help_panel=_COMPRESS)]  # the registry's routes, each in its own words
 Int8EncodingOpt = Annotated[
     str,
     typer.Option("--int8-encoding", help="ONNX Runtime CPU int8: auto (u8u8 where this CPU's U8S8 GEMM saturates, i.e. x86 without VNNI; full-range elsewhere) | full-range | reduce-range (7-bit weights, safe in any session) | u8u8 (ORT's U8U8 kernel, session.x64quantprecision=1).", rich_help_panel=_COMPRESS),
 ]
 WithTorchaoOpt = Annotated[bool, typer.Option("--with-torchao", metavar="", help="Also time torchao's eager int8 (skipped by default where it is slower than fp32 on this CPU).", show_default="off", rich_help_panel=_COMPRESS)]
 CalibOpt = Annotated[Optional[Path], typer.Option("--calib", help="Calibration data: activations (.npz/.npy/.safetensors) for a layer, a .txt file (one text per line) for a checkpoint.", show_default="the shipped set", rich_help_panel=_COMPRESS)]
-CalibMethodOpt = Annotated[Optional[str], typer.Option("--calib-method", help="Static int8 calibration: minmax | percentile | entropy | per-tensor (each activation the method that quantizes it best).", show_default="minmax for a layer; percentile for --checkpoint", rich_help_panel=_COMPRESS)]
-SmoothQuantOpt = Annotated[Optional[str], typer.Option("--smoothquant", metavar="ALPHA|auto|none", help="SmoothQuant for activation outliers (int8 static and dynamic): an alpha in [0, 1], auto (searched per GEMM input, applied where it helps) or none.", show_default="off for a layer; auto for --checkpoint", rich_help_panel=_COMPRESS)]
+CalibMethodOpt = Annotated[Optional[str], typer.Option("--calib-method", help="Static int8 calibration: minmax | percentile | entropy | per-tensor (each activation the method that quantizes it best).", show_default=_both("calib_method"), rich_help_panel=_COMPRESS)]
+SmoothQuantOpt = Annotated[Optional[str], typer.Option("--smoothquant", metavar="ALPHA|auto|none", help="SmoothQuant for activation outliers (int8 static and dynamic): an alpha in [0, 1], auto (searched per GEMM input, applied where it helps) or none.", show_default=_both("smoothquant"), rich_help_panel=_COMPRESS)]
 Int8QatOpt = Annotated[Optional[int], typer.Option("--int8-qat", metavar="STEPS", help="Also refine the static int8 route by distillation through fake int8 (QAT-lite) for up to STEPS steps; both routes compete in the selection.", show_default="off", rich_help_panel=_COMPRESS)]
 Int8QatScalesOpt = Annotated[str, typer.Option("--int8-qat-scales", help="QAT-lite activation ranges: learned (trained with the weights) | frozen (as calibrated).", rich_help_panel=_COMPRESS)]
 Int8FallbackOpt = Annotated[str, typer.Option("--int8-fallback", metavar="auto|none|N", help="Static int8: keep the most sensitive GEMM groups in float (fp16 on TensorRT) until the tolerance is met on the select split (auto), none, or exactly N.", rich_help_panel=_COMPRESS)]
@@ -178,9 +198,9 @@ CheckpointMainOpt = Annotated[
     Optional[str],
     typer.Option("--checkpoint", help="BERT-family checkpoint dir (config.json, model.safetensors, tokenizer.json) or 'minilm'.", show_default="off (a reference layer)", rich_help_panel=_CHECKPOINT),
 ]
-LayersMainOpt = Annotated[Optional[str], typer.Option("--layers", help="With --checkpoint: 'all' (the whole encoder) or a layer index N.", show_default="all", rich_help_panel=_CHECKPOINT)]
-MaxLenOpt = Annotated[Optional[int], typer.Option("--max-len", help="With --checkpoint: token limit of the corpus texts.", show_default="64", rich_help_panel=_CHECKPOINT)]
-MaxTextsOpt = Annotated[Optional[int], typer.Option("--max-texts", help="With --checkpoint: texts per corpus split (train, select, report).", show_default="320", rich_help_panel=_CHECKPOINT)]
+LayersMainOpt = Annotated[Optional[str], typer.Option("--layers", help="With --checkpoint: 'all' (the whole encoder) or a layer index N.", show_default=_checkpoint("layers"), rich_help_panel=_CHECKPOINT)]
+MaxLenOpt = Annotated[Optional[int], typer.Option("--max-len", help="With --checkpoint: token limit of the corpus texts.", show_default=_checkpoint("max_len"), rich_help_panel=_CHECKPOINT)]
+MaxTextsOpt = Annotated[Optional[int], typer.Option("--max-texts", help="With --checkpoint: texts per corpus split (train, select, report).", show_default=_checkpoint("max_texts"), rich_help_panel=_CHECKPOINT)]
 PoolingOpt = Annotated[Optional[str], typer.Option("--pooling", help="With --checkpoint: the sentence embedding's pooling, overriding the model's own: cls|mean|max|mean_sqrt_len_tokens|weightedmean|lasttoken (or several joined by +, each once).", show_default="the model's (1_Pooling/config.json), else mean", rich_help_panel=_CHECKPOINT)]
 PromptOpt = Annotated[Optional[str], typer.Option("--prompt", help="With --checkpoint: the sentence-transformers prompt prepended to every text, by name (a key of prompts in config_sentence_transformers.json); '' for none.", show_default="the model's default_prompt_name, else none", rich_help_panel=_CHECKPOINT)]
 EncoderFormOpt = Annotated[Optional[str], typer.Option("--encoder-form", help="With --checkpoint: how the whole encoder is exported: padded (the (batch, seq) grid), packed (real tokens only: GEMMs, LayerNorm and GELU skip the padding; attention per sequence), or auto: both on ONNX Runtime targets, the faster on the real-text batches ships (padded on TensorRT targets).", show_default="auto", rich_help_panel=_CHECKPOINT)]

@@ -7,6 +7,7 @@ other option is one value, meaning what it means for ``attn-export``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Annotated, Any
@@ -35,10 +36,27 @@ from attn_export.cli.options import (
     ThreadsOpt,
     WarmupOpt,
 )
+from attn_export.config.run import run_default
+from attn_export.campaigns.sweep import MAX_POINTS, POINT_DEFAULTS, QUICK, QUICK_REPEATS, SweepConfig
 
 __all__ = ["register", "sweep_axis"]
 
 _AXES = "Sweep axes (comma lists of the main command's values; none = the option left off)"
+
+
+def _axis(name: str) -> str:
+    """An axis's default as its flag writes it (``none,0.75,0.5,0.25``): ``SweepConfig``'s, shown in ``--help``."""
+    return _values(next(f.default for f in dataclasses.fields(SweepConfig) if f.name == name))
+
+
+def _preset(axes: dict[str, tuple[Any, ...]]) -> str:
+    """A grid as the flags that ask for it (``--low-rank none,0.5 --distill none,40 ...``)."""
+    return " ".join(f"--{name.replace('_', '-')} {_values(values)}" for name, values in axes.items())
+
+
+def _values(axis: tuple[Any, ...]) -> str:
+    """An axis's values as its flag takes them (``none,0.5``)."""
+    return ",".join("none" if v is None else f"{v:g}" if isinstance(v, float) else str(v) for v in axis)
 
 
 def sweep_axis(text: str | None, flag: str, kind: type) -> tuple[Any, ...] | None:
@@ -68,14 +86,14 @@ def sweep_axis(text: str | None, flag: str, kind: type) -> tuple[Any, ...] | Non
 
 
 def sweep(
-    quick: Annotated[bool, typer.Option("--quick", metavar="", help="Small grid: --low-rank none,0.5 --distill none,40 --quantize none,int8 --int8-mode dynamic,static --calib-method minmax --precision fp32,fp16; an axis flag given beside it replaces that axis.", show_default="off")] = False,
+    quick: Annotated[bool, typer.Option("--quick", metavar="", help=f"Small grid: {_preset(QUICK)}; an axis flag given beside it replaces that axis.", show_default="off")] = False,
     out: Annotated[Path, typer.Option("--out", help="Output folder for sweep.json, pareto.md and pareto.png.")] = Path("attn-export-sweep"),
-    low_rank: Annotated[str | None, typer.Option("--low-rank", help="Low-rank ratios (none = no factorization).", show_default="none,0.75,0.5,0.25", rich_help_panel=_AXES)] = None,
-    distill: Annotated[str | None, typer.Option("--distill", help="Distillation steps (none = no distillation).", show_default="none,100,300", rich_help_panel=_AXES)] = None,
-    quantize: Annotated[str | None, typer.Option("--quantize", help="8-bit precisions (none = no quantization).", show_default="none,int8", rich_help_panel=_AXES)] = None,
-    int8_mode: Annotated[str | None, typer.Option("--int8-mode", help="8-bit routes of each quantized point (auto = the main command's selection).", show_default="dynamic,static", rich_help_panel=_AXES)] = None,
-    calib_method: Annotated[str | None, typer.Option("--calib-method", help="Static calibrations (static and auto points).", show_default="minmax,percentile,entropy", rich_help_panel=_AXES)] = None,
-    precision: Annotated[str | None, typer.Option("--precision", help="Export precisions.", show_default="fp32,fp16", rich_help_panel=_AXES)] = None,
+    low_rank: Annotated[str | None, typer.Option("--low-rank", help="Low-rank ratios (none = no factorization).", show_default=_axis("low_rank"), rich_help_panel=_AXES)] = None,
+    distill: Annotated[str | None, typer.Option("--distill", help="Distillation steps (none = no distillation).", show_default=_axis("distill"), rich_help_panel=_AXES)] = None,
+    quantize: Annotated[str | None, typer.Option("--quantize", help="8-bit precisions (none = no quantization).", show_default=_axis("quantize"), rich_help_panel=_AXES)] = None,
+    int8_mode: Annotated[str | None, typer.Option("--int8-mode", help="8-bit routes of each quantized point (auto = the main command's selection).", show_default=_axis("int8_mode"), rich_help_panel=_AXES)] = None,
+    calib_method: Annotated[str | None, typer.Option("--calib-method", help="Static calibrations (static and auto points).", show_default=_axis("calib_method"), rich_help_panel=_AXES)] = None,
+    precision: Annotated[str | None, typer.Option("--precision", help="Export precisions.", show_default=_axis("precision"), rich_help_panel=_AXES)] = None,
     checkpoint: CheckpointMainOpt = None,
     layers: LayersMainOpt = None,
     max_len: MaxLenOpt = None,
@@ -83,16 +101,16 @@ def sweep(
     languages: LanguagesOpt = None,
     d_model: DModelOpt = None,
     heads: HeadsOpt = None,
-    seed: SeedOpt = 0,
-    batch: BatchOpt = 8,
-    seq_len: SeqLenOpt = 128,
+    seed: SeedOpt = run_default("seed"),
+    batch: BatchOpt = run_default("batch"),
+    seq_len: SeqLenOpt = run_default("seq_len"),
     low_rank_targets: LowRankTargetsOpt = None,
     calib: CalibOpt = None,
-    target: TargetOpt = "ort-cpu",
-    threads: ThreadsOpt = None,
-    warmup: WarmupOpt = 2,
-    repeats: Annotated[int | None, typer.Option("--repeats", help="Timed runs per configuration.", show_default="10, quick 5")] = None,
-    max_points: Annotated[int, typer.Option("--max-points", help="Refuse a grid with more points than this (each point is a pipeline run).")] = 64,
+    target: TargetOpt = run_default("target"),
+    threads: ThreadsOpt = run_default("threads"),
+    warmup: WarmupOpt = POINT_DEFAULTS["warmup"],
+    repeats: Annotated[int | None, typer.Option("--repeats", help="Timed runs per configuration.", show_default=f"{POINT_DEFAULTS['repeats']}, quick {QUICK_REPEATS}")] = None,
+    max_points: Annotated[int, typer.Option("--max-points", help="Refuse a grid with more points than this (each point is a pipeline run).")] = MAX_POINTS,
     yes: Annotated[bool, typer.Option("--yes", metavar="", help="Run a grid larger than --max-points anyway.", show_default="off")] = False,
     save_models: Annotated[bool, typer.Option("--save-models", metavar="", help="Keep the Pareto points' models in OUT/models/.", show_default="off")] = False,
     force: ForceOpt = False,
@@ -113,7 +131,7 @@ def sweep(
     base = {k: v for k, v in base.items() if v is not None}
     overrides: dict[str, Any] = {k: v for k, v in axes.items() if v is not None}
     limit = 2**31 if yes else max_points
-    cfg = SweepConfig.quick(base=base, max_points=limit, **overrides) if quick else SweepConfig(base={"repeats": 10, **base}, max_points=limit, **overrides)
+    cfg = SweepConfig.quick(base=base, max_points=limit, **overrides) if quick else SweepConfig(base={"repeats": POINT_DEFAULTS["repeats"], **base}, max_points=limit, **overrides)
     for point in cfg.points():  # every point is a valid main command, refused as one before any work
         cfg.run_config(point, out)
     probe = max((cfg.run_config(p, out) for p in cfg.points()), key=lambda c: c.estimate_memory().total)

@@ -21,9 +21,9 @@ from attn_export.compress.layer_forward import device_of, eval_mode, forward_lay
 from attn_export.errors import ConfigError
 from attn_export.layers.projections import AttentionProjections
 from attn_export.layers.transformer import TransformerLayer
+from attn_export.vocab.choices import LOW_RANK_METHODS  # the one list of methods --low-rank-method's choices
 
 __all__ = [
-    "LOW_RANK_METHODS",
     "LOW_RANK_TARGETS",
     "LayerwiseLowRankSummary",
     "LowRankConfig",
@@ -39,7 +39,6 @@ log = logging.getLogger(__name__)
 LOW_RANK_TARGETS: dict[str, tuple[str, ...]] = {
     "q": ("w_q",), "k": ("w_k",), "v": ("w_v",), "o": ("w_o",), "ffn": ("ffn_in", "ffn_out"),
 }  # fmt: skip
-LOW_RANK_METHODS: tuple[str, ...] = ("activation", "svd")
 _Site = tuple[nn.Module, str, str]  # (parent module, attribute name, target)
 
 

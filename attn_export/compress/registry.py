@@ -5,7 +5,8 @@ A method is a frozen config dataclass that subclasses ``Method`` and says what i
 * ``role``: ``transform`` (changes the model: low-rank, distillation), ``route`` (one way to
   reach a precision; the routes of a precision compete in the plan's selection) or ``refine``
   (improves the result of the route it ``refines``, and competes beside it);
-* ``precision`` (what ``--quantize`` names), ``route`` (what ``--int8-mode`` names),
+* ``precision`` (what ``--quantize`` names), ``route`` (what ``--int8-mode`` names) and
+  ``description`` (what ``--int8-mode``'s help says of the route),
   ``tolerance`` (the key into ``validate/tolerances.py``), ``produces`` (``onnx`` | ``qdq-onnx``
   | ``eager``), ``needs`` (the data roles it reads) and ``stage``/``filename`` (how its stage and
   file are named, ``{prefix}`` being ``stage_prefix``: the precision, after the key parts of the
@@ -57,6 +58,8 @@ __all__ = [
     "methods",
     "precisions",
     "register_method",
+    "route_choices",
+    "route_help",
     "route_names",
     "stage_prefix",
 ]
@@ -106,6 +109,7 @@ class Method:
     role: ClassVar[str] = "transform"
     precision: ClassVar[str] = "fp32"
     route: ClassVar[str] = ""
+    description: ClassVar[str] = ""  # a route's few words in --int8-mode's help (``route_help``)
     tolerance: ClassVar[str] = "fp32"
     produces: ClassVar[str] = "onnx"
     needs: ClassVar[tuple[str, ...]] = ()
@@ -257,6 +261,21 @@ def compose_key(source_key: str, method_key: str) -> str:
 def stage_prefix(transforms: Iterable[type[Method]], precision: str) -> str:
     """What a route's ``{prefix}`` is on the result of ``transforms``: their key parts, then the precision (``lowrank-int8``)."""
     return "-".join([*dict.fromkeys(m.key_part for m in transforms if m.key_part), precision])
+
+
+def route_choices() -> tuple[str, ...]:
+    """What ``--int8-mode`` takes: ``auto`` (every route the target can deploy), then each route name once."""
+    return ("auto", *dict.fromkeys(m.route for m in methods("route")))
+
+
+def route_help() -> str:
+    """``--int8-mode``'s help, from the routes' own descriptions (a route several precisions share names each)."""
+    parts = ["auto (every route the target can deploy)"]
+    for name in route_choices()[1:]:
+        found = [m for m in methods("route") if m.route == name]
+        said = "; ".join(f"{m.precision}: {m.description}" if len(found) > 1 else m.description for m in found)
+        parts.append(f"{name} ({said})")
+    return " | ".join(parts) + "."
 
 
 def apply(source: Source, config: Method) -> Artifact:

@@ -1,1 +1,3 @@
-"""config: see docs/architecture.md for what this layer owns."""
+"""A run's options: ``RunConfig`` (validated before any heavy import), the cross-flag rules and the
+optional packages a run needs. Above the subjects and the compressors it configures.
+"""

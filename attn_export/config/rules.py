@@ -11,6 +11,7 @@ from typing import Any
 
 from attn_export.errors import ConfigError
 from attn_export.host.memory import MAX_BYTES
+from attn_export.vocab.choices import is_ascii_digits
 
 __all__ = ["LIMITS", "MIN_MAX_LEN", "check_combinations", "check_numbers"]
 
@@ -166,7 +167,7 @@ def _parse_fallback(value: object) -> str | int:
     text = str(value).strip().lower()
     if text in ("auto", "none"):
         return text
-    if not (text.isascii() and text.isdigit()):  # str.isdigit() is also true of '²' and '①', which int() refuses
+    if not is_ascii_digits(text):
         raise ConfigError(f"expected --int8-fallback auto|none|N (N in ASCII digits), got {value!r}; use auto (keeps in float only what the tolerance needs)")
     return int(text)
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from attn_export.targets.targets import Target
     from attn_export.subjects.kinds import SubjectKind
 
-__all__ = ["LIMITS", "RunConfig"]
+__all__ = ["LIMITS", "RunConfig", "run_default"]
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ class RunConfig:
         self.kind.check_flags(self)
 
     def _check_choices(self) -> None:
-        from attn_export.compress.registry import precisions, route_names
+        from attn_export.compress.registry import precisions, route_choices
         from attn_export.targets.targets import TARGETS
         from attn_export.vocab.precisions import check_export_precision
 
@@ -129,7 +129,7 @@ class RunConfig:
         if self.quantize is not None and self.quantize not in (*precisions(), "auto"):
             raise ConfigError(f"expected --quantize in {'|'.join(('none', *precisions(), 'auto'))}, got {self.quantize!r}")
         check_export_precision(self.precision)
-        modes = ("auto", *dict.fromkeys(r for p in precisions() for r in route_names(p)))
+        modes = route_choices()
         if self.int8_mode not in modes:
             raise ConfigError(f"expected --int8-mode in {'|'.join(modes)}, got {self.int8_mode!r}")
         if self.int8_encoding not in CPU_INT8_ENCODINGS:
@@ -340,3 +340,12 @@ class RunConfig:
             value = getattr(self, f.name)
             out[f.name] = str(value) if isinstance(value, Path) else (repr(value) if f.name == "engine" and value is not None else value)
         return out
+
+
+def run_default(name: str) -> Any:
+    """``RunConfig``'s default for the option ``name``: the commands' signatures take their defaults from
+    here, so one edit changes the library and the CLI (``tests/test_flags.py`` holds every option to it)."""
+    for f in fields(RunConfig):
+        if f.name == name:
+            return f.default_factory() if f.default is MISSING and f.default_factory is not MISSING else f.default
+    raise KeyError(f"RunConfig has no option {name!r}")  # a programming error in a command's signature, not user input

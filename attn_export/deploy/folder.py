@@ -36,7 +36,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from attn_export.errors import ConfigError
-from attn_export.outdir.fs import SIBLING_INFIX, OutDir, make_sibling, move_into, sha256_fd, take_lock
+from attn_export.outdir.manifest import sha256_fd
+from attn_export.outdir.fs import SIBLING_INFIX, OutDir, make_sibling, move_into, take_lock
 
 __all__ = ["DeployClaim", "MANIFEST_NAME", "check_deploy_paths", "claim_deploy_folders", "foreign_entries", "publish", "refuse_foreign", "staging"]
 

@@ -37,7 +37,7 @@ from attn_export.checks.trt_attention import find_attention_blocks
 from attn_export.checks.trt_compat import check_trt_compat, report_dict
 from attn_export.deploy.folder import publish, staging
 from attn_export.errors import DataError
-from attn_export.runtime.tensorrt.sidecar import sha256_file
+from attn_export.outdir.manifest import sha256_file
 from attn_export.runtime.tensorrt.spec import EngineSpec
 from attn_export.runtime.tensorrt.trtexec import onnx_io_dims, shell_line, trtexec_command
 from attn_export.targets.trt_releases import release

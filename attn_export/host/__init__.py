@@ -1,1 +1,3 @@
-"""host: see docs/architecture.md for what this layer owns."""
+"""The machine and the process a run lives in: CPU detection and versions, threads, denormals and
+OpenMP, signals, memory, path checks, quiet third-party loggers and lazy imports.
+"""

@@ -17,6 +17,7 @@ multiplication with U8S8").
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import platform
@@ -24,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ISA_CLASSES", "CpuInfo", "capture_environment", "classify", "cpu_summary_line", "detect_cpu", "parse_cpu_flags"]
+__all__ = ["ISA_CLASSES", "CpuInfo", "capture_environment", "classify", "cpu_summary_line", "detect_cpu", "package_versions", "parse_cpu_flags"]
 
 log = logging.getLogger(__name__)
 
@@ -135,13 +136,45 @@ def detect_cpu(cpuinfo_path: str | os.PathLike[str] = "/proc/cpuinfo") -> CpuInf
     return CpuInfo(isa_class=isa, machine=machine, model=model, flags=tuple(f for f in _INT8_FLAGS if f in flags))
 
 
-def _version(module: str) -> str | None:
+def _version(dist: str) -> str | None:
     from importlib import metadata
 
     try:
-        return metadata.version(module)
+        return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return None
+
+
+@functools.lru_cache(maxsize=1)
+def _onnxruntime_distribution() -> str | None:
+    """The installed distribution that provides the ``onnxruntime`` module (``onnxruntime``,
+    ``onnxruntime-gpu``, ``onnxruntime-openvino``, ...), None when none does.
+
+    Why not the name ``onnxruntime``: the GPU wheel is another distribution that installs the same
+    module, and a machine with it would record no ONNX Runtime at all (or the CPU wheel's version
+    left behind beside it). Several at once (a broken install) are named together, sorted."""
+    from importlib import metadata
+
+    names = sorted(set(metadata.packages_distributions().get("onnxruntime", [])))
+    return ", ".join(names) or None
+
+
+def package_versions() -> dict[str, str | None]:
+    """The versions every run records (``run.json``'s ``versions``, a report's ``environment``):
+    attn-export, Python, and the libraries its numbers depend on; ONNX Runtime under the
+    distribution that provides its module (``onnxruntime_distribution``)."""
+    from attn_export import __version__
+
+    ort = _onnxruntime_distribution()
+    return {
+        "attn_export": __version__,
+        "python": platform.python_version(),
+        "torch": _version("torch"),
+        "onnx": _version("onnx"),
+        "onnxruntime": _version(ort.split(", ")[0]) if ort else None,
+        "onnxruntime_distribution": ort,
+        "numpy": _version("numpy"),
+    }
 
 
 def capture_environment(threads: int, process: dict[str, Any] | None = None, cpu: CpuInfo | None = None) -> dict[str, Any]:
@@ -150,15 +183,9 @@ def capture_environment(threads: int, process: dict[str, Any] | None = None, cpu
     ``process`` is the process context's own record (``attn_export.host.process``): thread count,
     denormal flushing, OpenMP wait policy, so a reader knows eager and ONNX Runtime ran alike.
     """
-    from attn_export import __version__
-
     cpu = cpu or detect_cpu()
     env: dict[str, Any] = {
-        "attn_export": __version__,
-        "torch": _version("torch"),
-        "onnxruntime": _version("onnxruntime") or _version("onnxruntime-gpu"),
-        "onnx": _version("onnx"),
-        "python": platform.python_version(),
+        **package_versions(),
         "machine": platform.machine(),
         "processor": cpu.model or platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),

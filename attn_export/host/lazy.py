@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
 from attn_export.errors import MissingDependencyError
 
-__all__ = ["lazy_exports", "quiet_loggers", "require"]
+__all__ = ["lazy_exports", "require"]
 
 
 def require(module: str, pip_name: str, what: str | None = None, extra: str | None = None) -> ModuleType:
@@ -38,17 +36,3 @@ def lazy_exports(package: str, where: Mapping[str, str]) -> tuple[Callable[[str]
         return sorted(where)
 
     return __getattr__, __dir__
-
-
-def quiet_loggers(names: Iterable[str], level: int = logging.ERROR) -> contextlib.AbstractContextManager[None]:
-    """What the given loggers say below ``level`` stays off the terminal for the block (into the run's
-    log, ``_quiet.run_log``, when a run holds one); their handlers are put back as they were after it.
-
-    Why: importing or loading third-party libraries logs what a CPU user cannot act on (torchao's
-    CUDA-only kernels, torch's pytree registration notices, transformers' loading report), and
-    the toolkit must not change other libraries' loggers for good. A library that sets up its
-    logger when imported (transformers) must be imported before the block.
-    """
-    from attn_export.host.quiet import diverted
-
-    return diverted(names, level)

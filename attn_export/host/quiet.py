@@ -10,7 +10,7 @@ including after an exception.
 Loading reports are kept, not lost: while a run holds ``run_log(OUT/run.log)``, what a
 quieted library logger says (transformers' LOAD REPORT with its MISSING table for a
 checkpoint saved without a pooler) goes into that file instead of the terminal
-(``diverted``), and with ``terminal=False`` (``--quiet``, ``--json``) every other library's
+(``quiet_loggers``), and with ``terminal=False`` (``--quiet``, ``--json``) every other library's
 records and Python warnings go there too: the terminal gets the verdict only. The file is
 created on the first record, so a run with nothing to say writes none. Every handler, filter
 and the warnings capture is removed on the way out: no library's logging stays changed.
@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["EXPORT_NOISE", "RUN_LOG_NAME", "diverted", "quieted", "run_log"]
+__all__ = ["EXPORT_NOISE", "RUN_LOG_NAME", "quieted", "quiet_loggers", "run_log"]
 
 # logger -> the least severe level let through while exporting
 EXPORT_NOISE: dict[str, int] = {
@@ -85,11 +85,14 @@ class _Divert(logging.Handler):
 
 
 @contextmanager
-def diverted(names: Iterable[str], level: int = logging.ERROR) -> Iterator[None]:
+def quiet_loggers(names: Iterable[str], level: int = logging.ERROR) -> Iterator[None]:
     """What the named loggers say below ``level`` goes to the run's log (if a run holds one), not the terminal.
 
-    A logger below WARNING is raised to it for the block (INFO chatter is not kept). A library that
-    configures its logger when imported must be imported before the block, or it replaces what is set
+    Why: importing or loading third-party libraries logs what a CPU user cannot act on (torchao's
+    CUDA-only kernels, torch's pytree registration notices, transformers' loading report), and
+    the toolkit must not change other libraries' loggers for good. A logger below WARNING is
+    raised to it for the block (INFO chatter is not kept). A library that configures its logger
+    when imported (transformers) must be imported before the block, or it replaces what is set
     here. Handlers, ``propagate`` and levels are put back on the way out."""
     saved: list[tuple[logging.Logger, list[logging.Handler], bool, int]] = []
     floor = min(level, logging.WARNING)  # INFO and DEBUG chatter (one line per node) is not even kept

@@ -1,1 +1,3 @@
-"""outdir: see docs/architecture.md for what this layer owns."""
+"""A run's output folder: claiming and locking it, recovering from a killed run, atomic writes and
+file operations that never follow a planted link. Below every layer that writes files.
+"""

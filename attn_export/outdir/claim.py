@@ -35,22 +35,19 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import json
 import logging
 import os
 import stat
-import sys
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from attn_export.errors import ConfigError
+from attn_export.outdir.manifest import MANIFEST_NAME, manifest_bytes, manifest_record, sha256_file
 from attn_export.host.paths import COMMAND_LINE, given_empty
 from attn_export.outdir.recovery import (
     ARTIFACT_PATTERNS,
     LOCK_NAME,
-    MANIFEST_FORMAT,
-    MANIFEST_NAME,
     PREVIOUS_NAME,
     REPORT_FILES,
     check_owned,
@@ -66,49 +63,24 @@ from attn_export.outdir.recovery import (
     refuse_links,
     restore,
 )
-from attn_export.outdir.fs import OutDir, Stat, make_sibling, move_into, sha256_fd, stat_key, take_lock
+from attn_export.outdir.fs import OutDir, Stat, make_sibling, move_into, stat_key, take_lock
 
 __all__ = [
     "ARTIFACT_PATTERNS",
     "LOCK_NAME",
-    "MANIFEST_FORMAT",
-    "MANIFEST_NAME",
     "PREVIOUS_NAME",
     "REPORT_FILES",
     "RunDir",
     "check_owned",
     "claim",
     "claim_output",
-    "sha256_file",
 ]
 
 log = logging.getLogger(__name__)
 
 
-def sha256_file(path: str | os.PathLike[str]) -> str:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        return sha256_fd(fd)
-    finally:
-        os.close(fd)
-
-
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def _versions() -> dict[str, str | None]:
-    from importlib import metadata
-
-    from attn_export import __version__
-
-    out: dict[str, str | None] = {"attn_export": __version__, "python": sys.version.split()[0]}
-    for dist in ("torch", "onnx", "onnxruntime", "numpy"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = None
-    return out
 
 
 class RunDir:
@@ -334,17 +306,14 @@ class RunDir:
 
     def _write_manifest(self, fields: Mapping[str, Any]) -> Path:
         command = COMMAND_LINE.get()
-        data: dict[str, Any] = {
-            "format": MANIFEST_FORMAT, "status": fields["status"], "pid": os.getpid(),
-            "command": list(command) if command else None, "seed": self.seed, "versions": _versions(),
-            "started": self.started, **{k: v for k, v in fields.items() if k != "status"}, "config": self.config,
-        }  # fmt: skip
+        data = manifest_record(fields["status"], command=list(command) if command else None, seed=self.seed, started=self.started,
+                               config=self.config, **{k: v for k, v in fields.items() if k != "status"})  # fmt: skip
         if self._base is not None:  # it amends that run: its command, seed and options stay, with this command added
             data.update({k: self._base[k] for k in ("command", "seed", "versions", "started", "config", "deployed") if k in self._base})
             data["amended"] = [*(self._base.get("amended") or []), {"command": list(command) if command else None, "started": self.started}]
         if self.aside is not None:  # --force: where the user's files went
             data["moved_aside"] = {"folder": str(self.aside), "files": self._aside_files}
-        self.dir.write_atomic(MANIFEST_NAME, (json.dumps(data, indent=2, default=str) + "\n").encode("utf-8"))
+        self.dir.write_atomic(MANIFEST_NAME, manifest_bytes(data))
         return self.out / MANIFEST_NAME
 
     # -- the report ------------------------------------------------------------------------

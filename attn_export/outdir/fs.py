@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import os
 import shutil
 import stat
@@ -24,22 +23,15 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 from attn_export.errors import ConfigError
+from attn_export.outdir.manifest import sha256_fd
 
-__all__ = ["SIBLING_INFIX", "OutDir", "Stat", "lock_holder", "make_sibling", "move_into", "sha256_fd", "stat_key", "take_lock"]
+__all__ = ["SIBLING_INFIX", "OutDir", "Stat", "lock_holder", "make_sibling", "move_into", "stat_key", "take_lock"]
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 Stat = tuple[int, int, int]  # (inode, mtime_ns, size); folders have size -1
 SIBLING_INFIX = ".attn-export-aside-"  # OUT.attn-export-aside-<UTC time>: where --force moves the user's files
-
-
-def sha256_fd(fd: int) -> str:
-    """The sha256 of what is left to read from ``fd`` (1 MiB at a time)."""
-    h = hashlib.sha256()
-    while chunk := os.read(fd, 1 << 20):
-        h.update(chunk)
-    return h.hexdigest()
 
 
 def stat_key(st: os.stat_result) -> Stat:

@@ -48,17 +48,16 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from attn_export.errors import ConfigError
+from attn_export.outdir.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, parse_manifest
 from attn_export.outdir.fs import SIBLING_INFIX, OutDir, stat_key
 
 __all__ = [
-    "ARTIFACT_PATTERNS", "NESTED_PATTERNS", "REPORT_FILES", "LOCK_NAME", "MANIFEST_FORMAT", "MANIFEST_NAME", "MARKER_NAME", "PREVIOUS_NAME", "TRASH_PREFIX",
+    "ARTIFACT_PATTERNS", "NESTED_PATTERNS", "REPORT_FILES", "LOCK_NAME", "MARKER_NAME", "PREVIOUS_NAME", "TRASH_PREFIX",
     "check_owned", "conflict_error", "discard_aside", "earlier_files", "foreign_files", "is_manifest", "is_reserved", "move_aside", "read_manifest", "recover", "refuse_links", "restore",
 ]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
-MANIFEST_NAME = "run.json"
-MANIFEST_FORMAT = "attn-export-run/1"
 LOCK_NAME = ".attn-export.lock"
 PREVIOUS_NAME = ".attn-export-previous"
 MARKER_NAME = ".attn-export-moved"  # inside PREVIOUS_NAME: the whole earlier run is aside
@@ -71,7 +70,6 @@ ARTIFACT_PATTERNS = ("model*.onnx", "model*.onnx.data", "model*.engine", "model*
                      "bench.json", "bench.md", "sweep.json", "pareto.md", "run.log", MANIFEST_NAME)  # fmt: skip
 NESTED_PATTERNS = ("models/*.onnx",)  # sweep --save-models
 _LEFTOVERS = (".*.tmp",)  # an atomic write cut short by a kill (attn_export.outdir.atomic names)
-_MAX_MANIFEST_BYTES = 64 << 20
 
 
 def is_reserved(name: str) -> bool:
@@ -125,23 +123,11 @@ def refuse_links(od: OutDir, out: Path, deployed: Iterable[Path]) -> None:
 # -- run.json ----------------------------------------------------------------------------------
 def read_manifest(od: OutDir) -> tuple[dict[str, Any] | None, int]:
     """(``OUT/run.json`` validated, its inode change time in ns), or (None, 0) when there is none."""
-    from attn_export.validate.schema import RunManifestSchema, validate
-
     fix = f"it is not an attn-export run manifest: move it away, pass another {od.flag}, or --force to move it aside"
-    where = f"{od.path / MANIFEST_NAME}"
-    raw = od.read(MANIFEST_NAME, _MAX_MANIFEST_BYTES + 1)
+    raw = od.read(MANIFEST_NAME, MAX_MANIFEST_BYTES + 1)
     if raw is None:
         return None, 0
-    if len(raw) > _MAX_MANIFEST_BYTES:
-        raise ConfigError(f"{where}: expected an attn-export run.json, got a file over {_MAX_MANIFEST_BYTES >> 20} MiB; {fix}")
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise ConfigError(f"{where}: expected an attn-export run.json in UTF-8 JSON, got undecodable bytes; {fix}") from None
-    except (json.JSONDecodeError, RecursionError) as err:
-        why = f"{err.msg} at line {err.lineno}" if isinstance(err, json.JSONDecodeError) else "nested too deeply"
-        raise ConfigError(f"{where}: expected an attn-export run.json, got invalid JSON ({why}); {fix}") from None
-    validate(RunManifestSchema, data, where, fix, error=ConfigError)
+    data = parse_manifest(raw, f"{od.path / MANIFEST_NAME}", fix)
     st = od.lstat(MANIFEST_NAME)
     return data, (st.st_ctime_ns if st is not None else 0)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attn_export.errors import ConfigError
-from attn_export.vocab.choices import LAYER_MASKS, LAYER_NAMES, check_heads
+from attn_export.vocab.choices import LAYER_MASKS, LAYER_NAMES, check_heads, is_ascii_digits
 
 if TYPE_CHECKING:
     from attn_export.vocab.run_options import RunOptions
@@ -173,7 +173,7 @@ class CheckpointKind(SubjectKind):
 
     def check_own_flags(self, cfg: RunOptions) -> None:
         layers = cfg.resolved_layers.strip().lower()
-        if layers != "all" and not (layers.isascii() and layers.isdigit()):  # not '²' or '١': int() of those fails or surprises
+        if layers != "all" and not is_ascii_digits(layers):
             raise ConfigError(f"expected --layers all or a layer index N (ASCII digits), got {cfg.layers!r}")
         if cfg.seq_len < 2:  # the latency input is tokenized to --seq-len tokens: [CLS] and [SEP] at least
             raise ConfigError(f"expected --seq-len >= 2 for a --checkpoint (the latency input holds [CLS] and [SEP] at least), got {cfg.seq_len}; "

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 
 from attn_export.validate.schema import NonNegInt, StrictSchema, expected_error, finite_number
-from attn_export.vocab.choices import POOLING_MODES
+from attn_export.vocab.choices import POOLING_MODES, is_ascii_digits
 
 __all__ = [
     "BertConfigSchema",
@@ -40,7 +40,7 @@ def _pad_below_vocab(cls: type, v: int | None, info: ValidationInfo) -> int | No
 
 # --- checkpoint config.json ---------------------------------------------------------------------
 def _label_id(v: str) -> str:
-    if not (v.isascii() and v.isdigit() and len(v) <= 7):
+    if not is_ascii_digits(v, max_len=7):
         raise expected_error('a label id written as a JSON string of digits ("0", "1", ...)', got=json.dumps(v))
     return v
 

@@ -1,5 +1,5 @@
 """Schemas (pydantic v2) for every JSON file the toolkit reads: report.json, baselines, bench
-results, sweep.json and run.json (a checkpoint's own files: ``checkpoint_schema``).
+results, and sweep.json (run.json: ``attn_export.outdir.manifest``; a checkpoint's own files: ``checkpoint_schema``).
 
 Why a schema library and not ``dict.get``: each of these files is user-supplied, and hand-written
 checks had gaps that turned into tracebacks ("high" where a number belongs) or silent wrong
@@ -28,6 +28,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from pydantic_core import PydanticCustomError
 
 from attn_export.errors import AttnExportError, DataError
+from attn_export.outdir.manifest import Sha256  # one pattern for a sha256, in reports and in run.json
 from attn_export.validate.schema_messages import one_line, show
 
 __all__ = [
@@ -38,7 +39,6 @@ __all__ = [
     "BaselineV2",
     "BenchSchema",
     "ReportSchema",
-    "RunManifestSchema",
     "SCHEMA_VERSIONS",
     "SweepSchema",
     "read_json",
@@ -131,7 +131,6 @@ class LatencySchema(StrictSchema):
     cpu_p50: NonNegFinite | None = None
 
 
-Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
 
 class _ArtifactHash(StrictSchema):
@@ -270,27 +269,6 @@ class BaselineV2(StrictSchema):
     latency_margin: LatencyMargin | None = None
     cross_class_slack: dict[str, dict[MetricName, SlackSchema]] = Field(default_factory=dict)
     classes: dict[ClassName, ClassEntrySchema]
-
-
-# --- run.json (attn_export.outdir.claim) ----------------------------------------------------------------
-class ManifestFileSchema(StrictSchema):
-    sha256: Sha256
-    size_bytes: NonNegInt
-
-
-class RunManifestSchema(StrictSchema):
-    """``OUT/run.json``: which run wrote the folder, and the sha256 of every file it wrote."""
-
-    format: Literal["attn-export-run/1"]
-    status: Literal["running", "complete"]
-    pid: NonNegInt | None = None
-    command: list[str] | None = None
-    seed: int | None = None
-    versions: dict[str, str | None] = Field(default_factory=dict)
-    started: str | None = None
-    finished: str | None = None
-    artifacts: dict[str, ManifestFileSchema] = Field(default_factory=dict)
-    config: dict[str, Any] = Field(default_factory=dict)
 
 
 # --- bench.json (for ``report --bench``) ---------------------------------------------------------

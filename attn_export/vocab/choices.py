@@ -26,6 +26,7 @@ __all__ = [
     "PER_TENSOR",
     "POOLING_MODES",
     "check_heads",
+    "is_ascii_digits",
 ]
 
 # How a whole encoder is exported (--encoder-form): on the padded (B, S) grid, or on its real
@@ -67,6 +68,15 @@ LAYER_MASKS: dict[str, tuple[str, ...]] = {
     "linear": ("none", "padding", "causal"),
 }
 LAYER_NAMES: tuple[str, ...] = tuple(LAYER_MASKS)
+
+
+def is_ascii_digits(text: str, max_len: int | None = None) -> bool:
+    """``text`` is a whole number written in ASCII digits (at most ``max_len`` of them): how every option and file
+    field that holds a count is checked before ``int()``.
+
+    Why not ``str.isdigit()`` alone: it is also true of '²' and '①', which ``int()`` refuses, and ``int()``
+    takes '١٢' (Arabic-Indic digits), which no user means."""
+    return text.isascii() and text.isdigit() and (max_len is None or len(text) <= max_len)
 
 
 def check_heads(d_model: int, heads: int) -> None:

@@ -185,3 +185,12 @@ def test_low_rank_layer_exports_as_two_matmuls_and_matches_eager(tmp_path, calib
         want = layer(x, kpm).numpy()
     err = np.abs(got - want)
     assert err.max() < 1e-4, f"max abs error {err.max():.3g} at {np.unravel_index(err.argmax(), err.shape)}"
+
+
+def test_low_rank_words_have_one_home():
+    """The methods and the target names the CLI offers are the ones the transform takes (vocabulary.py is their home)."""
+    import attn_export.compress.lowrank as lowrank
+    from attn_export import vocabulary
+
+    assert lowrank.LOW_RANK_METHODS is vocabulary.LOW_RANK_METHODS
+    assert tuple(lowrank.LOW_RANK_TARGETS) == vocabulary.LOW_RANK_TARGET_NAMES

@@ -81,7 +81,8 @@ def test_batch_must_fit_the_profile(models, tmp_path) -> None:  # type: ignore[n
 def test_version_compatible_plan_needs_the_server_flag(models, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Triton's TensorRT backend loads a version-compatible plan only with --backend-config=tensorrt,version-compatible=true."""
     from attn_export.deploy.triton_repo import VERSION_COMPATIBLE_FLAG
-    from attn_export.runtime.tensorrt.sidecar import EngineSidecar, sha256_file, write_sidecar
+    from attn_export.outdir.manifest import sha256_file
+    from attn_export.runtime.tensorrt.sidecar import EngineSidecar, write_sidecar
 
     engine = tmp_path / "model.engine"
     engine.write_bytes(b"plan")

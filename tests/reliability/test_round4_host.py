@@ -166,8 +166,7 @@ def test_c28_diverted_library_logs_reach_the_run_log_and_the_loggers_are_restore
     are captured only for the run."""
     import warnings
 
-    from attn_export.host.lazy import quiet_loggers
-    from attn_export.host.quiet import run_log
+    from attn_export.host.quiet import quiet_loggers, run_log
 
     lib = logging.getLogger("some_library")
     seen: list[str] = []

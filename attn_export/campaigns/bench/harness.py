@@ -25,6 +25,7 @@ from attn_export.campaigns.bench.ceilings import measure_ceilings
 from attn_export.campaigns.bench.flops import count_module_flops
 from attn_export.campaigns.bench.variants import DEFAULT_VARIANTS, LINEAR_MEMORY_VARIANTS, VARIANTS
 from attn_export.errors import ConfigError
+from attn_export.subjects.kinds import KINDS
 from attn_export.validate.memory import memory_method
 
 __all__ = ["BenchConfig", "paired_ratio", "run_bench"]
@@ -42,9 +43,9 @@ class BenchConfig:
     seqs: tuple[int, ...] = (128, 512, 1024, 2048, 4096, 8192)
     batches: tuple[int, ...] = (1, 8)
     variants: tuple[str, ...] = DEFAULT_VARIANTS
-    d_model: int = 512
-    heads: int = 8
-    mask: str = "padding"
+    d_model: int = KINDS["layer"].defaults["d_model"]  # the default reference layer's shape, from its one table
+    heads: int = KINDS["layer"].defaults["heads"]
+    mask: str = KINDS["layer"].defaults["mask"]
     seed: int = 0
     threads: int | None = None
     warmup: int = 1

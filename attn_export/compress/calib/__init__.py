@@ -1,1 +1,3 @@
-"""compress.calib: see docs/architecture.md for what this layer owns."""
+"""Calibration data for static quantization: the shipped sets, user files, their bounds, generation
+and the per-tensor choice of a calibration method.
+"""

@@ -45,6 +45,7 @@ class Fp8Static(Method):
     role: ClassVar[str] = "route"
     precision: ClassVar[str] = "fp8"
     route: ClassVar[str] = "static"
+    description: ClassVar[str] = "Q/DQ, calibrated: TensorRT on sm89+"
     tolerance: ClassVar[str] = "fp8"
     produces: ClassVar[str] = "qdq-onnx"
     needs: ClassVar[tuple[str, ...]] = ("train", "select")

@@ -38,6 +38,7 @@ class Int8Dynamic(Method):
     role: ClassVar[str] = "route"
     precision: ClassVar[str] = "int8"
     route: ClassVar[str] = "dynamic"
+    description: ClassVar[str] = "ONNX Runtime CPU; TensorRT cannot parse it"
     tolerance: ClassVar[str] = "int8"
     produces: ClassVar[str] = "onnx"
     needs: ClassVar[tuple[str, ...]] = ()  # ("train",) with SmoothQuant: from_run says so in the report

@@ -47,6 +47,7 @@ class Int8Static(Method):
     role: ClassVar[str] = "route"
     precision: ClassVar[str] = "int8"
     route: ClassVar[str] = "static"
+    description: ClassVar[str] = "Q/DQ, calibrated: the TensorRT route"
     tolerance: ClassVar[str] = "int8"
     produces: ClassVar[str] = "qdq-onnx"
     needs: ClassVar[tuple[str, ...]] = ("train", "select")

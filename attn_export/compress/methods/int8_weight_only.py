@@ -45,6 +45,7 @@ class Int8WeightOnly(Method):
     role: ClassVar[str] = "route"
     precision: ClassVar[str] = "int8"
     route: ClassVar[str] = "weight-only"
+    description: ClassVar[str] = "int8 weights in blocks of 128, float activations: ONNX Runtime's MatMulNBits, opt-in"
     tolerance: ClassVar[str] = "int8"
     produces: ClassVar[str] = "onnx"
     needs: ClassVar[tuple[str, ...]] = ()  # nothing is calibrated
@@ -79,7 +80,7 @@ def int8_weight_only(source: Source, config: Int8WeightOnly) -> Artifact:
     import onnx
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-    from attn_export.host.lazy import quiet_loggers
+    from attn_export.host.quiet import quiet_loggers
     from attn_export.compress.quant.onnx import save_model_atomic
 
     ctx, art = source.ctx, source.artifact

@@ -38,6 +38,7 @@ class TorchaoInt8(Method):
     role: ClassVar[str] = "route"
     precision: ClassVar[str] = "int8"
     route: ClassVar[str] = "torchao"
+    description: ClassVar[str] = "eager PyTorch int8, the accuracy reference; reported, never shipped"
     tolerance: ClassVar[str] = "int8"
     produces: ClassVar[str] = "eager"
     stage: ClassVar[str] = "{prefix}-torchao"

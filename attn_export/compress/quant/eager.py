@@ -20,7 +20,8 @@ from typing import Any
 
 from torch import nn
 
-from attn_export.host.lazy import quiet_loggers, require
+from attn_export.host.lazy import require
+from attn_export.host.quiet import quiet_loggers
 from attn_export.errors import ConfigError
 
 __all__ = ["EAGER_INT8_MODES", "quantize_eager_"]

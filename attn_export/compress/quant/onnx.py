@@ -25,7 +25,7 @@ import onnx
 import onnx_ir as ir
 
 from attn_export.outdir.atomic import atomic_path
-from attn_export.host.lazy import quiet_loggers
+from attn_export.host.quiet import quiet_loggers
 from attn_export.compress.quant.qdq import QdqSummary, inspect_qdq
 from attn_export.errors import ConfigError, DataError, ExportError
 

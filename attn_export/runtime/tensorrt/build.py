@@ -34,13 +34,13 @@ from attn_export.host.lazy import require
 from attn_export.checks.trt_attention import find_attention_blocks
 from attn_export.checks.trt_compat import CompatReport, check_trt_compat
 from attn_export.errors import ConfigError, EngineError
+from attn_export.outdir.manifest import sha256_file
 from attn_export.runtime.tensorrt.build_plan import BuildPlan, plan_build
 from attn_export.runtime.tensorrt.runner import deserialize, gpu_identity, select_device
 from attn_export.runtime.tensorrt.sidecar import (
     EngineSidecar,
     detect_fused_attention,
     layers_path_for,
-    sha256_file,
     sidecar_path_for,
     write_sidecar,
 )

@@ -28,7 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from attn_export.errors import ConfigError, EngineError
-from attn_export.outdir.claim import sha256_file  # one file hash for run manifests and engine sidecars
+from attn_export.outdir.manifest import sha256_file  # one file hash for run manifests and engine sidecars
 from attn_export.runtime.tensorrt.spec import ENGINE_PRECISIONS, HARDWARE_COMPATIBILITY, parse_trt_version
 
 __all__ = [
@@ -37,7 +37,6 @@ __all__ = [
     "AttentionFusion",
     "sidecar_path_for",
     "layers_path_for",
-    "sha256_file",
     "read_sidecar",
     "write_sidecar",
     "verify_engine_file",

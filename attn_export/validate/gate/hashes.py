@@ -18,7 +18,6 @@ under an artifact's name never blocks the gate).
 
 from __future__ import annotations
 
-import errno
 import os
 import stat
 from collections.abc import Mapping
@@ -26,31 +25,12 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from attn_export.errors import DataError
+from attn_export.outdir.manifest import MANIFEST_NAME, RunManifestSchema, sha256_regular
 from attn_export.validate.gate.result import GateCheck
 
 __all__ = ["check_run_folder", "verify_artifact_hashes"]
 
 _RERUN = "rerun attn-export into its own --out"
-
-
-def _sha256_regular(path: Path) -> tuple[str | None, str | None]:
-    """(sha256, None) for a regular file, else (None, what it is): opened O_NOFOLLOW | O_NONBLOCK."""
-    from attn_export.host.paths import file_kind
-    from attn_export.outdir.fs import sha256_fd
-
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None, "missing"
-    except OSError as err:
-        return None, "a symbolic link" if err.errno == errno.ELOOP else f"unreadable ({err.strerror or err})"
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return None, file_kind(st.st_mode)
-        return sha256_fd(fd), None
-    finally:
-        os.close(fd)
 
 
 def verify_artifact_hashes(report: Mapping[str, Any], folder: str | os.PathLike[str]) -> list[GateCheck]:
@@ -68,7 +48,7 @@ def verify_artifact_hashes(report: Mapping[str, Any], folder: str | os.PathLike[
                    f"attn-export, so nothing ties it to the file beside it; {_RERUN}")  # fmt: skip
             checks.append(GateCheck(name, "sha256", None, None, None, False, msg))
             continue
-        got, problem = _sha256_regular(path)
+        got, problem = sha256_regular(path)
         if got is None:
             what = "is not beside the report (renamed or deleted)" if problem == "missing" else f"is {problem}, not the file the run wrote"
             checks.append(GateCheck(name, "sha256", None, None, None, False,
@@ -89,9 +69,8 @@ def check_run_folder(report_path: str | os.PathLike[str]) -> tuple[list[GateChec
     Raises DataError (one line) when that ``run.json`` is not a regular file, not a run manifest,
     or not complete. A report without one (copied out of its run folder) gets a notice."""
     from attn_export.host.paths import file_kind
-    from attn_export.outdir.claim import MANIFEST_NAME
     from attn_export.outdir.recovery import PREVIOUS_NAME
-    from attn_export.validate.schema import RunManifestSchema, read_json, validate
+    from attn_export.validate.schema import read_json, validate
 
     report_path = Path(report_path)
     if report_path.parent.name == PREVIOUS_NAME:  # the last complete run, set aside while a later run was under way
@@ -119,7 +98,7 @@ def check_run_folder(report_path: str | os.PathLike[str]) -> tuple[list[GateChec
     if recorded is None:
         msg = f"{report_path.name} is not among the files the run beside it wrote ({manifest}); check that run's own report.json, or {_RERUN}"
         return [GateCheck(report_path.name, "sha256", None, None, None, False, msg)], []
-    got, problem = _sha256_regular(report_path)
+    got, problem = sha256_regular(report_path)
     ok = got == recorded["sha256"]
     msg = f"matches {MANIFEST_NAME}" if ok else (
         f"{report_path.name} is not the report its run wrote (sha256 {(got or problem or '')[:12]}..., {MANIFEST_NAME} has "

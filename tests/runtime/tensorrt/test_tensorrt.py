@@ -18,6 +18,7 @@ from fixtures import eager, feed_for, small_layer
 from attn_export.errors import CompatibilityError, EngineError, MissingDependencyError
 from attn_export.export import export_onnx
 from attn_export.targets.targets import export_spec_for
+from attn_export.outdir.manifest import sha256_file
 from attn_export.runtime.tensorrt.build import preflight, unfused_warning
 from attn_export.runtime.tensorrt.build_plan import plan_build
 from attn_export.runtime.tensorrt.runner import check_shape_in_profile, ensure_runnable, load_engine
@@ -26,7 +27,6 @@ from attn_export.runtime.tensorrt.sidecar import (
     check_compatible,
     detect_fused_attention,
     read_sidecar,
-    sha256_file,
     verify_engine_file,
     write_sidecar,
 )

@@ -1,0 +1,2 @@
+"""Attention forms with a graph structure of their own (``long-seq``'s O(L)-memory loop).
+"""
