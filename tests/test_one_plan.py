@@ -126,7 +126,7 @@ def test_registry_describes_every_method_and_the_plan_names_none():
         assert dataclasses.is_dataclass(m) and m.__dataclass_params__.frozen, m  # type: ignore[attr-defined]
         if m.role == "refine":
             assert m.refines is not None and m.refines.role == "route"
-    plan_src = (Path(__file__).resolve().parents[1] / "attn_export" / "plan.py").read_text()
+    plan_src = (Path(__file__).resolve().parents[1] / "attn_export" / "pipeline" / "plan.py").read_text()
     for m in methods():
         assert m.__name__ not in plan_src, f"plan.py names {m.__name__}"
         if m.route:
