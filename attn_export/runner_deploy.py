@@ -102,6 +102,8 @@ def deploy(plan: Plan, subject: Subject, artifacts: Mapping[str, Artifact], chos
         elif step.kind == "bundle":
             deployed["jetson_bundle"] = str(deploy_steps.write_bundle(subject, onnx, Path(cfg.bundle), spec, plan.deploy_precision,  # type: ignore[arg-type]
                                                                       cfg.resolved_trt_version, say))  # fmt: skip
+        elif step.kind == "session-options":
+            deployed["session_options"] = deploy_steps.session_options_for(onnx, target, spec, say)
         elif step.kind == "triton":
             deployed["triton_repo"] = str(deploy_steps.write_triton(onnx, Path(cfg.triton), spec, engine_path, subject.deploy_name, say))  # type: ignore[arg-type]
 

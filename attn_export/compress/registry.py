@@ -9,7 +9,8 @@ A method is a frozen config dataclass that subclasses ``Method`` and says what i
   ``tolerance`` (the key into ``validate/tolerances.py``), ``produces`` (``onnx`` | ``qdq-onnx``
   | ``eager``), ``needs`` (the data roles it reads) and ``stage``/``filename`` (how its stage and
   file are named, ``{prefix}`` being the precision, or ``lowrank-<precision>`` after low-rank);
-* ``deploy_refusal(target)``: why a target cannot deploy it (None: it can);
+* ``deploy_refusal(target)``: why a target cannot deploy it (None: it can): the target's route
+  policy (``Target.route_preference``) is enforced here, with the method's ``unlisted_why``;
 * ``from_run(run, ctx)``: the config a ``RunConfig`` asks for, ``Skip(reason)``, or None.
 
 and one function registered for the type applies it, torchao-style, to a ``Source``:
@@ -107,10 +108,16 @@ class Method:
     lossy_source: ClassVar[bool] = False  # a transform whose result makes later 8-bit stages ``lowrank-<p>``
     required: ClassVar[bool] = False  # a transform whose failure fails the run (the last of the chain always does)
 
+    # Why a target whose route policy leaves this route out does so (what the method writes that the runtime cannot run):
+    # carried into the refusal, so the user reads the reason and not only the policy.
+    unlisted_why: ClassVar[str] = ""
+
     @classmethod
     def deploy_refusal(cls, target: Target) -> str | None:
-        """Why ``target`` cannot deploy what this method produces (None: it can)."""
-        return None
+        """Why ``target`` cannot deploy what this method produces (None: it can): a route its route policy does not list."""
+        if cls.role == "transform":
+            return None  # a transform's fp32 student deploys wherever its source does
+        return target.route_refusal(cls.precision, cls.route, cls.unlisted_why)
 
     @classmethod
     def from_run(cls, run: RunOptions, ctx: PlanContext, parent: Method | None = None) -> Method | Skip | None:

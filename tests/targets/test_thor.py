@@ -48,9 +48,12 @@ def test_tensorrt_10_16_is_a_release_row_with_a_noted_opset() -> None:
     row = release("10.16")
     assert row.max_opset == 24 and row.opset_source == "parser-10.16" and "10.15" in RELEASE_SOURCES["parser-10.16"]
     assert row.jetpack == "JetPack 7.2" and RELEASES[TrtVersion(10, 13)].jetpack == "JetPack 7.0, 7.1"
-    assert str(release_for_target("jetson", True, "10.13").version) == "10.13"
+    from attn_export.export.targets import get_target
+
+    jetson = get_target("jetson").trt_releases
+    assert str(release_for_target("jetson", jetson, "10.13").version) == "10.13"
     with pytest.raises(ConfigError, match=r"10\.13 \(JetPack 7\.0, 7\.1\).*10\.16 \(JetPack 7\.2\)"):
-        release_for_target("jetson", True, "10.14")
+        release_for_target("jetson", jetson, "10.14")
 
 
 def test_sm110_row_fp8_yes_and_sm101_is_its_old_name() -> None:
