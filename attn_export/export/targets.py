@@ -235,6 +235,27 @@ TARGETS: dict[str, Target] = {
         gpu_archs=tuple(a for a in ARCHS if ARCHS[a].releases),  # the GPUs the JetPacks ship for
         deploys=("trt-check", "engine", "bundle"),
     ),
+    "ort-tensorrt": Target(
+        name="ort-tensorrt",
+        opset=18,
+        attention="decomposed",
+        fp16_mode="builder-flag",
+        int8_mode="qdq+flag",
+        trt_version="10.9",
+        quantize_attention_bmm=False,
+        description="ONNX Runtime TensorRT EP (onnxruntime-gpu): TensorRT engines inside an ONNX Runtime session, CUDA/CPU for the rest",
+        route_preference={"int8": ("static",)},  # explicit Q/DQ only; the EP has no FP8 option
+        # what the EP's subgraphs fall back to; on a machine without it, ONNX Runtime CPU stands in (named in the report)
+        providers=("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"),
+        # onnxruntime-gpu 1.18-1.22 are built against TensorRT 10.0-10.9 (ONNX Runtime's TensorRT EP requirements table)
+        trt_releases=tuple(v for v in RELEASES if v.major == 10 and v <= TrtVersion(10, 9)),
+        gpu_archs=tuple(a for a in ARCHS if not ARCHS[a].releases),
+        deploys=("trt-check", "session-options"),
+        select_by="accuracy",
+        packed_attention="decomposed",
+        explicit_quantization=True,
+        session_options="attn_export.runtime.ort_tensorrt:deployment_options",
+    ),
 }
 DEFAULT_TARGET = "ort-cpu"
 
