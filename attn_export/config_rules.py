@@ -151,7 +151,6 @@ def _check_float_precision(cfg: Any, target: Any) -> None:
 def _check_precision(cfg: Any, target: Any) -> None:
     """An explicit ``--quantize P`` (and ``--int8-mode R``) the target and its GPU can deploy, refused before any work otherwise."""
     from attn_export.compress.registry import methods
-
     from attn_export.targets.gpu_arch import ARCHS, archs_with
 
     routes = [m for m in methods("route") if m.precision == cfg.quantize and (cfg.int8_mode == "auto" or m.route == cfg.int8_mode)]

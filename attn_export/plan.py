@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from attn_export.compress.registry import Method, PlanContext, Skip, methods
 from attn_export.errors import ConfigError
 from attn_export.select import NOISE_BAND
-from attn_export.vocabulary import EIGHT_BIT, engine_precision
+from attn_export.vocabulary import EIGHT_BIT, PRECISIONS, engine_precision
 
 if TYPE_CHECKING:
     from attn_export.config import RunConfig
@@ -70,8 +70,10 @@ class Selection:
 
     ``criterion``: ``latency`` (the fastest, ties within ``band`` broken by ``preference``) where
     the run times the target's own runtime; ``accuracy`` (the best score) for TensorRT targets,
-    whose speed this machine does not measure. ``filename`` may hold ``{precision}``: the
-    chosen artifact's (``--quantize auto`` ships ``model.fp8.onnx`` or ``model.int8.onnx``).
+    whose speed this machine does not measure. ``precisions``: the 8-bit formats of a
+    ``--quantize auto`` selection, preferred first (``EIGHT_BIT``: FP8 where the GPU runs it): on
+    ``accuracy`` the first that meets its tolerance ships. ``filename`` may hold ``{precision}``:
+    the chosen artifact's (``--quantize auto`` ships ``model.fp8.onnx`` or ``model.int8.onnx``).
     """
 
     key: str
@@ -81,6 +83,7 @@ class Selection:
     band: float = NOISE_BAND
     criterion: str = "latency"
     why: str = ""  # why these candidates (the --quantize auto decision)
+    precisions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -182,6 +185,11 @@ def _fp32_source(cfg: RunConfig, plan: Plan, spec: ExportSpec, form: str) -> str
         fp32_spec = dataclasses.replace(fp32_spec, attention=cfg.target_info.attention, opset=None, linear_gemm=None)
         why = (f"{fp32_spec.attention} for the 8-bit routes' source graph: static Q/DQ cannot yet quantize the long-seq form's "
                "subgraphs (model.onnx keeps long-seq)")  # fmt: skip
+    planned = eight_bit_precisions(cfg, cfg.target_info)[0] if cfg.quantize else ()
+    if (need := max((PRECISIONS[p].min_opset for p in planned), default=0)) > fp32_spec.resolved_opset:
+        fp32_spec = dataclasses.replace(fp32_spec, opset=need)  # e.g. float8 Q/DQ from opset 19 on jetson's opset-18 export
+        which = " and ".join(p for p in planned if PRECISIONS[p].min_opset == need)
+        why = f"opset {need} for the 8-bit routes' source graph: {which} Q/DQ needs it (model.onnx keeps opset {spec.resolved_opset})"
     plan.fp32_spec = fp32_spec
     if why:
         plan.attention["fp32" if spec.precision != "fp32" or fp32_spec == spec else "fp32 (8-bit source)"] = why
@@ -227,7 +235,8 @@ def eight_bit_precisions(cfg: RunConfig, target: Target) -> tuple[tuple[str, ...
     best, why = best_8bit(arch, str(cfg.resolved_trt_version))
     both = tuple(p for p in listed if supports(arch, p, str(cfg.resolved_trt_version)))
     if len(both) > 1:
-        return both, f"--quantize auto on {arch}: {' and '.join(both)} both run ({why}); the more accurate on the select split ships"
+        return both, (f"--quantize auto on {arch}: {' and '.join(both)} both run ({why}); {both[0]} ships when it meets its tolerance "
+                      f"on the select split, else {' or '.join(both[1:])}")  # fmt: skip
     return (best,), f"--quantize auto on {arch}: {why}"
 
 
@@ -262,7 +271,7 @@ def _routes(cfg: RunConfig, plan: Plan, ctx: PlanContext, source: str, lowrank: 
         preference = tuple(r for p in precisions for r in ctx.target.route_preference.get(p, ()))
         criterion = ctx.target.select_by  # TensorRT's speed is not measured on this machine: accuracy ranks there
         filename = "model.{precision}.onnx" if len(precisions) > 1 else f"model.{precisions[0]}.onnx"
-        plan.selections.append(Selection(key, candidates, preference, filename, criterion=criterion, why=why))
+        plan.selections.append(Selection(key, candidates, preference, filename, criterion=criterion, why=why, precisions=precisions))
         plan.deploy_source, plan.deploy_precision = f"select:{key}", precisions[0] if len(precisions) == 1 else "8bit"
     else:  # only eager references (torchao): they are what the run measures, so they decide it
         plan.steps[:] = [dataclasses.replace(s, required=True) if s in built else s for s in plan.steps]

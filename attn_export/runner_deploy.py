@@ -40,8 +40,8 @@ def select(plan: Plan, stages: Mapping[str, Stage], select_j: Mapping[str, Judge
         for name in sel.candidates:
             j, art, lat = select_j[name], artifacts[name], stages[name].latency_ms.get("artifact")
             p50 = lat.p50 if lat is not None else float("inf")
-            cands.append(Candidate(name, art.route or name, p50, j.passed, float(j.score), "; ".join(j.violations)))
-        result = select_most_accurate(cands, sel.preference) if sel.criterion == "accuracy" else select_route(cands, sel.preference, sel.band)
+            cands.append(Candidate(name, art.route or name, p50, j.passed, float(j.score), "; ".join(j.violations), art.precision))
+        result = select_most_accurate(cands, sel.preference, sel.precisions) if sel.criterion == "accuracy" else select_route(cands, sel.preference, sel.band)
         entry: dict[str, Any] = {"route": None, "reason": result.reason, "tried": result.tried, "preference": list(sel.preference), "band": sel.band,
                                  "criterion": sel.criterion, "decided_on": report.inputs.get("selection_data")}  # fmt: skip
         if sel.why:

@@ -35,6 +35,7 @@ class Candidate:
     passed_select: bool
     headline: float  # cosine (layer) or mean embedding cosine (encoder) on the select split
     shortfall: str = ""  # why it missed the tolerance, when it did
+    precision: str = ""  # its 8-bit format, when a selection spans several (--quantize auto)
 
 
 @dataclass
@@ -58,9 +59,12 @@ def _none_shippable(candidates: list[Candidate], preference: tuple[str, ...]) ->
     return "no candidate met its tolerance on the select split"
 
 
-def select_most_accurate(candidates: list[Candidate], preference: tuple[str, ...]) -> SelectionResult:
+def select_most_accurate(candidates: list[Candidate], preference: tuple[str, ...], precisions: tuple[str, ...] = ()) -> SelectionResult:
     """The passing candidate with the best select-split score (ties broken by ``preference``): for targets whose
-    runtime this machine does not time (TensorRT), where a CPU latency would rank the wrong thing."""
+    runtime this machine does not time (TensorRT), where a CPU latency would rank the wrong thing.
+
+    ``precisions`` (--quantize auto: the formats the GPU runs, preferred first): the first format with a passing
+    candidate ships (FP8 on a GPU with FP8 tensor cores, int8 when FP8 misses its tolerance), its most accurate route."""
     tried = [{"stage": c.stage, "route": c.route, "p50_ms": c.p50_ms, "passed_select": c.passed_select, "select_accuracy": c.headline}
              for c in candidates]  # fmt: skip
     ok = _shippable(candidates, preference)
@@ -71,9 +75,12 @@ def select_most_accurate(candidates: list[Candidate], preference: tuple[str, ...
             why += f"; the most accurate was {best.stage} ({best.shortfall or f'{best.headline:.6f}'})"
         return SelectionResult(None, why, tried, best)
     rank = {route: i for i, route in enumerate(preference)}
-    chosen = max(ok, key=lambda c: (round(c.headline, 6), -rank.get(c.route, len(rank))))
+    order = {p: i for i, p in enumerate(precisions)}
+    chosen = max(ok, key=lambda c: (-order.get(c.precision, 0), round(c.headline, 6), -rank.get(c.route, len(rank))))
     others = ", ".join(f"{c.stage} {c.headline:.6f}" for c in ok if c is not chosen)
-    reason = (f"{chosen.stage} is the most accurate route meeting its tolerance on the select split ({chosen.headline:.6f}"
+    what = "the most accurate route" if not any(c.precision != chosen.precision for c in ok) else \
+        f"the most accurate route of {chosen.precision}, the format the GPU prefers ({' > '.join(precisions)}),"
+    reason = (f"{chosen.stage} is {what} meeting its tolerance on the select split ({chosen.headline:.6f}"
               + (f"; {others}" if others else "") + "); the target's own latency is not measured on this machine")  # fmt: skip
     return SelectionResult(chosen, reason, tried)
 

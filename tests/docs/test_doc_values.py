@@ -12,7 +12,6 @@ main-command values become a ``RunConfig`` through the CLI's own option parsing 
 from __future__ import annotations
 
 import contextlib
-
 import importlib.util
 import json
 import re

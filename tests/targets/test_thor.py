@@ -102,6 +102,23 @@ def test_jetson_sm101_on_tensorrt_10_13_notes_the_4590_caveat() -> None:
     assert any("NVIDIA/TensorRT#4590" in n for n in plan.notes), plan.notes
 
 
+def test_jetson_sm110_auto_ships_fp8(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The whole run: FP8 is built from an opset-19 source graph (jetson exports opset 18), judged, and shipped as the format
+    Thor prefers; int8 is built beside it as the fall-back that ships only when FP8 misses its tolerance."""
+    from attn_export.cli import main
+
+    out = tmp_path / "run"
+    code = main(["--target", "jetson", "--gpu-arch", "sm110", "--quantize", "auto", "--calib", str(CALIB), "--repeats", "1", "--warmup", "0",
+                 "--threads", "1", "--quiet", "--out", str(out)])  # fmt: skip
+    report = json.loads((out / "report.json").read_text())
+    assert code == 0 and report["verdict"]["passed"], report["verdict"]
+    shipped = report["selection"]["auto"]
+    assert (shipped["stage"], shipped["route"], shipped["precision"]) == ("fp8-static", "static", "fp8"), shipped
+    assert (out / "model.fp8.onnx").is_file() and not (out / "model.int8.onnx").exists()
+    assert {"fp8-static", "int8-static"} <= {t["stage"] for t in shipped["tried"]}
+    assert report["selection"]["deploy"]["trt_check"]["passed"], report["selection"]["deploy"]["trt_check"]
+
+
 @pytest.mark.parametrize(("version", "jetpack"), [("10.13", "JetPack 7.0, 7.1"), ("10.16", "JetPack 7.2"), ("10.3", "JetPack 6.1+")])
 def test_bundle_trtexec_line_and_readme_follow_the_jetpack(tmp_path, version: str, jetpack: str) -> None:  # type: ignore[no-untyped-def]
     from trt_fakes import unknown_flags
