@@ -39,3 +39,14 @@ def test_a_route_the_policy_does_not_list_is_never_shipped():
         assert res.chosen is not None and res.chosen.route == "static", res.reason
     res = select_route([_c("dynamic", 5.0), _c("static", 9.0, ok=False)], ("static",))
     assert res.chosen is None and "int8-dynamic did, on routes it never ships" in res.reason
+
+
+def test_auto_ships_the_preferred_format_that_meets_its_tolerance():
+    """--quantize auto on an FP8 GPU: FP8 ships when it passes, even when int8 scores higher; int8 when FP8 misses."""
+    fp8 = Candidate("fp8-static", "static", 9.0, True, 0.99989, precision="fp8")
+    int8 = Candidate("int8-static", "static", 9.0, True, 0.99993, precision="int8")
+    res = select_most_accurate([fp8, int8], ("static", "static"), ("fp8", "int8"))
+    assert res.chosen is fp8 and "the format the GPU prefers (fp8 > int8)" in res.reason, res.reason
+    missed = Candidate("fp8-static", "static", 9.0, False, 0.97, "cosine 0.97 < 0.999", precision="fp8")
+    assert select_most_accurate([missed, int8], ("static", "static"), ("fp8", "int8")).chosen is int8
+    assert select_most_accurate([fp8, int8], ("static",)).chosen is int8  # one format (no order given): the most accurate

@@ -32,6 +32,24 @@ def test_every_row_is_consistent_data() -> None:
         assert bool(t.emulation) == (t.runtime == "tensorrt"), t.name  # ONNX Runtime only emulates TensorRT itself
 
 
+@pytest.mark.parametrize(
+    ("options", "expect"),
+    [
+        ({"target": "ort-cpu", "quantize": "fp8"}, "the ort-cpu target's route policy ships no fp8; FP8 Q/DQ runs on TensorRT .*; use --target tensorrt or jetson"),
+        ({"target": "tensorrt", "quantize": "int8", "int8_mode": "weight-only"}, "ships int8 by static only; .*MatMulNBits.*; use --int8-mode static"),
+        ({"target": "tensorrt", "gpu_arch": "sm87"}, "--target tensorrt does not cover --gpu-arch sm87 .*; use --target jetson"),
+        ({"target": "ort-cuda", "trt_version": "10.3"}, "--trt-version applies to TensorRT targets; use --target tensorrt or jetson or ort-tensorrt"),
+        ({"target": "tensorrt", "bundle": "b"}, "--bundle writes a Jetson bundle; add --target jetson"),
+    ],
+)
+def test_a_flag_the_row_does_not_cover_is_one_line_from_the_row(options: dict[str, object], expect: str) -> None:
+    from attn_export.config import RunConfig
+
+    with pytest.raises(ConfigError, match=expect) as err:
+        RunConfig(**options)  # type: ignore[arg-type]
+    assert "\n" not in str(err.value)
+
+
 def test_table_choices() -> None:
     assert {"ort-cpu", "ort-cuda", "tensorrt", "jetson"} <= set(TARGETS) and DEFAULT_TARGET == "ort-cpu"
     trt, jet = get_target("tensorrt"), get_target("jetson")
