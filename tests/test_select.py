@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from attn_export.pipeline.select import Candidate, select_route
+from attn_export.pipeline.select import Candidate, select_most_accurate, select_route
 
 ORT_CPU = ("dynamic", "static")
 
@@ -30,3 +30,23 @@ def test_failing_routes_never_ship_and_the_best_one_is_named():
     only = select_route([_c("static", 8.0, ok=False), _c("dynamic", 30.0)], ORT_CPU)
     assert only.chosen.route == "dynamic"
     assert [t["stage"] for t in only.tried] == ["int8-static", "int8-dynamic"]
+
+
+def test_a_route_the_policy_does_not_list_is_never_shipped():
+    # fp8 static as the fastest and most accurate, on a target whose policy lists int8 static only
+    fp8 = Candidate("fp8-static", "fp8-static", 5.0, True, 0.99999)
+    for res in (select_route([fp8, _c("static", 9.0)], ("static",)), select_most_accurate([fp8, _c("static", 9.0)], ("static",))):
+        assert res.chosen is not None and res.chosen.route == "static", res.reason
+    res = select_route([_c("dynamic", 5.0), _c("static", 9.0, ok=False)], ("static",))
+    assert res.chosen is None and "int8-dynamic did, on routes it never ships" in res.reason
+
+
+def test_auto_ships_the_preferred_format_that_meets_its_tolerance():
+    """--quantize auto on an FP8 GPU: FP8 ships when it passes, even when int8 scores higher; int8 when FP8 misses."""
+    fp8 = Candidate("fp8-static", "static", 9.0, True, 0.99989, precision="fp8")
+    int8 = Candidate("int8-static", "static", 9.0, True, 0.99993, precision="int8")
+    res = select_most_accurate([fp8, int8], ("static", "static"), ("fp8", "int8"))
+    assert res.chosen is fp8 and "the format the GPU prefers (fp8 > int8)" in res.reason, res.reason
+    missed = Candidate("fp8-static", "static", 9.0, False, 0.97, "cosine 0.97 < 0.999", precision="fp8")
+    assert select_most_accurate([missed, int8], ("static", "static"), ("fp8", "int8")).chosen is int8
+    assert select_most_accurate([fp8, int8], ("static",)).chosen is int8  # one format (no order given): the most accurate

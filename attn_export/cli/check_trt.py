@@ -21,6 +21,7 @@ import typer
 from attn_export.errors import ConfigError
 from attn_export.host.memory import parse_bytes
 from attn_export.runtime.tensorrt.spec import EngineSpec, ShapeProfile
+from attn_export.targets.trt_releases import known_releases
 from attn_export.vocab.precisions import precision_names
 
 __all__ = ["PRECISIONS", "register", "check_trt", "engine_default", "engine_spec_from_options"]
@@ -67,7 +68,7 @@ def engine_spec_from_options(
 
 def check_trt(
     model: Path = typer.Argument(..., help="ONNX model to check."),
-    trt: str = typer.Option("10.3", "--trt", help="TensorRT release to check against (10.0-10.16, 11.0-11.5; 10.3 = JetPack 6, 10.13 = JetPack 7.0 on Thor)."),
+    trt: str = typer.Option("10.3", "--trt", help=f"TensorRT release to check against ({known_releases()}; 10.3 = JetPack 6, 10.13 = JetPack 7.0 on Thor)."),
     min_shape: Optional[str] = typer.Option(None, "--min-shape", help="Profile min BATCHxSEQ, e.g. 1x16.", show_default="off"),
     opt_shape: Optional[str] = typer.Option(None, "--opt-shape", help="Profile opt BATCHxSEQ, e.g. 8x128.", show_default="off"),
     max_shape: Optional[str] = typer.Option(None, "--max-shape", help="Profile max BATCHxSEQ, e.g. 32x512.", show_default="off"),

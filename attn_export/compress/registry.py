@@ -14,7 +14,8 @@ A method is a frozen config dataclass that subclasses ``Method`` and says what i
 * ``key_part`` (a transform whose result is lossy): what it adds to the names and tolerance keys of
   the stages built on it (low-rank's ``lowrank``: ``lowrank-int8-static``, held to ``lowrank-int8``;
   ``compose_key`` and ``stage_prefix`` read it, so no other module names a transform);
-* ``deploy_refusal(target)``: why a target cannot deploy it (None: it can);
+* ``deploy_refusal(target)``: why a target cannot deploy it (None: it can): the target's route
+  policy (``Target.route_preference``) is enforced here, with the method's ``unlisted_why``;
 * ``from_run(run, ctx)``: the config a ``RunConfig`` asks for, ``Skip(reason)``, or None.
 
 and one function registered for the type applies it, torchao-style, to a ``Source``, asking the
@@ -119,10 +120,16 @@ class Method:
     key_part: ClassVar[str] = ""  # a lossy transform: what stages built on its result carry in their name and tolerance key
     required: ClassVar[bool] = False  # a transform whose failure fails the run (the last of the chain always does)
 
+    # Why a target whose route policy leaves this route out does so (what the method writes that the runtime cannot run):
+    # carried into the refusal, so the user reads the reason and not only the policy.
+    unlisted_why: ClassVar[str] = ""
+
     @classmethod
     def deploy_refusal(cls, target: Target) -> str | None:
-        """Why ``target`` cannot deploy what this method produces (None: it can)."""
-        return None
+        """Why ``target`` cannot deploy what this method produces (None: it can): a route its route policy does not list."""
+        if cls.role == "transform":
+            return None  # a transform's fp32 student deploys wherever its source does
+        return target.route_refusal(cls.precision, cls.route, cls.unlisted_why)
 
     @classmethod
     def from_run(cls, run: RunOptions, ctx: PlanContext, parent: Method | None = None) -> Method | Skip | None:

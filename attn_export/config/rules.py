@@ -77,18 +77,23 @@ def check_combinations(cfg: Any) -> None:
                                      ("--int8-qat-scales", cfg.int8_qat_scales, "learned")):  # fmt: skip
             if value != default:
                 raise ConfigError(f"{flag} configures int8; add --quantize int8 or drop {flag}")
-    if cfg.bundle is not None and cfg.target != "jetson":
-        raise ConfigError(f"--bundle writes a Jetson bundle; add --target jetson (got --target {cfg.target})")
-    if cfg.build_engine and not target.is_tensorrt:
-        raise ConfigError(f"--build-engine needs a TensorRT target; use --target tensorrt or jetson (got {cfg.target})")
-    if cfg.trt_version is not None and not target.is_tensorrt:
-        raise ConfigError(f"--trt-version applies to TensorRT targets; use --target tensorrt or jetson (got {cfg.target})")
-    if target.is_tensorrt:
+    from attn_export.targets.targets import DEFAULT_TARGET, get_target, targets_with
+
+    if cfg.bundle is not None and "bundle" not in target.deploys:
+        raise ConfigError(f"--bundle writes a Jetson bundle; add --target {' or '.join(_deploying('bundle'))} (got --target {cfg.target})")
+    if cfg.build_engine and "engine" not in target.deploys:
+        raise ConfigError(f"--build-engine needs a TensorRT target; use --target {' or '.join(_deploying('engine'))} (got {cfg.target})")
+    if cfg.trt_version is not None and not target.trt_releases:
+        raise ConfigError(f"--trt-version applies to TensorRT targets; use --target {' or '.join(targets_with('trt_releases'))} (got {cfg.target})")
+    if target.trt_releases:
         _check_release(cfg, target)
-    if cfg.gpu_arch is not None and not target.is_tensorrt:
-        raise ConfigError(f"--gpu-arch names the GPU a TensorRT engine is built for; use --target tensorrt or jetson (got {target.name})")
-    if cfg.gpu_arch is not None:
-        cfg.resolved_gpu_arch  # noqa: B018 - parses --gpu-arch: an unknown name is one line listing the known ones
+    if cfg.gpu_arch is not None and not target.gpu_archs:
+        raise ConfigError(f"--gpu-arch names the GPU a TensorRT engine is built for; use --target {' or '.join(targets_with('gpu_archs'))} "
+                          f"(got {target.name})")  # fmt: skip
+    if cfg.gpu_arch is not None and (arch := cfg.resolved_gpu_arch) not in target.gpu_archs:  # parses it: an unknown name lists the known ones
+        others = [t for t in targets_with("gpu_archs") if arch in get_target(t).gpu_archs]
+        raise ConfigError(f"--target {target.name} does not cover --gpu-arch {arch} (it covers {', '.join(target.gpu_archs)}); "
+                          f"use --target {' or '.join(others) or DEFAULT_TARGET}")  # fmt: skip
     _check_float_precision(cfg, target)
     if cfg.quantize and cfg.quantize != "auto":
         _check_precision(cfg, target)
@@ -98,11 +103,18 @@ def check_combinations(cfg: Any) -> None:
         raise ConfigError("--int8-qat-scales configures QAT-lite; add --int8-qat STEPS or drop --int8-qat-scales")
     if cfg.int8_mode == "torchao" and cfg.with_torchao:
         raise ConfigError("--int8-mode torchao already runs the torchao route; drop --with-torchao")
-    if cfg.engine is not None and not target.is_tensorrt:
+    if cfg.engine is not None and not target.trt_releases:
         from attn_export.runtime.tensorrt.spec import EngineSpec
 
         if cfg.engine != EngineSpec(precision=cfg.engine.precision):
-            raise ConfigError(f"the TensorRT engine options apply to --target tensorrt or jetson (got --target {cfg.target})")
+            raise ConfigError(f"the TensorRT engine options apply to --target {' or '.join(targets_with('trt_releases'))} (got --target {cfg.target})")
+
+
+def _deploying(step: str) -> list[str]:
+    """The targets that run deploy ``step`` (what a refusal of ``--bundle``/``--build-engine`` offers)."""
+    from attn_export.targets.targets import TARGETS
+
+    return [t.name for t in TARGETS.values() if step in t.deploys]
 
 
 def _check_release(cfg: Any, target: Any) -> None:
@@ -119,12 +131,12 @@ def _check_float_precision(cfg: Any, target: Any) -> None:
     from attn_export.vocab.precisions import PRECISIONS
 
     p = PRECISIONS[cfg.precision]
-    runtime = "tensorrt" if target.is_tensorrt else "onnxruntime"
+    runtime = target.runtime
     others = [q.name for q in PRECISIONS.values() if q.export_float and runtime in q.runtimes and q.bits < 32]
     if runtime not in p.runtimes:
         raise ConfigError(f"--precision {p.name} runs on {' or '.join(p.runtimes)} only, got --target {target.name} ({runtime}); "
                           f"use --precision {' or '.join(others) or 'fp32'}, or a target on {p.runtimes[0]}")  # fmt: skip
-    if not (target.is_tensorrt and p.arch_column):
+    if not (target.gpu_archs and p.arch_column):
         return
     from attn_export.targets.gpu_arch import ARCHS, archs_with, require_precision
 
@@ -140,6 +152,7 @@ def _check_float_precision(cfg: Any, target: Any) -> None:
 def _check_precision(cfg: Any, target: Any) -> None:
     """An explicit ``--quantize P`` (and ``--int8-mode R``) the target and its GPU can deploy, refused before any work otherwise."""
     from attn_export.compress.registry import methods
+    from attn_export.targets.gpu_arch import ARCHS, archs_with
 
     routes = [m for m in methods("route") if m.precision == cfg.quantize and (cfg.int8_mode == "auto" or m.route == cfg.int8_mode)]
     if not routes:
@@ -150,8 +163,8 @@ def _check_precision(cfg: Any, target: Any) -> None:
                           f"{target.name}: {routes[0].deploy_refusal(target)}")  # fmt: skip
     if cfg.int8_mode != "auto" and routes[0].produces != "eager" and routes[0].deploy_refusal(target):
         raise ConfigError(f"--int8-mode {cfg.int8_mode} cannot target {target.name}: {routes[0].deploy_refusal(target)}")
-    if target.is_tensorrt and cfg.quantize not in ("int8",):
-        from attn_export.targets.gpu_arch import archs_with, require_precision
+    if target.gpu_archs and len(archs_with(cfg.quantize)) < len(ARCHS):  # some GPUs lack it (FP8): the named one must have it
+        from attn_export.targets.gpu_arch import require_precision
 
         arch = cfg.resolved_gpu_arch
         if arch is None:

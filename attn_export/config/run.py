@@ -298,7 +298,7 @@ class RunConfig:
         from attn_export.targets.gpu_arch import jetson_release
 
         target = self.target_info
-        if not target.is_tensorrt:
+        if not target.trt_releases:
             return None
         return self.trt_version or (jetson_release(self.gpu_arch, str(target.trt_version)) if target.needs_jetpack else target.trt_version)
 
@@ -329,7 +329,7 @@ class RunConfig:
             spec = dataclasses.replace(spec, profiles=ShapeProfile((1, 1), opt, (4 * self.batch, 4 * self.seq_len)))  # type: ignore[type-var]
         if spec.precision != precision:  # type: ignore[attr-defined]
             spec = dataclasses.replace(spec, precision=precision)  # type: ignore[type-var]
-        if self.target_info.is_tensorrt and spec.gpu_arch != self.resolved_gpu_arch:  # type: ignore[attr-defined]
+        if self.target_info.gpu_archs and spec.gpu_arch != self.resolved_gpu_arch:  # type: ignore[attr-defined]
             spec = dataclasses.replace(spec, gpu_arch=self.resolved_gpu_arch)  # type: ignore[type-var]
         return spec
 

@@ -1,4 +1,4 @@
-"""Deploy steps of the plan: the static TensorRT check, an engine, the Jetson bundle, the Triton repository.
+"""Deploy steps of the plan: the static TensorRT check, an engine, the Jetson bundle, the session options, the Triton repository.
 
 Each takes the ONNX model the run deploys (the selected int8 route, the distilled student or
 the plain export) and works for every subject: the reference inputs and outputs a bundle
@@ -16,7 +16,7 @@ from typing import Any
 
 from attn_export.errors import CompatibilityError
 
-__all__ = ["check_for_target", "write_bundle", "write_triton"]
+__all__ = ["check_for_target", "session_options_for", "write_bundle", "write_triton"]
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,16 @@ def check_for_target(onnx_path: Path, target: Any, spec: Any, trt_version: str, 
         errors = "; ".join(str(f) for f in report.errors)
         raise CompatibilityError(f"{onnx_path.name} fails the TensorRT {trt_version} check: {errors}")
     return data
+
+
+def session_options_for(onnx_path: Path, target: Any, spec: Any, say: Callable[[str], None]) -> dict[str, Any]:
+    """The session and provider options a deployment of ``onnx_path`` on ``target`` must set, from the runtime module its
+    ``session_options`` names (``module:function(onnx_path, spec) -> dict``): written into the report, not guessed by the user."""
+    import importlib
+
+    module, _, name = target.session_options.partition(":")
+    say(f"session options for target {target.name} ({spec.precision})")
+    return dict(getattr(importlib.import_module(module), name)(onnx_path, spec))
 
 
 def write_bundle(subject: Any, onnx_path: Path, bundle_dir: Path, spec: Any, precision: str, trt_version: str, say: Callable[[str], None]) -> Path:

@@ -162,10 +162,10 @@ def _encoder_forms(cfg: RunOptions) -> int:
         return 1
     try:
         whole_encoder = cfg.kind.profile(cfg).kind == "encoder"  # type: ignore[attr-defined]
-        tensorrt = cfg.target_info.is_tensorrt  # type: ignore[attr-defined]
+        timed = cfg.target_info.select_by == "latency"  # type: ignore[attr-defined]
     except Exception:  # noqa: BLE001 - a config its own checks refuse: count it as one form
         return 1
-    return 2 if whole_encoder and not tensorrt else 1
+    return 2 if whole_encoder and timed else 1
 
 
 def address_space_limit() -> int | None:

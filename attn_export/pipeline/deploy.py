@@ -40,8 +40,8 @@ def select(plan: Plan, stages: Mapping[str, Stage], select_j: Mapping[str, Judge
         for name in sel.candidates:
             j, art, lat = select_j[name], artifacts[name], stages[name].latency_ms.get("artifact")
             p50 = lat.p50 if lat is not None else float("inf")
-            cands.append(Candidate(name, art.route or name, p50, j.passed, float(j.score), "; ".join(j.violations)))
-        result = select_most_accurate(cands, sel.preference) if sel.criterion == "accuracy" else select_route(cands, sel.preference, sel.band)
+            cands.append(Candidate(name, art.route or name, p50, j.passed, float(j.score), "; ".join(j.violations), art.precision))
+        result = select_most_accurate(cands, sel.preference, sel.precisions) if sel.criterion == "accuracy" else select_route(cands, sel.preference, sel.band)
         entry: dict[str, Any] = {"route": None, "reason": result.reason, "tried": result.tried, "preference": list(sel.preference), "band": sel.band,
                                  "criterion": sel.criterion, "decided_on": report.inputs.get("selection_data")}  # fmt: skip
         if sel.why:
@@ -102,6 +102,8 @@ def deploy(plan: Plan, subject: Subject, artifacts: Mapping[str, Artifact], chos
         elif step.kind == "bundle":
             deployed["jetson_bundle"] = str(deploy_steps.write_bundle(subject, onnx, Path(cfg.bundle), spec, plan.deploy_precision,  # type: ignore[arg-type]
                                                                       cfg.resolved_trt_version, say))  # fmt: skip
+        elif step.kind == "session-options":
+            deployed["session_options"] = deploy_steps.session_options_for(onnx, target, spec, say)
         elif step.kind == "triton":
             deployed["triton_repo"] = str(deploy_steps.write_triton(onnx, Path(cfg.triton), spec, engine_path, subject.deploy_name, say))  # type: ignore[arg-type]
 

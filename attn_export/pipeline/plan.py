@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attn_export.compress.registry import Method, PlanContext, Skip, methods, stage_prefix
+from attn_export.errors import ConfigError
 from attn_export.pipeline.select import NOISE_BAND
-from attn_export.vocab.precisions import EIGHT_BIT, engine_precision
+from attn_export.vocab.precisions import EIGHT_BIT, PRECISIONS, engine_precision
 
 if TYPE_CHECKING:
     from attn_export.config.run import RunConfig
@@ -69,8 +70,10 @@ class Selection:
 
     ``criterion``: ``latency`` (the fastest, ties within ``band`` broken by ``preference``) where
     the run times the target's own runtime; ``accuracy`` (the best score) for TensorRT targets,
-    whose speed this machine does not measure. ``filename`` may hold ``{precision}``: the
-    chosen artifact's (``--quantize auto`` ships ``model.fp8.onnx`` or ``model.int8.onnx``).
+    whose speed this machine does not measure. ``precisions``: the 8-bit formats of a
+    ``--quantize auto`` selection, preferred first (``EIGHT_BIT``: FP8 where the GPU runs it): on
+    ``accuracy`` the first that meets its tolerance ships. ``filename`` may hold ``{precision}``:
+    the chosen artifact's (``--quantize auto`` ships ``model.fp8.onnx`` or ``model.int8.onnx``).
     """
 
     key: str
@@ -80,6 +83,7 @@ class Selection:
     band: float = NOISE_BAND
     criterion: str = "latency"
     why: str = ""  # why these candidates (the --quantize auto decision)
+    precisions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -156,7 +160,7 @@ def export_spec(cfg: RunConfig, profile: SubjectProfile, graph_precision: str, e
         return packed_spec(cfg, spec), None  # its attention form is the packed encoder's (packed_spec)
     if cfg.attention not in (None, "auto"):
         return spec, None  # the user's explicit form
-    if not target.is_tensorrt:
+    if not target.trt_releases:  # no TensorRT parser reads the graph: the ONNX Runtime form choice
         from attn_export.targets.form_choice import choose_attention_form
 
         form, reason = choose_attention_form(target, cfg.max_seq_len, profile.mask, layer=profile.layer)
@@ -181,6 +185,11 @@ def _fp32_source(cfg: RunConfig, plan: Plan, spec: ExportSpec, form: str) -> str
         fp32_spec = dataclasses.replace(fp32_spec, attention=cfg.target_info.attention, opset=None, linear_gemm=None)
         why = (f"{fp32_spec.attention} for the 8-bit routes' source graph: static Q/DQ cannot yet quantize the long-seq form's "
                "subgraphs (model.onnx keeps long-seq)")  # fmt: skip
+    planned = eight_bit_precisions(cfg, cfg.target_info)[0] if cfg.quantize else ()
+    if (need := max((PRECISIONS[p].min_opset for p in planned), default=0)) > fp32_spec.resolved_opset:
+        fp32_spec = dataclasses.replace(fp32_spec, opset=need)  # e.g. float8 Q/DQ from opset 19 on jetson's opset-18 export
+        which = " and ".join(p for p in planned if PRECISIONS[p].min_opset == need)
+        why = f"opset {need} for the 8-bit routes' source graph: {which} Q/DQ needs it (model.onnx keeps opset {spec.resolved_opset})"
     plan.fp32_spec = fp32_spec
     if why:
         plan.attention["fp32" if spec.precision != "fp32" or fp32_spec == spec else "fp32 (8-bit source)"] = why
@@ -215,17 +224,21 @@ def eight_bit_precisions(cfg: RunConfig, target: Target) -> tuple[tuple[str, ...
     """The 8-bit precisions ``--quantize`` plans, and why: itself, or for ``auto`` every format the target's GPU runs."""
     if cfg.quantize != "auto":
         return (str(cfg.quantize),), ""
-    if not target.is_tensorrt:
-        return ("int8",), f"--quantize auto: int8 ({target.name} has no FP8 kernels)"
+    listed = tuple(p for p in EIGHT_BIT if target.routes(p))  # the route policy: what the target ships at all
+    if not listed:
+        raise ConfigError(f"--quantize auto: the {target.name} target's route policy ships no 8-bit format; drop --quantize")
+    if len(listed) == 1:
+        return listed, f"--quantize auto: {listed[0]} ({target.name}'s route policy ships no {', '.join(p for p in EIGHT_BIT if p not in listed)})"
     from attn_export.targets.gpu_arch import best_8bit, supports
 
     arch = cfg.resolved_gpu_arch
     if arch is None:
         return ("int8",), "--quantize auto: int8, which every TensorRT GPU runs; pass --gpu-arch to consider FP8 (sm89 and later)"
     best, why = best_8bit(arch, str(cfg.resolved_trt_version))
-    both = tuple(p for p in EIGHT_BIT if supports(arch, p, str(cfg.resolved_trt_version)))
+    both = tuple(p for p in listed if supports(arch, p, str(cfg.resolved_trt_version)))
     if len(both) > 1:
-        return both, f"--quantize auto on {arch}: {' and '.join(both)} both run ({why}); the more accurate on the select split ships"
+        return both, (f"--quantize auto on {arch}: {' and '.join(both)} both run ({why}); {both[0]} ships when it meets its tolerance "
+                      f"on the select split, else {' or '.join(both[1:])}")  # fmt: skip
     return (best,), f"--quantize auto on {arch}: {why}"
 
 
@@ -258,9 +271,9 @@ def _routes(cfg: RunConfig, plan: Plan, ctx: PlanContext, source: str, transform
     key = str(cfg.quantize)
     if candidates:
         preference = tuple(r for p in precisions for r in ctx.target.route_preference.get(p, ()))
-        criterion = "accuracy" if ctx.target.is_tensorrt else "latency"  # TensorRT's speed is not measured on this machine
+        criterion = ctx.target.select_by  # TensorRT's speed is not measured on this machine: accuracy ranks there
         filename = "model.{precision}.onnx" if len(precisions) > 1 else f"model.{precisions[0]}.onnx"
-        plan.selections.append(Selection(key, candidates, preference, filename, criterion=criterion, why=why))
+        plan.selections.append(Selection(key, candidates, preference, filename, criterion=criterion, why=why, precisions=precisions))
         plan.deploy_source, plan.deploy_precision = f"select:{key}", precisions[0] if len(precisions) == 1 else "8bit"
     else:  # only eager references (torchao): they are what the run measures, so they decide it
         plan.steps[:] = [dataclasses.replace(s, required=True) if s in built else s for s in plan.steps]
@@ -275,7 +288,7 @@ def packed_spec(cfg: RunConfig, spec: ExportSpec) -> ExportSpec:
 
     if cfg.attention not in (None, "auto") and cfg.attention in PACKED_ATTENTION_FORMS:
         return dataclasses.replace(spec, encoder_form="packed")
-    attention = "decomposed" if cfg.target_info.is_tensorrt else "ort-contrib"
+    attention = cfg.target_info.packed_attention
     opset = spec.opset if cfg.opset is not None else None
     return dataclasses.replace(spec, encoder_form="packed", attention=attention, opset=opset, linear_gemm=None)
 
@@ -290,7 +303,7 @@ def encoder_forms(cfg: RunConfig, profile: SubjectProfile) -> tuple[tuple[str, .
     from attn_export.vocab.choices import PACKED_ATTENTION_FORMS
 
     target = cfg.target_info
-    if target.is_tensorrt:
+    if target.select_by != "latency":  # the two forms cannot be timed against each other here
         return ("padded",), ("--encoder-form auto: padded for TensorRT: the packed graph passes check-trt's static checks, but its "
                              "data-dependent shapes (NonZero) are unverified without a GPU build and its speed is not measured here; "
                              "pass --encoder-form packed to ship it")  # fmt: skip
@@ -360,12 +373,8 @@ def make_plan(cfg: RunConfig) -> Plan:
         _routes(cfg, plan, ctx, source, transforms)
     if "packed" in forms and len(forms) > 1:
         _add_packed_form(cfg, plan, form_why)
-    if target.is_tensorrt:
-        plan.deploy.append(DeployStep("trt-check"))
-        if cfg.build_engine:
-            plan.deploy.append(DeployStep("engine"))
-        if cfg.bundle is not None:
-            plan.deploy.append(DeployStep("bundle"))
+    asked = {"engine": cfg.build_engine, "bundle": cfg.bundle is not None}  # the steps a flag asks for; the others always run
+    plan.deploy.extend(DeployStep(kind) for kind in target.deploys if asked.get(kind, True))
     if cfg.triton is not None:
         plan.deploy.append(DeployStep("triton"))
     log.info("plan: %s", plan.describe())

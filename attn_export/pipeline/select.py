@@ -5,6 +5,9 @@ split, which stays unseen by every decision). Among qualifying candidates the fa
 except that candidates within the timing noise of the fastest (``NOISE_BAND``) count as equally
 fast and the target's preferred route wins among them: two routes that measure 11.2 and 11.5
 ms must not swap places between two runs of the same command.
+
+``preference`` is the target's route policy: a candidate whose route it does not list is never
+chosen, however fast or accurate (the plan does not build one; this holds the line if it is given one).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ class Candidate:
     passed_select: bool
     headline: float  # cosine (layer) or mean embedding cosine (encoder) on the select split
     shortfall: str = ""  # why it missed the tolerance, when it did
+    precision: str = ""  # its 8-bit format, when a selection spans several (--quantize auto)
 
 
 @dataclass
@@ -42,22 +46,41 @@ class SelectionResult:
     best_failing: Candidate | None = None
 
 
-def select_most_accurate(candidates: list[Candidate], preference: tuple[str, ...]) -> SelectionResult:
+def _shippable(candidates: list[Candidate], preference: tuple[str, ...]) -> list[Candidate]:
+    """The candidates that met their tolerance on the select split and whose route the policy lists."""
+    return [c for c in candidates if c.passed_select and c.route in preference]
+
+
+def _none_shippable(candidates: list[Candidate], preference: tuple[str, ...]) -> str:
+    unlisted = [c.stage for c in candidates if c.passed_select and c.route not in preference]
+    if unlisted:
+        return f"no candidate the target's route policy ({', '.join(preference) or 'none'}) lists met its tolerance on the select split " \
+               f"({', '.join(unlisted)} did, on routes it never ships)"
+    return "no candidate met its tolerance on the select split"
+
+
+def select_most_accurate(candidates: list[Candidate], preference: tuple[str, ...], precisions: tuple[str, ...] = ()) -> SelectionResult:
     """The passing candidate with the best select-split score (ties broken by ``preference``): for targets whose
-    runtime this machine does not time (TensorRT), where a CPU latency would rank the wrong thing."""
+    runtime this machine does not time (TensorRT), where a CPU latency would rank the wrong thing.
+
+    ``precisions`` (--quantize auto: the formats the GPU runs, preferred first): the first format with a passing
+    candidate ships (FP8 on a GPU with FP8 tensor cores, int8 when FP8 misses its tolerance), its most accurate route."""
     tried = [{"stage": c.stage, "route": c.route, "p50_ms": c.p50_ms, "passed_select": c.passed_select, "select_accuracy": c.headline}
              for c in candidates]  # fmt: skip
-    ok = [c for c in candidates if c.passed_select]
+    ok = _shippable(candidates, preference)
     if not ok:
         best = max(candidates, key=lambda c: c.headline, default=None)
-        why = "no candidate met its tolerance on the select split"
+        why = _none_shippable(candidates, preference)
         if best is not None:
             why += f"; the most accurate was {best.stage} ({best.shortfall or f'{best.headline:.6f}'})"
         return SelectionResult(None, why, tried, best)
     rank = {route: i for i, route in enumerate(preference)}
-    chosen = max(ok, key=lambda c: (round(c.headline, 6), -rank.get(c.route, len(rank))))
+    order = {p: i for i, p in enumerate(precisions)}
+    chosen = max(ok, key=lambda c: (-order.get(c.precision, 0), round(c.headline, 6), -rank.get(c.route, len(rank))))
     others = ", ".join(f"{c.stage} {c.headline:.6f}" for c in ok if c is not chosen)
-    reason = (f"{chosen.stage} is the most accurate route meeting its tolerance on the select split ({chosen.headline:.6f}"
+    what = "the most accurate route" if not any(c.precision != chosen.precision for c in ok) else \
+        f"the most accurate route of {chosen.precision}, the format the GPU prefers ({' > '.join(precisions)}),"
+    reason = (f"{chosen.stage} is {what} meeting its tolerance on the select split ({chosen.headline:.6f}"
               + (f"; {others}" if others else "") + "); the target's own latency is not measured on this machine")  # fmt: skip
     return SelectionResult(chosen, reason, tried)
 
@@ -68,10 +91,10 @@ def select_route(candidates: list[Candidate], preference: tuple[str, ...], band:
         {"stage": c.stage, "route": c.route, "p50_ms": c.p50_ms, "passed_select": c.passed_select, "select_accuracy": c.headline}
         for c in candidates
     ]
-    ok = [c for c in candidates if c.passed_select]
+    ok = _shippable(candidates, preference)
     if not ok:
         best = max(candidates, key=lambda c: c.headline, default=None)
-        why = "no candidate met its tolerance on the select split"
+        why = _none_shippable(candidates, preference)
         if best is not None:
             why += f"; the most accurate was {best.stage} ({best.shortfall or f'{best.headline:.6f}'})"
         return SelectionResult(None, why, tried, best)

@@ -4,9 +4,11 @@ Every stage (an export, a compression method, an engine) produces one ``Artifact
 runner then times all of them side by side with eager and judges each against the subject,
 without knowing which stage made it. How an ONNX artifact is run is decided here once:
 
-* the target's ONNX Runtime execution provider when this onnxruntime build has it, else the
-  CPU provider as a *named* stand-in (``ort-cuda (validated on CPUExecutionProvider)``);
-* TensorRT's Q/DQ graphs with ORT's QDQ fusion off, i.e. the reference arithmetic TensorRT
+* the target's ONNX Runtime execution providers (``Target.providers``) this onnxruntime build
+  has; when its own is missing, or ONNX Runtime only emulates the target's runtime
+  (``Target.emulation``: TensorRT), the rest as a *named* stand-in
+  (``ort-cuda (validated on CPUExecutionProvider)``);
+* explicitly quantized (TensorRT) Q/DQ graphs with ORT's QDQ fusion off, i.e. the reference arithmetic TensorRT
   implements, so no CPU int8 kernel (saturating or not) decides their accuracy.
 """
 
@@ -79,32 +81,29 @@ class OnnxRuntimeChoice:
 
 
 def onnx_runtime_for(target: Any, qdq_reference: bool = False, u8u8: bool = False) -> OnnxRuntimeChoice:
-    """The ONNX Runtime providers (and session options) that validate an artifact for ``target``."""
-    from attn_export.runtime.ort import PROVIDER_ALIASES, available_providers
+    """The ONNX Runtime providers (and session options) that validate an artifact for ``target``: its ``providers``
+    this onnxruntime build has, a named stand-in when its own (the first) is missing or only emulated (``emulation``)."""
+    from attn_export.runtime.ort import PROVIDER_PACKAGES, available_providers
 
     have = set(available_providers())
     u8u8 = u8u8 and not qdq_reference
-    if target.name == "ort-cuda":
-        cuda = PROVIDER_ALIASES["cuda"]
-        if cuda in have:
-            return OnnxRuntimeChoice((cuda, "CPUExecutionProvider"), None, not qdq_reference, u8u8)
-        why = "CUDAExecutionProvider is not in this onnxruntime build (install onnxruntime-gpu on a CUDA machine)"
-        return OnnxRuntimeChoice(("CPUExecutionProvider",), why, not qdq_reference, u8u8)
-    if target.is_tensorrt:
-        why = (f"the {target.name} target runs on TensorRT; ONNX Runtime CPU checks the exported graph's numerics here, "
-               "and --build-engine validates the engine itself on a GPU")  # fmt: skip
-        return OnnxRuntimeChoice(("CPUExecutionProvider",), why, not qdq_reference, u8u8)
-    return OnnxRuntimeChoice(("CPUExecutionProvider",), None, not qdq_reference, u8u8)
+    providers = tuple(p for p in target.providers if p in have) or ("CPUExecutionProvider",)
+    own = target.providers[0]
+    if target.emulation:
+        why = f"the {target.name} target {target.emulation}"
+    elif own not in have:
+        why = f"{own} is not in this onnxruntime build (install {PROVIDER_PACKAGES.get(own, 'an onnxruntime build that has it')})"
+    else:
+        why = None
+    return OnnxRuntimeChoice(providers, why, not qdq_reference, u8u8)
 
 
 def ort_runner_factory(path: Path, choice: OnnxRuntimeChoice, threads: int, name: str) -> Callable[[], Runner]:
     """A lazy ``OrtRunner`` for ``path`` as ``choice`` says (built when the runner pass needs it)."""
     from attn_export.runtime import OrtRunner, SessionFromOnnx
 
-    providers = ["cuda" if p == "CUDAExecutionProvider" else "cpu" for p in choice.providers]
-
     def make() -> Runner:
-        session = SessionFromOnnx(path, providers=providers, intra_op_threads=threads, qdq_fusion=choice.qdq_fusion, u8u8=choice.u8u8)
+        session = SessionFromOnnx(path, providers=list(choice.providers), intra_op_threads=threads, qdq_fusion=choice.qdq_fusion, u8u8=choice.u8u8)
         return OrtRunner(session, name=name)
 
     return make

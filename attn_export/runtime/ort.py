@@ -17,7 +17,7 @@ import numpy as np
 from attn_export.errors import ConfigError, MissingDependencyError
 from attn_export.runtime.base import Feed, Runner
 
-__all__ = ["PROVIDER_ALIASES", "ProviderSpec", "SessionFromOnnx", "OrtRunner", "available_providers"]
+__all__ = ["PROVIDER_ALIASES", "PROVIDER_PACKAGES", "ProviderSpec", "SessionFromOnnx", "OrtRunner", "available_providers"]
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +25,12 @@ PROVIDER_ALIASES: dict[str, str] = {
     "cpu": "CPUExecutionProvider",
     "cuda": "CUDAExecutionProvider",
     "tensorrt": "TensorrtExecutionProvider",
+}
+
+# What to install for a provider this onnxruntime build lacks (the stand-in's reason names it).
+PROVIDER_PACKAGES: dict[str, str] = {
+    "CUDAExecutionProvider": "onnxruntime-gpu on a CUDA machine",
+    "TensorrtExecutionProvider": "onnxruntime-gpu with the TensorRT libraries on a CUDA machine",
 }
 
 

@@ -69,12 +69,12 @@ def choose_attention_form(
     if threshold < 1:
         raise ConfigError(f"expected a positive threshold, got {threshold}; use {LONG_SEQ_MIN_LEN}")
     keep = tgt.attention
-    if tgt.is_tensorrt:
+    if tgt.trt_releases:  # TensorRT parses the graph
         return keep, (
             f"TensorRT target {tgt.name}: keeps {keep}, which TensorRT fuses into its MHA kernel "
             "(long-seq uses ONNX Runtime contrib ops)"
         )
-    if tgt.name != "ort-cpu":
+    if not tgt.long_seq:
         return keep, f"{tgt.name}: keeps {keep}; the long-seq form is measured for ONNX Runtime CPU only"
     if layer in _LINEAR_MEMORY_LAYERS:
         return keep, f"{layer} attention is already O(L) in memory; keeps {keep}"

@@ -12,6 +12,11 @@ The choices (checked against the ONNX-TensorRT operator matrix and release notes
   (which accumulates the softmax in fp32 itself); fp32 Cast islands written into a fp16
   graph would pin the softmax between the two BMMs and keep that fusion from happening.
 
+Everything the pipeline does differently per target reads a column of the row (its runtime, the
+ONNX Runtime providers that run its graphs, the TensorRT releases and GPU architectures it covers,
+its deploy steps, its route policy): no module branches on a target's name. Adding a target is a
+row here, plus at most one runtime module its ``session_options`` names (docs/architecture.md).
+
 ``docs/targets.md`` renders this table for the README.
 """
 
@@ -23,15 +28,18 @@ from dataclasses import dataclass, field
 
 from attn_export.errors import ConfigError
 from attn_export.export.spec import DEFAULT_OPSET, MIN_OPSET, ExportSpec
-from attn_export.targets.trt_releases import Release, release_for_target
+from attn_export.targets.gpu_arch import ARCHS
+from attn_export.targets.trt_releases import RELEASES, Release, TrtVersion, release_for_target
 from attn_export.vocab.precisions import get_precision
 
-__all__ = ["FP16_MODES", "INT8_MODES", "Target", "TARGETS", "DEFAULT_TARGET", "get_target", "export_spec_for"]
+__all__ = ["FP16_MODES", "INT8_MODES", "Target", "TARGETS", "DEFAULT_TARGET", "get_target", "export_spec_for", "targets_with"]
 
 log = logging.getLogger(__name__)
 
 FP16_MODES: tuple[str, ...] = ("graph", "builder-flag")
 INT8_MODES: tuple[str, ...] = ("qdq-strong", "qdq+flag")
+DEPLOY_STEPS: tuple[str, ...] = ("trt-check", "engine", "bundle", "session-options")
+SELECT_BY: tuple[str, ...] = ("latency", "accuracy")
 # The attention form every TensorRT release parses and builds (MatMul/Softmax/MatMul, opset 17+): what a
 # TensorRT target exports when its own form needs a newer opset than the release's parser reads.
 ANY_RELEASE_FORM = "decomposed"
@@ -45,8 +53,9 @@ class Target:
     typed; ``builder-flag`` = fp32 graph, fp16 enabled at build time (``--fp16``).
     int8_mode: ``qdq-strong`` = symmetric Q/DQ in the graph, nothing set at build time;
     ``qdq+flag`` = Q/DQ graph built with ``--int8 --fp16`` (weakly typed TensorRT 10.x).
-    trt_version: the TensorRT the target is checked against (None: not a TensorRT target).
-    route_preference: see the field's comment (the plan's selection reads it).
+    trt_version: the TensorRT release the target is held to by default (None: no TensorRT inside).
+    route_preference: the route policy, see the field's comment (enforced: ``route_refusal``).
+    The other columns say how the pipeline treats the target, each with its comment.
     """
 
     name: str
@@ -67,24 +76,79 @@ class Target:
     # The packed form's MultiHeadAttention without key_padding_mask (export/mask_free_attention.py):
     # ONNX Runtime's CPU kernel runs flash attention only then; CUDA's kernels take the mask.
     mask_free_attention: bool = False
-    # The target runs on a Jetson: only the TensorRT releases a JetPack ships (targets/trt_releases.py) can be deployed.
+    # The target runs on a Jetson: only the TensorRT releases a JetPack ships (targets/trt_releases.py) can be deployed,
+    # and the GPU follows the JetPack table when --gpu-arch is not given (targets/gpu_arch.py default_arch).
     needs_jetpack: bool = False
+    # What runs the deployed artifact: a ``Precision.runtimes`` name ("onnxruntime" | "tensorrt"; vocabulary.py).
+    runtime: str = "onnxruntime"
+    # The ONNX Runtime execution providers that run (and judge) the target's ONNX artifacts, its own first and its
+    # fall-backs after; a provider this onnxruntime build lacks is dropped, and dropping the first is a named stand-in.
+    providers: tuple[str, ...] = ("CPUExecutionProvider",)
+    # Set when ONNX Runtime only emulates the target's runtime (TensorRT): why, written into the report beside the
+    # artifact's runtime, so a judgement made on the emulation is never mistaken for one made on the target.
+    emulation: str = ""
+    # The TensorRT releases (targets/trt_releases.py) the target has a build of (empty: none; --trt-version is refused).
+    trt_releases: tuple[TrtVersion, ...] = ()
+    # The GPU architectures (targets/gpu_arch.py) --gpu-arch may name for it (empty: it takes no --gpu-arch).
+    gpu_archs: tuple[str, ...] = ()
+    # The deploy steps it can run after selection (DEPLOY_STEPS): the static TensorRT check, an engine (--build-engine),
+    # a Jetson bundle (--bundle), the session options a deployment must set (``session_options``).
+    deploys: tuple[str, ...] = ()
+    # How selection ranks the routes that meet their tolerance: by latency measured here, or, where this machine
+    # cannot time the target's runtime (TensorRT), by accuracy on the select split.
+    select_by: str = "latency"
+    # The attention form of the packed encoder (its runtime's packed-attention op, or the decomposed math TensorRT parses).
+    packed_attention: str = "ort-contrib"
+    # --attention auto may pick the long-seq form (ONNX Runtime CPU's flash kernels: measured there only, bench/long_seq.py).
+    long_seq: bool = False
+    # 8-bit Q/DQ graphs are explicit quantization for the runtime (TensorRT): full-range symmetric int8 and judged by
+    # the reference Q/DQ arithmetic, never by ONNX Runtime CPU's int8 kernels (compress/methods/int8_static.py).
+    explicit_quantization: bool = False
+    # "module:function" that returns the session/provider options a deployment of this target must set, written
+    # into the report (deploy.session_options); "" when the runtime needs none beyond its defaults.
+    session_options: str = ""
 
     def __post_init__(self) -> None:
         if self.fp16_mode not in FP16_MODES:
             raise ConfigError(f"expected fp16_mode in {FP16_MODES}, got {self.fp16_mode!r}")
         if self.int8_mode not in INT8_MODES:
             raise ConfigError(f"expected int8_mode in {INT8_MODES}, got {self.int8_mode!r}")
-
-    @property
-    def is_tensorrt(self) -> bool:
-        return self.trt_version is not None
+        if (self.trt_version is None) != (not self.trt_releases):
+            raise ConfigError(f"{self.name}: expected a trt_version with its trt_releases (or neither), got {self.trt_version!r} and {self.trt_releases}")
+        if unknown := set(self.deploys) - set(DEPLOY_STEPS):
+            raise ConfigError(f"{self.name}: expected deploy steps from {DEPLOY_STEPS}, got {sorted(unknown)}")
+        if self.select_by not in SELECT_BY:
+            raise ConfigError(f"{self.name}: expected select_by in {SELECT_BY}, got {self.select_by!r}")
+        if ("session-options" in self.deploys) != bool(self.session_options):
+            raise ConfigError(f"{self.name}: expected the session-options deploy step with a session_options function (or neither)")
+        if not self.providers:
+            raise ConfigError(f"{self.name}: expected at least one ONNX Runtime provider to run its graphs")
 
     def release(self, trt_version: str | None = None, flag: str = "--trt-version") -> Release:
         """The TensorRT release this target is held to (``trt_version`` or its own): one the toolkit knows and the target has a build of."""
-        if not self.is_tensorrt:
-            raise ConfigError(f"{flag} applies to TensorRT targets; use --target tensorrt or jetson (got {self.name})")
-        return release_for_target(self.name, self.needs_jetpack, trt_version or str(self.trt_version), flag)
+        if not self.trt_releases:
+            raise ConfigError(f"{flag} applies to targets with TensorRT inside; use --target {' or '.join(targets_with('trt_releases'))} "
+                              f"(got {self.name})")  # fmt: skip
+        return release_for_target(self.name, self.trt_releases, trt_version or str(self.trt_version), flag)
+
+    def routes(self, precision: str) -> tuple[str, ...]:
+        """The routes the target ships ``precision`` by, most preferred first (its route policy)."""
+        return tuple(self.route_preference.get(precision, ()))
+
+    def route_refusal(self, precision: str, route: str, why: str = "") -> str | None:
+        """Why ``route`` to ``precision`` is never shipped on this target (None: its route policy lists it); ``why``: the route's own reason."""
+        listed = self.routes(precision)
+        if route in listed:
+            return None
+        reason = f"; {why}" if why else ""
+        if not listed:
+            others = [t for t in TARGETS.values() if route in t.routes(precision)]
+            alt = f"use --target {' or '.join(t.name for t in others)}" if others else "drop it"
+            return f"the {self.name} target's route policy ships no {precision}{reason}; {alt}, or --quantize {self._other_8bit(precision)}"
+        return f"the {self.name} target's route policy ships {precision} by {', '.join(listed)} only{reason}; use --int8-mode {listed[0]}"
+
+    def _other_8bit(self, precision: str) -> str:
+        return next((p for p in self.route_preference if p != precision), "auto")
 
     @property
     def strongly_typed(self) -> bool:
@@ -99,6 +163,16 @@ class Target:
         # builder-flag reduced floats and every 8-bit graph start from fp32 (the quantizer calibrates in fp32).
         return "fp32"
 
+
+# What the TensorRT targets share: ONNX Runtime CPU emulates TensorRT here, by the Q/DQ reference arithmetic.
+_TENSORRT: dict[str, object] = {
+    "runtime": "tensorrt",
+    "emulation": "runs on TensorRT; ONNX Runtime CPU checks the exported graph's numerics here, and --build-engine "
+                 "validates the engine itself on a GPU",
+    "select_by": "accuracy",
+    "packed_attention": "decomposed",
+    "explicit_quantization": True,
+}
 
 TARGETS: dict[str, Target] = {
     "ort-cpu": Target(
@@ -115,6 +189,7 @@ TARGETS: dict[str, Target] = {
         route_preference={"int8": ("dynamic", "static", "weight-only")},
         layernorm_rows=True,
         mask_free_attention=True,
+        long_seq=True,
     ),
     "ort-cuda": Target(
         name="ort-cuda",
@@ -126,6 +201,7 @@ TARGETS: dict[str, Target] = {
         quantize_attention_bmm=False,
         description="ONNX Runtime CUDA EP: com.microsoft.MultiHeadAttention (fused kernel)",
         route_preference={"int8": ("static", "dynamic", "weight-only")},
+        providers=("CUDAExecutionProvider", "CPUExecutionProvider"),
     ),
     "tensorrt": Target(
         name="tensorrt",
@@ -136,7 +212,12 @@ TARGETS: dict[str, Target] = {
         trt_version="10.14",
         quantize_attention_bmm=False,
         description="TensorRT >= 10.14 or 11 on server GPUs: ONNX Attention -> IAttention, strongly typed",
-        route_preference={"int8": ("static",)},  # TensorRT takes explicit Q/DQ only
+        # TensorRT takes explicit Q/DQ only; FP8 on the GPUs that have it (targets/gpu_arch.py)
+        route_preference={"int8": ("static",), "fp8": ("static",)},
+        **_TENSORRT,
+        trt_releases=tuple(RELEASES),
+        gpu_archs=tuple(a for a in ARCHS if not ARCHS[a].releases),  # the server GPUs: every release from its first
+        deploys=("trt-check", "engine"),
     ),
     "jetson": Target(
         name="jetson",
@@ -147,11 +228,41 @@ TARGETS: dict[str, Target] = {
         trt_version="10.3",
         quantize_attention_bmm=False,
         description="JetPack 6.x (TensorRT 10.3): decomposed attention at opset 18, --fp16/--int8 flags",
-        route_preference={"int8": ("static",)},
+        route_preference={"int8": ("static",), "fp8": ("static",)},  # FP8 on Jetson Thor (sm110)
         needs_jetpack=True,
+        **_TENSORRT,
+        trt_releases=tuple(v for v, r in RELEASES.items() if r.jetpack),
+        gpu_archs=tuple(a for a in ARCHS if ARCHS[a].releases),  # the GPUs the JetPacks ship for
+        deploys=("trt-check", "engine", "bundle"),
+    ),
+    "ort-tensorrt": Target(
+        name="ort-tensorrt",
+        opset=18,
+        attention="decomposed",
+        fp16_mode="builder-flag",
+        int8_mode="qdq+flag",
+        trt_version="10.9",
+        quantize_attention_bmm=False,
+        description="ONNX Runtime TensorRT EP (onnxruntime-gpu): TensorRT engines inside an ONNX Runtime session, CUDA/CPU for the rest",
+        route_preference={"int8": ("static",)},  # explicit Q/DQ only; the EP has no FP8 option
+        # what the EP's subgraphs fall back to; on a machine without it, ONNX Runtime CPU stands in (named in the report)
+        providers=("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"),
+        # onnxruntime-gpu 1.18-1.22 are built against TensorRT 10.0-10.9 (ONNX Runtime's TensorRT EP requirements table)
+        trt_releases=tuple(v for v in RELEASES if v.major == 10 and v <= TrtVersion(10, 9)),
+        gpu_archs=tuple(a for a in ARCHS if not ARCHS[a].releases),
+        deploys=("trt-check", "session-options"),
+        select_by="accuracy",
+        packed_attention="decomposed",
+        explicit_quantization=True,
+        session_options="attn_export.runtime.ort_tensorrt:deployment_options",
     ),
 }
 DEFAULT_TARGET = "ort-cpu"
+
+
+def targets_with(column: str) -> list[str]:
+    """The names of the targets whose ``column`` is set (e.g. ``trt_releases``): what a refusal offers instead."""
+    return [t.name for t in TARGETS.values() if getattr(t, column)]
 
 
 def get_target(name: str) -> Target:
@@ -175,7 +286,7 @@ def export_spec_for(target: Target | str, precision: str = "fp32", *, trt_versio
     fields: dict[str, object] = {"attention": tgt.attention, "opset": tgt.opset, "precision": graph_precision, "layernorm_rows": tgt.layernorm_rows,
                                  "mask_free_attention": tgt.mask_free_attention}
     fields.update(overrides)  # an explicit --attention/--opset wins over the target's choice
-    if tgt.is_tensorrt:
+    if tgt.trt_releases:  # TensorRT's parser reads the graph: held to the release's opset ceiling
         fields.update(_fit_release(tgt.release(trt_version), fields, overrides))
     spec = ExportSpec(**fields)  # type: ignore[arg-type]
     log.debug("target %s, %s -> %s", tgt.name, precision, spec)

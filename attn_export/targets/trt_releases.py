@@ -4,8 +4,8 @@ Every table of the toolkit (the operator table behind ``check-trt``, the GPU arc
 the build plans) is written for these releases only, so a ``--trt-version`` (or check-trt's
 ``--trt``) that names none of them is refused, listing them, rather than checked against
 rules that were never written for it. ``release("10.3")`` is the row; ``release_for_target``
-also holds a target to the releases it has a build of (``--target jetson``: the ones a
-JetPack ships).
+also holds a target to the releases it has a build of (its ``trt_releases``; ``--target jetson``:
+the ones a JetPack ships).
 
 Columns, each with its source (``SOURCES``):
 
@@ -193,13 +193,13 @@ def release(text: str | TrtVersion, flag: str = "--trt-version") -> Release:
     return RELEASES[version]
 
 
-def release_for_target(target_name: str, needs_jetpack: bool, text: str | TrtVersion, flag: str = "--trt-version") -> Release:
-    """``release(text)``, refused when ``--target`` has no build of it (a Jetson target: no JetPack ships it)."""
+def release_for_target(target_name: str, covered: tuple[TrtVersion, ...], text: str | TrtVersion, flag: str = "--trt-version") -> Release:
+    """``release(text)``, refused when ``--target`` has no build of it (``covered``: the target's ``trt_releases``;
+    a Jetson target's are the ones a JetPack ships)."""
     row = release(text, flag)
-    if needs_jetpack and row.jetpack is None:
-        builds = ", ".join(r.label for r in RELEASES.values() if r.jetpack)
-        raise ConfigError(
-            f"--target {target_name} has no build of TensorRT {row.version}: the release table names no JetPack that ships it; the JetPack releases are "
-            f"TensorRT {builds}; use {flag} with one of those"
-        )
+    if row.version not in covered:
+        builds = ", ".join(RELEASES[v].label for v in covered)
+        why = "the release table names no JetPack that ships it; the JetPack releases are" if all(RELEASES[v].jetpack for v in covered) \
+            else "it covers"
+        raise ConfigError(f"--target {target_name} has no build of TensorRT {row.version}: {why} TensorRT {builds}; use {flag} with one of those")
     return row

@@ -64,6 +64,7 @@ class Precision:
     torch_dtype: str = "float32"
     onnx_type: str = "FLOAT"
     runtimes: tuple[str, ...] = ("onnxruntime", "tensorrt")
+    min_opset: int = 0  # the lowest ONNX opset that expresses it (float8 QuantizeLinear/DequantizeLinear: 19)
 
     @property
     def quantized(self) -> bool:
@@ -107,7 +108,7 @@ PRECISIONS: Mapping[str, Precision] = MappingProxyType({
         Precision("int8", 8, "int", "int8", _EIGHT_BIT_SLACK, _EIGHT_BIT_CROSS, export_float=False, arch_column=True,
                   trt_weak_flags=("INT8", "FP16")),
         Precision("fp8", 8, "float", "fp8", _EIGHT_BIT_SLACK, _EIGHT_BIT_CROSS, export_float=False, arch_column=True,
-                  trt_weak_flags=("FP8", "FP16")),
+                  trt_weak_flags=("FP8", "FP16"), min_opset=19),
     )
 })  # fmt: skip
 # The 8-bit formats, best first: what --quantize auto prefers where the GPU runs both.

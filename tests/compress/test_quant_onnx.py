@@ -16,7 +16,7 @@ from fixtures import run_onnx
 
 from attn_export.compress.calib.data import ActivationSet
 from attn_export.compress.calib.generate import synthesize_hidden_states
-from attn_export.compress.methods.int8_dynamic import DYNAMIC_NOT_FOR_TENSORRT, Int8Dynamic
+from attn_export.compress.methods.int8_dynamic import Int8Dynamic
 from attn_export.compress.methods.int8_static import Int8Static
 from attn_export.compress.methods.torchao import TorchaoInt8
 from attn_export.compress.quant.qdq import attention_bmms, inspect_qdq
@@ -241,8 +241,9 @@ def test_each_route_says_which_targets_can_deploy_it():
     """The methods describe themselves: the plan and RunConfig read ``deploy_refusal``, never a route name."""
     from attn_export.targets.targets import get_target
 
-    assert Int8Dynamic.deploy_refusal(get_target("tensorrt")) == DYNAMIC_NOT_FOR_TENSORRT
-    assert Int8Dynamic.deploy_refusal(get_target("jetson")) == DYNAMIC_NOT_FOR_TENSORRT
+    for name in ("tensorrt", "jetson"):  # the route policy refuses it, with the route's own reason
+        refusal = Int8Dynamic.deploy_refusal(get_target(name))
+        assert refusal == f"the {name} target's route policy ships int8 by static only; {Int8Dynamic.unlisted_why}; use --int8-mode static"
     assert Int8Dynamic.deploy_refusal(get_target("ort-cpu")) is None
     assert Int8Static.deploy_refusal(get_target("tensorrt")) is None
     assert "ONNX" in TorchaoInt8.deploy_refusal(get_target("ort-cpu"))

@@ -13,7 +13,7 @@ from attn_export.pipeline.plan import make_plan
 def test_the_automatic_dynamic_skip_on_tensorrt_tells_what_happened(target):
     plan = make_plan(RunConfig(target=target, quantize="int8"))
     note = plan.skipped["int8-dynamic"]
-    assert "TensorRT cannot parse" in note and "the static Q/DQ route is built for it instead" in note, note
+    assert "TensorRT cannot parse" in note and "the target's route policy builds static for it instead" in note, note
     assert "--int8-mode" not in note, f"the user did not choose the route mode, yet the note tells them to: {note}"
     assert any(s.name == "int8-static" for s in plan.steps)
 

@@ -11,6 +11,7 @@ main-command values become a ``RunConfig`` through the CLI's own option parsing 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import re
@@ -99,6 +100,12 @@ def _main_value_ok(flag: str, value: str, params: dict[str, object]) -> str | No
     _register()
     root = typer.main.get_command(app)
     args = [flag, value, *ENABLERS.get(flag, [])]
+    if flag == "--gpu-arch":  # the target that covers the GPU the docs name (Jetson GPUs: jetson)
+        from attn_export.targets.targets import TARGETS
+        from attn_export.targets.gpu_arch import parse_gpu_arch
+
+        with contextlib.suppress(AttnExportError):
+            args = [flag, value, "--target", next(t.name for t in TARGETS.values() if parse_gpu_arch(value) in t.gpu_archs)]
     if flag in ROUTE_OF:
         args += ["--int8-mode", ROUTE_OF[flag]]
     try:

@@ -80,17 +80,17 @@ def test_bf16_judged_against_eager_with_its_own_row(tmp_path, name, mask):
 
 
 @pytest.mark.parametrize(
-    ("arch", "trt", "expect"),
+    ("target", "arch", "trt", "expect"),
     [
-        pytest.param("sm75", "10.14", "--precision bf16 cannot run on --gpu-arch sm75 with TensorRT 10.14: sm75 (Turing: T4) has no bf16", id="turing"),
-        pytest.param("sm87", "10.3", "--precision bf16 cannot run on --gpu-arch sm87 with TensorRT 10.3: the sources do not settle bf16", id="orin"),
+        pytest.param("tensorrt", "sm75", "10.14", "--precision bf16 cannot run on --gpu-arch sm75 with TensorRT 10.14: sm75 (Turing: T4) has no bf16", id="turing"),
+        pytest.param("jetson", "sm87", "10.3", "--precision bf16 cannot run on --gpu-arch sm87 with TensorRT 10.3: the sources do not settle bf16", id="orin"),
     ],
 )
-def test_orin_and_turing_refuse_bf16_in_one_line(tmp_path, capsys, arch, trt, expect):
+def test_orin_and_turing_refuse_bf16_in_one_line(tmp_path, capsys, target, arch, trt, expect):
     from attn_export.cli import main
 
     out = tmp_path / "run"
-    code = main(["--d-model", "32", "--heads", "4", "--precision", "bf16", "--target", "tensorrt", "--trt-version", trt,
+    code = main(["--d-model", "32", "--heads", "4", "--precision", "bf16", "--target", target, "--trt-version", trt,
                  "--gpu-arch", arch, "--out", str(out)])  # fmt: skip
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith(f"attn-export: error: {expect}"), err

@@ -18,8 +18,40 @@ from attn_export.runtime.tensorrt.spec import EngineSpec, ShapeProfile
 from attn_export.runtime.tensorrt.trtexec import trtexec_command
 
 
+def test_every_row_is_consistent_data() -> None:
+    """The columns the pipeline reads instead of a target's name: each row's values are ones the tables know."""
+    from attn_export.targets.gpu_arch import ARCHS
+    from attn_export.targets.trt_releases import parse_trt_version
+
+    for t in TARGETS.values():
+        assert all(a in ARCHS for a in t.gpu_archs) and t.providers[-1] == "CPUExecutionProvider", t.name
+        assert (t.trt_version is None) == (not t.trt_releases), t.name
+        if t.trt_version is not None:
+            assert parse_trt_version(t.trt_version) in t.trt_releases and t.gpu_archs, t.name
+        assert all(route for p in t.route_preference for route in t.routes(p)), t.name
+        assert bool(t.emulation) == (t.runtime == "tensorrt"), t.name  # ONNX Runtime only emulates TensorRT itself
+
+
+@pytest.mark.parametrize(
+    ("options", "expect"),
+    [
+        ({"target": "ort-cpu", "quantize": "fp8"}, "the ort-cpu target's route policy ships no fp8; FP8 Q/DQ runs on TensorRT .*; use --target tensorrt or jetson"),
+        ({"target": "tensorrt", "quantize": "int8", "int8_mode": "weight-only"}, "ships int8 by static only; .*MatMulNBits.*; use --int8-mode static"),
+        ({"target": "tensorrt", "gpu_arch": "sm87"}, "--target tensorrt does not cover --gpu-arch sm87 .*; use --target jetson"),
+        ({"target": "ort-cuda", "trt_version": "10.3"}, "--trt-version applies to TensorRT targets; use --target tensorrt or jetson or ort-tensorrt"),
+        ({"target": "tensorrt", "bundle": "b"}, "--bundle writes a Jetson bundle; add --target jetson"),
+    ],
+)
+def test_a_flag_the_row_does_not_cover_is_one_line_from_the_row(options: dict[str, object], expect: str) -> None:
+    from attn_export.config.run import RunConfig
+
+    with pytest.raises(ConfigError, match=expect) as err:
+        RunConfig(**options)  # type: ignore[arg-type]
+    assert "\n" not in str(err.value)
+
+
 def test_table_choices() -> None:
-    assert set(TARGETS) == {"ort-cpu", "ort-cuda", "tensorrt", "jetson"} and DEFAULT_TARGET == "ort-cpu"
+    assert {"ort-cpu", "ort-cuda", "tensorrt", "jetson"} <= set(TARGETS) and DEFAULT_TARGET == "ort-cpu"
     trt, jet = get_target("tensorrt"), get_target("jetson")
     assert (trt.opset, trt.attention, trt.fp16_mode, trt.int8_mode) == (23, "onnx-attention", "graph", "qdq-strong")
     assert (jet.opset, jet.attention, jet.fp16_mode, jet.int8_mode) == (18, "decomposed", "builder-flag", "qdq+flag")

@@ -48,9 +48,12 @@ def test_tensorrt_10_16_is_a_release_row_with_a_noted_opset() -> None:
     row = release("10.16")
     assert row.max_opset == 24 and row.opset_source == "parser-10.16" and "10.15" in RELEASE_SOURCES["parser-10.16"]
     assert row.jetpack == "JetPack 7.2" and RELEASES[TrtVersion(10, 13)].jetpack == "JetPack 7.0, 7.1"
-    assert str(release_for_target("jetson", True, "10.13").version) == "10.13"
+    from attn_export.targets.targets import get_target
+
+    jetson = get_target("jetson").trt_releases
+    assert str(release_for_target("jetson", jetson, "10.13").version) == "10.13"
     with pytest.raises(ConfigError, match=r"10\.13 \(JetPack 7\.0, 7\.1\).*10\.16 \(JetPack 7\.2\)"):
-        release_for_target("jetson", True, "10.14")
+        release_for_target("jetson", jetson, "10.14")
 
 
 def test_sm110_row_fp8_yes_and_sm101_is_its_old_name() -> None:
@@ -97,6 +100,23 @@ def test_jetson_sm101_on_tensorrt_10_13_notes_the_4590_caveat() -> None:
     cfg, plan = _plan(gpu_arch="sm101", trt_version="10.13")
     assert cfg.resolved_gpu_arch == "sm110" and "fp8-static" in plan.selections[0].candidates
     assert any("NVIDIA/TensorRT#4590" in n for n in plan.notes), plan.notes
+
+
+def test_jetson_sm110_auto_ships_fp8(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The whole run: FP8 is built from an opset-19 source graph (jetson exports opset 18), judged, and shipped as the format
+    Thor prefers; int8 is built beside it as the fall-back that ships only when FP8 misses its tolerance."""
+    from attn_export.cli import main
+
+    out = tmp_path / "run"
+    code = main(["--target", "jetson", "--gpu-arch", "sm110", "--quantize", "auto", "--calib", str(CALIB), "--repeats", "1", "--warmup", "0",
+                 "--threads", "1", "--quiet", "--out", str(out)])  # fmt: skip
+    report = json.loads((out / "report.json").read_text())
+    assert code == 0 and report["verdict"]["passed"], report["verdict"]
+    shipped = report["selection"]["auto"]
+    assert (shipped["stage"], shipped["route"], shipped["precision"]) == ("fp8-static", "static", "fp8"), shipped
+    assert (out / "model.fp8.onnx").is_file() and not (out / "model.int8.onnx").exists()
+    assert {"fp8-static", "int8-static"} <= {t["stage"] for t in shipped["tried"]}
+    assert report["selection"]["deploy"]["trt_check"]["passed"], report["selection"]["deploy"]["trt_check"]
 
 
 @pytest.mark.parametrize(("version", "jetpack"), [("10.13", "JetPack 7.0, 7.1"), ("10.16", "JetPack 7.2"), ("10.3", "JetPack 6.1+")])

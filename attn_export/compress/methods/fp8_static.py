@@ -24,14 +24,13 @@ from attn_export.errors import ConfigError
 
 if TYPE_CHECKING:
     from attn_export.runtime.artifacts import Artifact
-    from attn_export.targets.targets import Target
     from attn_export.vocab.run_options import RunOptions
 
-__all__ = ["FP8_TENSORRT_ONLY", "Fp8Static"]
+__all__ = ["Fp8Static"]
 
 log = logging.getLogger(__name__)
 
-FP8_TENSORRT_ONLY = "FP8 Q/DQ runs on TensorRT (SM 8.9+); ONNX Runtime has no FP8 GEMM kernels; use --target tensorrt, or --quantize int8"
+_NO_FP8_KERNELS = "FP8 Q/DQ runs on TensorRT (SM 8.9+); ONNX Runtime has no FP8 GEMM kernels"
 
 
 @dataclass(frozen=True)
@@ -51,6 +50,7 @@ class Fp8Static(Method):
     needs: ClassVar[tuple[str, ...]] = ("train", "select")
     stage: ClassVar[str] = "{prefix}-static"
     filename: ClassVar[str] = "model.{prefix}-static.onnx"
+    unlisted_why: ClassVar[str] = _NO_FP8_KERNELS
 
     method: str = "minmax"
     per_channel: bool = True
@@ -76,10 +76,6 @@ class Fp8Static(Method):
 
     def fitted(self) -> str | None:
         return f"the FP8 {self.method} ranges on the train split"
-
-    @classmethod
-    def deploy_refusal(cls, target: Target) -> str | None:
-        return None if target.is_tensorrt else FP8_TENSORRT_ONLY
 
     @classmethod
     def from_run(cls, run: RunOptions, ctx: PlanContext, parent: Method | None = None) -> Fp8Static | Skip | None:

@@ -13,16 +13,13 @@ from attn_export.compress.registry import BuildContext, Method, PlanContext, Ski
 
 if TYPE_CHECKING:
     from attn_export.runtime.artifacts import Artifact
-    from attn_export.targets.targets import Target
     from attn_export.vocab.run_options import RunOptions
 
-__all__ = ["DYNAMIC_NOT_FOR_TENSORRT", "Int8Dynamic"]
+__all__ = ["Int8Dynamic"]
 
 log = logging.getLogger(__name__)
 
 _CANNOT_PARSE = "the dynamic int8 route emits DynamicQuantizeLinear/MatMulInteger, which TensorRT cannot parse"
-# an explicit --int8-mode dynamic on a TensorRT target: refused, with what to ask for instead
-DYNAMIC_NOT_FOR_TENSORRT = f"{_CANNOT_PARSE}; use --int8-mode static (symmetric Q/DQ) for TensorRT targets"
 
 
 @dataclass(frozen=True)
@@ -44,6 +41,7 @@ class Int8Dynamic(Method):
     needs: ClassVar[tuple[str, ...]] = ()  # ("train",) with SmoothQuant: from_run says so in the report
     stage: ClassVar[str] = "{prefix}-dynamic"
     filename: ClassVar[str] = "model.{prefix}-dynamic.onnx"
+    unlisted_why: ClassVar[str] = _CANNOT_PARSE
 
     per_channel: bool = True
     reduce_range: bool = False
@@ -61,16 +59,13 @@ class Int8Dynamic(Method):
         return f"SmoothQuant scales {'searched' if self.smoothquant_alpha == 'auto' else 'measured'} on the train split"
 
     @classmethod
-    def deploy_refusal(cls, target: Target) -> str | None:
-        return DYNAMIC_NOT_FOR_TENSORRT if target.is_tensorrt else None
-
-    @classmethod
     def from_run(cls, run: RunOptions, ctx: PlanContext, parent: Method | None = None) -> Int8Dynamic | Skip | None:
         if not cls.requested(run, ctx):
             return None
         if cls.deploy_refusal(ctx.target):  # an explicit --int8-mode dynamic is refused by RunConfig; under auto it is
             # left out, and the note says so without asking for what the run already builds (issue 23)
-            return Skip(f"int8 route dynamic not built for target {ctx.target.name}: {_CANNOT_PARSE}; the static Q/DQ route is built for it instead")
+            return Skip(f"int8 route dynamic not built for target {ctx.target.name}: {cls.unlisted_why}; the target's route policy "
+                        f"builds {', '.join(ctx.target.routes(cls.precision))} for it instead")  # fmt: skip
         enc, profile = ctx.encoding, ctx.profile
         # int8 embedding rows and ORT's BiasGelu: measured on MiniLM (docs/quantization.md); a graph without
         # embedding tables or GELU has nothing for them to change

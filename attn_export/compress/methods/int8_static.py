@@ -91,7 +91,7 @@ class Int8Static(Method):
     def from_run(cls, run: RunOptions, ctx: PlanContext, parent: Method | None = None) -> Int8Static | None:
         if not cls.requested(run, ctx):
             return None
-        trt, enc = ctx.target.is_tensorrt, ctx.encoding
+        trt, enc = ctx.target.explicit_quantization, ctx.encoding  # explicit Q/DQ: no CPU int8 encoding applies
         return cls(method=run.resolved_calib_method, smoothquant_alpha=run.resolved_smoothquant, quantize_attention_bmm=ctx.target.quantize_attention_bmm,
                    reduce_range=bool(enc.reduce_range) and not trt, for_tensorrt=trt, session_u8u8=bool(enc.session_u8u8) and not trt,
                    fallback=run.int8_fallback)  # fmt: skip

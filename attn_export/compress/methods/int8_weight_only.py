@@ -25,17 +25,13 @@ from attn_export.errors import ConfigError
 
 if TYPE_CHECKING:
     from attn_export.runtime.artifacts import Artifact
-    from attn_export.targets.targets import Target
     from attn_export.vocab.run_options import RunOptions
 
 __all__ = ["Int8WeightOnly"]
 
 log = logging.getLogger(__name__)
 
-WEIGHT_ONLY_NOT_FOR_TENSORRT = (
-    "the weight-only int8 route writes ONNX Runtime's MatMulNBits contrib op, which TensorRT cannot parse; "
-    "use --int8-mode static (Q/DQ) for TensorRT targets"
-)
+_CANNOT_PARSE = "the weight-only int8 route writes ONNX Runtime's MatMulNBits contrib op, which TensorRT cannot parse"
 
 
 @dataclass(frozen=True)
@@ -51,16 +47,13 @@ class Int8WeightOnly(Method):
     needs: ClassVar[tuple[str, ...]] = ()  # nothing is calibrated
     stage: ClassVar[str] = "{prefix}-weight-only"
     filename: ClassVar[str] = "model.{prefix}-weight-only.onnx"
+    unlisted_why: ClassVar[str] = _CANNOT_PARSE
 
     block_size: int = 128
 
     def __post_init__(self) -> None:
         if self.block_size < 16 or self.block_size & (self.block_size - 1):
             raise ConfigError(f"expected a weight-only block size that is a power of two >= 16 (MatMulNBits), got {self.block_size}")
-
-    @classmethod
-    def deploy_refusal(cls, target: Target) -> str | None:
-        return WEIGHT_ONLY_NOT_FOR_TENSORRT if target.is_tensorrt else None
 
     @classmethod
     def requested(cls, run: RunOptions, ctx: PlanContext) -> bool:

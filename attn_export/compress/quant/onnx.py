@@ -5,7 +5,7 @@ symmetric Q/DQ (``quant_static.quantize_static_onnx``). ONNX Runtime on x86 CPUs
 with *dynamic* quantization: weights are int8 offline, activations are quantized per batch
 to uint8 at run time (``DynamicQuantizeLinear`` -> ``MatMulInteger``, which ORT fuses into
 one u8s8 VNNI kernel). TensorRT cannot parse ``DynamicQuantizeLinear``, so the dynamic model
-is for ONNX Runtime only; ``check_route_for_target`` says so before anyone builds an engine.
+is for ONNX Runtime only; the TensorRT targets' route policy (``Target.route_preference``) leaves it out.
 """
 
 from __future__ import annotations
