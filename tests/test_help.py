@@ -59,7 +59,7 @@ def _resolved_defaults() -> dict[str, str]:
 
     layer, ckpt = RunConfig(), KINDS["encoder"].defaults
     tensorrt = RunConfig(target="tensorrt").export_spec().resolved_opset
-    engine = layer.engine_spec().profiles
+    engine = layer.engine_spec(layer.precision).profiles
     assert (engine.min, engine.opt, engine.max) == ((1, 1), (layer.batch, layer.seq_len), (4 * layer.batch, 4 * layer.seq_len))
     return {
         "layer": layer.resolved_layer, "d_model": str(layer.resolved_d_model), "heads": str(layer.resolved_heads), "mask": layer.resolved_mask,

@@ -96,7 +96,7 @@ def config_from_options(options: dict[str, Any]) -> Any:
     from attn_export.config.run import RunConfig
     from attn_export.host.memory import parse_bytes
     from attn_export.validate.tolerances import parse_tolerance_overrides
-    from attn_export.vocab.precisions import check_export_precision, engine_precision
+    from attn_export.vocab.precisions import check_export_precision
 
     opts = {k: v for k, v in options.items() if k not in OUTPUT_ONLY}
     opts["max_memory"] = parse_bytes(opts.get("max_memory"), "--max-memory")
@@ -104,8 +104,7 @@ def config_from_options(options: dict[str, Any]) -> Any:
     opts["tolerance_overrides"] = tolerances or None
     engine_args = {k: opts.pop(k) for k in ENGINE_OPTIONS}
     check_export_precision(opts.get("precision", run_default("precision")))  # before the engine spec, which would name the engine instead
-    engine = engine_spec_from_options(
-        precision=engine_precision(opts.get("quantize"), opts.get("precision", run_default("precision"))),
+    engine = engine_spec_from_options(  # the engine's precision is the plan's (Plan.engine_precision), set at deploy
         min_shape=engine_args["min_shape"], opt_shape=engine_args["opt_shape"], max_shape=engine_args["max_shape"],
         workspace=engine_args["workspace"], timing_cache=engine_args["timing_cache"],
         hardware_compatibility=engine_args["hardware_compatibility"], version_compatible=engine_args["version_compatible"],

@@ -103,6 +103,9 @@ def check_combinations(cfg: Any) -> None:
         raise ConfigError("--int8-qat-scales configures QAT-lite; add --int8-qat STEPS or drop --int8-qat-scales")
     if cfg.int8_mode == "torchao" and cfg.with_torchao:
         raise ConfigError("--int8-mode torchao already runs the torchao route; drop --with-torchao")
+    if cfg.engine is not None and cfg.engine.dla_core is not None and cfg.precision == "fp32" and cfg.quantize in (None, "none"):
+        # the plan builds a float graph's engine in --precision (Plan.engine_precision): fp32 here, which DLA lacks
+        raise ConfigError("DLA runs fp16 or int8 only, got --precision fp32; use --precision fp16 with --dla-core")
     if cfg.engine is not None and not target.trt_releases:
         from attn_export.runtime.tensorrt.spec import EngineSpec
 

@@ -315,14 +315,13 @@ class RunConfig:
             overrides["opset"] = None  # let the form pick its opset
         return export_spec_for(self.target_info, precision or self.precision, trt_version=self.resolved_trt_version, **overrides)
 
-    def engine_spec(self):  # type: ignore[no-untyped-def]
-        """The engine options; the default profile covers 1x1 .. 4x the run's shapes."""
+    def engine_spec(self, precision: str):  # type: ignore[no-untyped-def]
+        """The engine options, built in ``precision`` (the plan decides it: ``Plan.engine_precision``);
+        the default profile covers 1x1 .. 4x the run's shapes."""
         import dataclasses
 
         from attn_export.runtime.tensorrt.spec import EngineSpec, ShapeProfile
-        from attn_export.vocab.precisions import engine_precision
 
-        precision = engine_precision(self.quantize, self.precision)
         spec = self.engine or EngineSpec(precision=precision)
         if spec.profiles is None:  # type: ignore[attr-defined]
             opt = (self.batch, self.seq_len)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from attn_export.runtime.artifacts import Artifact
 from attn_export.pipeline.plan import Plan
 from attn_export.validate.report import Report, Stage
-from attn_export.vocab.precisions import PRECISIONS, engine_precision
+from attn_export.vocab.precisions import PRECISIONS
 
 if TYPE_CHECKING:
     from attn_export.subjects.base import Judgement, Subject
@@ -84,13 +84,8 @@ def deploy(plan: Plan, subject: Subject, artifacts: Mapping[str, Artifact], chos
             return
     else:
         onnx = artifacts[plan.deploy_source].path  # type: ignore[assignment]
-    target, spec = cfg.target_info, cfg.engine_spec()
     shipped = next((e.get("precision") for e in report.selection.values() if isinstance(e, dict) and e.get("artifact") == str(onnx)), None)
-    shipped = engine_precision(None, spec.precision, shipped)
-    if spec.precision != shipped:  # --quantize auto: the engine is built in the precision that shipped
-        import dataclasses
-
-        spec = dataclasses.replace(spec, precision=shipped)
+    target, spec = cfg.target_info, cfg.engine_spec(plan.engine_precision(shipped))
     deployed: dict[str, Any] = {"onnx": str(onnx)}
     report.selection["deploy"] = deployed
     engine_path: Path | None = None

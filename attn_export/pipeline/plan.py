@@ -109,7 +109,19 @@ class Plan:
     form_specs: dict[str, ExportSpec] = field(default_factory=dict)  # a second encoder form -> its fp32 ExportSpec
     attention: dict[str, str] = field(default_factory=dict)  # graph precision -> why its attention form was chosen
     deploy_source: str = ""  # the step (or "select:<precision>") whose ONNX is deployed
-    deploy_precision: str = "fp32"
+    deploy_precision: str = "fp32"  # the deployed graph's precision; "8bit": the format selection ships (--quantize auto)
+
+    def engine_precision(self, shipped: str | None = None) -> str:
+        """The precision the deployed engine is built in, decided here only: an 8-bit graph's own, a float
+        graph's the user's ``--precision``, or for ``--quantize auto`` the 8-bit format the selection shipped (``shipped``; the target's first 8-bit
+        format the run planned when nothing has shipped yet). The deploy step passes it to
+        ``RunConfig.engine_spec``; no other module decides it."""
+        if self.deploy_precision in PRECISIONS:  # a float graph's engine runs the float type the user asked for
+            return self.deploy_precision if PRECISIONS[self.deploy_precision].quantized else self.config.precision
+        if shipped is not None and shipped in PRECISIONS and PRECISIONS[shipped].quantized:
+            return shipped
+        planned = next((s.precisions for s in self.selections if s.precisions), ())
+        return planned[0] if planned else engine_precision(self.config.quantize, "fp32")
 
     @property
     def out(self) -> Path:

@@ -100,9 +100,11 @@ def test_orin_and_turing_refuse_bf16_in_one_line(tmp_path, capsys, target, arch,
 @pytest.mark.parametrize("arch", ["sm80", "sm86", "sm89", "sm90", "sm100", "sm120"])
 def test_ampere_and_later_plan_bf16(arch):
     from attn_export.config.run import RunConfig
+    from attn_export.pipeline.plan import make_plan
 
     cfg = RunConfig(precision="bf16", target="tensorrt", gpu_arch=arch)
-    assert cfg.export_spec().precision == "bf16" and cfg.engine_spec().precision == "bf16"  # type: ignore[attr-defined]
+    precision = make_plan(cfg).engine_precision()  # the plan decides the engine's precision, once
+    assert cfg.export_spec().precision == "bf16" and precision == "bf16" and cfg.engine_spec(precision).precision == "bf16"  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(("args", "expect"), [
