@@ -147,11 +147,9 @@ def float_precision_of(onnx_types: Iterable[str]) -> str:
     return next((p.name for p in PRECISIONS.values() if p.export_float and p.name != "fp32" and p.onnx_type in names), "fp32")
 
 
-def engine_precision(quantize: str | None, float_precision: str, shipped: str | None = None) -> str:
-    """The precision a TensorRT engine is built in: the 8-bit format that shipped (``--quantize auto``
-    learns it at selection), else the one ``--quantize`` names (int8 for ``auto``), else ``--precision``."""
-    if shipped is not None and shipped in PRECISIONS and PRECISIONS[shipped].quantized:
-        return shipped
+def engine_precision(quantize: str | None, float_precision: str) -> str:
+    """The rule the plan decides an engine's precision by (``pipeline.plan.Plan.engine_precision``, its only
+    caller): the 8-bit format ``--quantize`` names (int8 for ``auto`` until a format ships), else ``--precision``."""
     if quantize in (None, "none"):
         return float_precision
     if quantize in PRECISIONS and PRECISIONS[quantize].quantized:
