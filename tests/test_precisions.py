@@ -33,20 +33,17 @@ def test_an_unknown_precision_is_refused_with_the_allowed_ones():
 
 
 @pytest.mark.parametrize(
-    ("quantize", "float_precision", "shipped", "engine"),
+    ("quantize", "float_precision", "engine"),
     [
-        (None, "fp32", None, "fp32"),
-        ("none", "fp16", None, "fp16"),
-        ("int8", "fp32", None, "int8"),
-        ("fp8", "fp16", None, "fp8"),
-        ("auto", "fp32", None, "int8"),  # until selection says which 8-bit format shipped
-        ("auto", "fp32", "fp8", "fp8"),
-        (None, "int8", "fp8", "fp8"),  # the deploy step: the shipped 8-bit format wins
-        (None, "fp16", "fp32", "fp16"),  # a float stage that shipped leaves the engine's precision alone
+        (None, "fp32", "fp32"),
+        ("none", "fp16", "fp16"),
+        ("int8", "fp32", "int8"),
+        ("fp8", "fp16", "fp8"),
+        ("auto", "fp32", "int8"),  # until selection says which 8-bit format shipped (tests/test_engine_precision.py)
     ],
 )
-def test_engine_precision_is_decided_by_one_function(quantize, float_precision, shipped, engine):
-    assert engine_precision(quantize, float_precision, shipped) == engine
+def test_the_plans_engine_precision_rule(quantize, float_precision, engine):
+    assert engine_precision(quantize, float_precision) == engine
 
 
 @pytest.mark.parametrize("name", ["fp16", "int8", "fp8"])
