@@ -183,14 +183,13 @@ def test_roberta_positions_cover_max_position_embeddings_minus_the_offset(saved)
         ({"model_type": "deberta"}, "DeBERTa"),
         ({"model_type": "deberta-v2"}, "DeBERTa-v2"),
         ({"model_type": "mpnet"}, "MPNet"),
-        ({"model_type": "albert"}, "ALBERT"),
         ({"position_embedding_type": "relative_key"}, "relative_key"),
         ({"position_embedding_type": "relative_key_query"}, "relative_key_query"),
         ({"model_type": "roberta", "position_embedding_type": "relative_key"}, "roberta with relative position"),
         ({"model_type": "funnel"}, "'funnel' is not a supported encoder family"),
         ({"model_type": None, "architectures": ["MPNetForMaskedLM"]}, "architectures MPNetForMaskedLM"),
     ],
-    ids=["deberta", "deberta-v2", "mpnet", "albert", "relative-key", "relative-key-query", "roberta-relative", "unknown", "no-model-type"],
+    ids=["deberta", "deberta-v2", "mpnet", "relative-key", "relative-key-query", "roberta-relative", "unknown", "no-model-type"],
 )
 def test_unsupported_families_are_refused_by_name(tmp_path, monkeypatch, change, named):
     from ckpt_fixtures import write_checkpoint
@@ -239,7 +238,7 @@ def test_cli_refuses_an_unsupported_family_with_exit_2_and_one_line(tmp_path, ca
     ckpt = write_checkpoint(tmp_path / "ckpt", {}, {"model_type": model_type})
     assert main(["--checkpoint", str(ckpt), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and model_type in err and "supported model_types: bert, roberta" in err
+    assert len(err.splitlines()) == 1 and model_type in err and "supported model_types: albert, bert, camembert" in err
     assert not (tmp_path / "out").exists()
 
 
