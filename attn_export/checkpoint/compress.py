@@ -100,6 +100,24 @@ def _split(acts: ActivationSet, holdout: np.ndarray) -> tuple[ActivationSet, Act
     )
 
 
+def _by_module(encoder: SentenceEncoder, indices: Sequence[int]) -> dict[int, list[int]]:
+    """First index -> every index in ``indices`` that runs the same module (a layer shared across depth: ALBERT)."""
+    groups: dict[int, list[int]] = {}
+    first: dict[int, int] = {}
+    for i in indices:
+        groups.setdefault(first.setdefault(id(encoder.layers[i]), i), []).append(i)
+    return groups
+
+
+def _joined(acts: dict[int, ActivationSet], indices: list[int]) -> ActivationSet:
+    """The inputs of every depth a shared layer runs at, as one set (a layer with its own weights: its own inputs)."""
+    if len(indices) == 1:
+        return acts[indices[0]]
+    masks = [acts[i].key_padding_mask for i in indices]
+    kpm = None if any(m is None for m in masks) else np.concatenate(masks)  # type: ignore[arg-type]
+    return ActivationSet(np.concatenate([acts[i].x for i in indices]), kpm)
+
+
 def _distill_pair(student: TransformerLayer, teacher: TransformerLayer, lowrank: LowRankConfig) -> tuple[nn.Module, nn.Module]:
     """What to distill: the attention block when only its projections changed, else the whole layer.
 
@@ -133,15 +151,16 @@ def low_rank_encoder_(
     if distill is not None and len(calib) < 2 * holdout_every:
         raise ConfigError(f"expected >= {2 * holdout_every} calibration texts to hold some out for early stopping, got {len(calib)}")
     acts = all_layer_inputs(teacher, calib, layers=indices)
-    holdout = np.arange(len(calib)) % holdout_every == holdout_every - 1
     summary = EncoderLowRankSummary(params_before=sum(p.numel() for p in student.parameters()), params_after=0)
-    for i in indices:
-        low = low_rank_(student.layers[i], lowrank, acts[i])
+    for i, same in _by_module(student, indices).items():  # a layer shared across depth is factorised once, on every depth's inputs
+        joined = _joined(acts, same)
+        holdout = np.arange(len(joined)) % holdout_every == holdout_every - 1
+        low = low_rank_(student.layers[i], lowrank, joined)
         entry: dict[str, Any] = {"low_rank": low.to_dict(), "distill": None}
         summary.replaced_params_before += low.replaced_params_before
         summary.replaced_params_after += low.replaced_params_after
         if distill is not None and low.ranks:
-            train, dev = _split(acts[i], holdout)
+            train, dev = _split(joined, holdout)
             entry["distill"] = distill_layer_(student.layers[i], teacher.layers[i], train, dev, lowrank.targets, distill).to_dict()  # type: ignore[arg-type]
         summary.layers[i] = entry
         log.info("layer %d: %s", i, low.describe())
@@ -175,8 +194,9 @@ def distill_encoder_(
     train_acts = all_layer_inputs(teacher, train, layers=indices)
     select_acts = all_layer_inputs(teacher, select, layers=indices)
     out: dict[int, dict[str, Any]] = {}
-    for i in indices:
-        summary = distill_layer_(student.layers[i], teacher.layers[i], train_acts[i], select_acts[i], targets, distill).to_dict()  # type: ignore[arg-type]
+    for i, same in _by_module(student, indices).items():  # a shared layer trains once, on every depth's inputs
+        pair = (student.layers[i], teacher.layers[i], _joined(train_acts, same), _joined(select_acts, same))
+        summary = distill_layer_(*pair, targets, distill).to_dict()  # type: ignore[arg-type]
         out[i] = {k: v for k, v in summary.items() if k != "history"}
         log.info("layer %d distilled: val rel L2 %.4g -> %.4g", i, summary["val_rel_l2_before"], summary["val_rel_l2_after"])
     student.eval()

@@ -201,3 +201,46 @@ def test_the_cli_checkpoint_path_passes_on_a_tiny_albert(tmp_path):
     assert model["family"] == "albert" and model["reference"].startswith("transformers AlbertModel")
     assert model["fidelity"]["passed"] and model["fidelity"]["outputs"]["last_hidden_state"]["min_cosine"] >= MIN_COSINE
     assert report["verdict"]["passed"], report["verdict"]
+
+
+def test_layer_inputs_are_each_depths_own_where_one_layer_runs_at_every_depth(saved):
+    """What calibration and distillation read: depth d's input is transformers' hidden_states[d], not depth 0's three times."""
+    from attn_export.checkpoint.text import TokenBatch, all_layer_inputs
+
+    hf, folder = saved("albert")
+    ours = load_bert_checkpoint(folder)
+    ids, mask = probe(0)
+    with torch.no_grad():
+        states = hf(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask), output_hidden_states=True).hidden_states
+    acts = all_layer_inputs(ours, TokenBatch(ids, mask), layers=[0, 1, 2])
+    for depth in (0, 1, 2):
+        _close(states[depth].numpy(), acts[depth].x, mask, f"input of depth {depth}")
+    assert not np.allclose(acts[1].x, acts[2].x)
+    only = all_layer_inputs(ours, TokenBatch(ids, mask), layers=[1])
+    np.testing.assert_array_equal(only[1].x, acts[1].x)
+
+
+def test_low_rank_and_distillation_fit_a_shared_layer_once_on_every_depths_inputs(saved):
+    import copy
+
+    from attn_export.checkpoint.compress import distill_encoder_, low_rank_encoder_
+    from attn_export.checkpoint.text import TokenBatch
+    from attn_export.compress.distill import DistillConfig
+    from attn_export.compress.lowrank import LowRankConfig, LowRankLinear
+
+    _, folder = saved("albert")
+    teacher = load_bert_checkpoint(folder)
+    student = copy.deepcopy(teacher)
+    g = np.random.default_rng(3)
+    lengths = g.integers(4, 24, size=20)
+    mask = (np.arange(24)[None, :] < lengths[:, None]).astype(np.int64)
+    tokens = TokenBatch(np.where(mask == 1, g.integers(5, 100, size=mask.shape), 0).astype(np.int64), mask)
+    summary = low_rank_encoder_(student, teacher, tokens, LowRankConfig(rank_ratio=0.5, targets=("q", "k")))
+    assert list(summary.layers) == [0], "one module, factorised once"
+    assert all(layer is student.layers[0] for layer in student.layers) and isinstance(student.layers[2].self_attn.w_q, LowRankLinear)
+    assert summary.params_after < summary.params_before
+    out = distill_encoder_(student, teacher, tokens, tokens, ("q", "k"), DistillConfig(steps=4, lr=1e-3, batch_size=8, eval_every=2, progress=False))
+    assert list(out) == [0]
+    ids, pmask = probe(0)
+    cos, _ = agreement(_ours(teacher, ids, pmask)[0], _ours(student, ids, pmask)[0], pmask)
+    assert cos > 0.9, cos

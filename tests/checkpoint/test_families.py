@@ -278,3 +278,17 @@ def test_packed_form_matches_transformers_for_every_family(saved, name, tmp_path
         if ref_logits is not None:
             cos, err = agreement(ref_logits, got[2], mask)
             assert cos >= MIN_COSINE and err <= MAX_ABS, f"{name} {label}: logits cosine {cos:.7f}, max abs {err:.2e}"
+
+
+def test_every_family_file_declares_known_fields_and_every_shape_field():
+    """A family file names its keys for EncoderConfig fields the schema bounds; with its fixed values they cover the shape."""
+    from attn_export.checkpoint.families import FAMILIES
+    from attn_export.validate.checkpoint_schema import ENCODER_FIELDS
+
+    shape = {"vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size", "max_position_embeddings",
+             "type_vocab_size", "layer_norm_eps", "hidden_act", "pad_token_id"}  # fmt: skip
+    assert {f.name for f in FAMILIES} == {"albert", "bert", "distilbert", "electra", "roberta"}
+    for family in FAMILIES:
+        keys = family.config_keys
+        assert set(keys.names) <= set(ENCODER_FIELDS) and set(keys.defaults) <= set(keys.names), family.name
+        assert shape <= set(keys.names) | set(keys.fixed), family.name
