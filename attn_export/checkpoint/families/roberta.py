@@ -15,7 +15,13 @@ from __future__ import annotations
 import logging
 
 from attn_export.checkpoint.families.base import Family
-from attn_export.checkpoint.families.bert import BERT_EMBEDDING_PARTS, BERT_KEYS, BERT_LAYER_KEY, BERT_LAYER_PARTS, BERT_REFUSALS
+from attn_export.checkpoint.families.bert import (
+    BERT_EMBEDDING_PARTS,
+    BERT_KEYS,
+    BERT_LAYER_KEY,
+    BERT_LAYER_PARTS,
+    BERT_REFUSALS,
+)
 
 __all__ = ["FAMILY"]
 
