@@ -1,4 +1,4 @@
-"""Load a Hugging Face encoder checkpoint directory (BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT, ELECTRA) into a ``SentenceEncoder``.
+"""Load a Hugging Face encoder checkpoint directory (any family of ``checkpoint/families/``) into a ``SentenceEncoder``.
 
 Users bring pretrained encoders, and a toolkit that only sees random weights cannot tell
 them what compression does to theirs. This reads ``config.json`` and ``model.safetensors``

@@ -1,6 +1,6 @@
 """A BERT-family encoder built from the reference ``TransformerLayer``s, with the model's pooling and task head.
 
-Pretrained encoders (all-MiniLM-L6-v2, BGE, E5, fine-tuned RoBERTa/XLM-R/DistilBERT/ELECTRA
+Pretrained encoders (all-MiniLM-L6-v2, BGE, E5, fine-tuned RoBERTa/XLM-R/DistilBERT/ELECTRA/ALBERT
 classifiers) are what users bring, and random weights hide what compression does to them.
 This module is the eager model such a checkpoint loads into; ``EncoderConfig`` holds what
 differs between the families (``attn_export.checkpoint.families`` fills it from config.json):
