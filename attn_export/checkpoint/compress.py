@@ -40,7 +40,7 @@ from attn_export.compress.subject_hooks import ModuleSlot
 from attn_export.errors import ConfigError
 from attn_export.layers.encoder import SentenceEncoder
 
-__all__ = ["E2EDistillSummary", "distill_encoder_e2e_", "low_rank_encoder_"]
+__all__ = ["E2EDistillSummary", "distill_encoder_e2e_", "joined_inputs", "low_rank_encoder_", "shared_layer_groups"]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,24 @@ def _split(acts: ActivationSet, holdout: np.ndarray) -> tuple[ActivationSet, Act
         ActivationSet(acts.x[~holdout], None if kpm is None else kpm[~holdout]),
         ActivationSet(acts.x[holdout], None if kpm is None else kpm[holdout]),
     )
+
+
+def shared_layer_groups(encoder: SentenceEncoder, indices: Sequence[int]) -> dict[int, list[int]]:
+    """First index -> every index in ``indices`` that runs the same module (a layer shared across depth: ALBERT)."""
+    groups: dict[int, list[int]] = {}
+    first: dict[int, int] = {}
+    for i in indices:
+        groups.setdefault(first.setdefault(id(encoder.layers[i]), i), []).append(i)
+    return groups
+
+
+def joined_inputs(acts: dict[int, ActivationSet], indices: list[int]) -> ActivationSet:
+    """The inputs of every depth a shared layer runs at, as one set (a layer with its own weights: its own inputs)."""
+    if len(indices) == 1:
+        return acts[indices[0]]
+    masks = [acts[i].key_padding_mask for i in indices]
+    kpm = None if any(m is None for m in masks) else np.concatenate(masks)  # type: ignore[arg-type]
+    return ActivationSet(np.concatenate([acts[i].x for i in indices]), kpm)
 
 
 def low_rank_encoder_(
@@ -74,13 +92,14 @@ def low_rank_encoder_(
     if distill is not None and len(calib) < 2 * holdout_every:
         raise ConfigError(f"expected >= {2 * holdout_every} calibration texts to hold some out for early stopping, got {len(calib)}")
     acts = all_layer_inputs(teacher, calib, layers=indices)
-    holdout = np.arange(len(calib)) % holdout_every == holdout_every - 1
     summary = LayerwiseLowRankSummary(params_before=sum(p.numel() for p in student.parameters()), params_after=0)
-    for i in indices:
-        low = low_rank_(student.layers[i], lowrank, acts[i])
+    for i, same in shared_layer_groups(student, indices).items():  # a layer shared across depth is factorised once, on every depth's inputs
+        joined = joined_inputs(acts, same)
+        holdout = np.arange(len(joined)) % holdout_every == holdout_every - 1
+        low = low_rank_(student.layers[i], lowrank, joined)
         distilled = None
         if distill is not None and low.ranks:
-            train, dev = _split(acts[i], holdout)
+            train, dev = _split(joined, holdout)
             slot = ModuleSlot(student.layers[i], teacher.layers[i], {"train": train, "select": dev}.__getitem__, layer=i, frozen=True)
             distilled = distill_slot_(slot, distill).to_dict()
         summary.add(i, low, distilled)

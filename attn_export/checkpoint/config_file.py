@@ -92,9 +92,10 @@ def encoder_parameter_count(config: EncoderConfig) -> int:
     """Parameters of the ``SentenceEncoder`` a config describes, computed without building it."""
     h, i, n, e = config.hidden_size, config.intermediate_size, config.num_hidden_layers, config.embedding_dim
     embeddings = (config.vocab_size + config.max_position_embeddings + config.type_vocab_size) * e + 2 * e  # + LayerNorm
-    if e != h:
-        embeddings += e * h + h  # ELECTRA's embeddings_project
+    if config.embedding_size is not None:
+        embeddings += e * h + h  # the factorised embeddings' projection (ELECTRA, ALBERT)
     layer = 4 * (h * h + h) + (h * i + i) + (i * h + h) + 2 * 2 * h  # q, k, v, o; FFN in, out; two LayerNorms
+    n = 1 if config.shared_layers else n  # one set of layer weights at every depth (ALBERT)
     head = 0
     if config.head is not None:
         labels = config.head.num_labels

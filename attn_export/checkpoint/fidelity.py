@@ -13,9 +13,10 @@ when they differ beyond float32 noise:
 
 Compared on real tokens only (padded positions mean nothing): ``last_hidden_state`` per
 token, ``sentence_embedding`` per text, ``logits`` per text (per token for token
-classification) with label agreement. The bar (``FIDELITY_MIN_COSINE`` 0.9999 per row,
-``FIDELITY_MAX_ABS`` 1e-4) is the fp32 export's own bar: two float32 implementations of
-the same maths differ by ~1e-6; a wrong position offset, activation or pooling by 1e-1.
+classification) with label agreement. The bar is the family's (``Family.fidelity``, in its
+file in ``checkpoint/families/``); every family today holds the fp32 export's own bar, min
+cosine 0.9999 per row and max abs 1e-4: two float32 implementations of the same maths differ
+by ~1e-6; a wrong position offset, activation or pooling by 1e-1.
 """
 
 from __future__ import annotations
@@ -23,23 +24,22 @@ from __future__ import annotations
 import logging
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from attn_export.checkpoint.families import family_of
 from attn_export.checkpoint.metrics import classification_agreement, row_cosines
 from attn_export.errors import CheckpointError
 from attn_export.layers.encoder import SentenceEncoder
 
-__all__ = ["FIDELITY_MAX_ABS", "FIDELITY_MIN_COSINE", "PROBE_TEXTS", "FidelityResult", "OutputFidelity", "check_fidelity", "probe_batches"]
+__all__ = ["PROBE_TEXTS", "FidelityResult", "OutputFidelity", "check_fidelity", "probe_batches"]
 
 log = logging.getLogger(__name__)
 
-FIDELITY_MIN_COSINE = 0.9999
-FIDELITY_MAX_ABS = 1e-4
 PROBE_TEXTS: tuple[str, ...] = (
     "The exported model must compute what the original model computes.",
     "Ok.",
@@ -73,7 +73,7 @@ class FidelityResult:
     probes: dict[str, int]
     outputs: dict[str, OutputFidelity]
     passed: bool
-    tolerance: dict[str, float] = field(default_factory=lambda: {"min_cosine": FIDELITY_MIN_COSINE, "max_abs": FIDELITY_MAX_ABS})
+    tolerance: dict[str, float]  # the family's bar: min_cosine, max_abs
     notes: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
@@ -192,15 +192,18 @@ def check_fidelity(
     finally:
         model.train(was_training)
     probes = {name: int(ids.shape[0]) for name, ids, _ in batches}
-    failed = [(n, o) for n, o in outputs.items() if not (o.min_cosine >= FIDELITY_MIN_COSINE and o.max_abs <= FIDELITY_MAX_ABS)]
-    result = FidelityResult(family=conf.family, reference=reference.description, probes=probes, outputs=outputs, passed=not failed, notes=tuple(notes))
+    bar = family_of(conf.family).fidelity
+    failed = [(n, o) for n, o in outputs.items() if not (o.min_cosine >= bar.min_cosine and o.max_abs <= bar.max_abs)]
+    result = FidelityResult(
+        family=conf.family, reference=reference.description, probes=probes, outputs=outputs, passed=not failed, tolerance=bar.to_dict(), notes=tuple(notes)
+    )
     for name, o in outputs.items():
         log.info("fidelity %s vs %s: %s min cosine %.7f, max abs %.2e over %d rows", conf.family, reference.description, name, o.min_cosine, o.max_abs, o.rows)
     if failed and raise_on_failure:
         name, o = failed[0]
         raise CheckpointError(
             f"{path}: the project's {conf.family} model does not reproduce {reference.description}: {name} min cosine {o.min_cosine:.6f} "
-            f"(>= {FIDELITY_MIN_COSINE} required), max abs {o.max_abs:.3g} (<= {FIDELITY_MAX_ABS:g}) on probe '{o.worst_probe}'; "
+            f"(>= {bar.min_cosine} required), max abs {o.max_abs:.3g} (<= {bar.max_abs:g}) on probe '{o.worst_probe}'; "
             "attn-export refuses to certify a model it does not reproduce, report this checkpoint's config.json as an issue"
         )
     return result

@@ -1,4 +1,4 @@
-"""Load a Hugging Face encoder checkpoint directory (BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT, ELECTRA) into a ``SentenceEncoder``.
+"""Load a Hugging Face encoder checkpoint directory (any family of ``checkpoint/families/``) into a ``SentenceEncoder``.
 
 Users bring pretrained encoders, and a toolkit that only sees random weights cannot tell
 them what compression does to theirs. This reads ``config.json`` and ``model.safetensors``
@@ -158,8 +158,20 @@ def _read_tensors(files: list[Path]) -> dict[str, torch.Tensor]:
 
 
 def _state_dict(family: Family, config: EncoderConfig, tensors: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The checkpoint's tensors under our names, float32, every key and shape checked."""
+    """The checkpoint's tensors under our names, float32, every key and shape checked.
+
+    ``expected`` is our model's state dict: a tensor that sits under several names (a layer
+    shared across depth: ``layers.0.*`` is ``layers.1.*``) is expected once, under its first
+    name, and given to the others.
+    """
     task = None if config.head is None else config.head.task
+    first: dict[int, str] = {}
+    aliases: dict[str, str] = {}
+    for name, tensor in expected.items():
+        canonical = first.setdefault(id(tensor), name)
+        if canonical != name:
+            aliases[name] = canonical
+    expected = {k: v for k, v in expected.items() if k not in aliases}
     state: dict[str, torch.Tensor] = {}
     source: dict[str, str] = {}
     dropped: list[str] = []
@@ -181,6 +193,9 @@ def _state_dict(family: Family, config: EncoderConfig, tensors: Mapping[str, tor
             raise CheckpointError(f"key {key!r} has dtype {tensor.dtype}; expected floating-point weights")
         state[ref_key] = tensor.to(torch.float32)
         source[ref_key] = key
+    for alias, canonical in aliases.items():  # a layer shared across depth: the checkpoint names it once
+        if canonical in state:
+            state[alias] = state[canonical]
     missing = [k for k in expected if k not in state]
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
@@ -218,7 +233,7 @@ def load_bert_checkpoint(checkpoint_dir: str | os.PathLike[str], pooling: str | 
     config = replace(config, head=detect_head(family, raw, shapes, str(checkpoint_dir / "config.json")))
     _check_fits(config, files, checkpoint_dir)  # before the model is allocated
     model = SentenceEncoder(config).eval()
-    state = _state_dict(family, config, _read_tensors(files), model.state_dict())
+    state = _state_dict(family, config, _read_tensors(files), model.state_dict(keep_vars=True))  # the Parameters: shared ones are one object
     model.load_state_dict(state, strict=True)
     n_params = sum(p.numel() for p in model.parameters())
     head = "" if config.head is None else f", {config.head.task}-classification head ({config.head.num_labels} labels)"

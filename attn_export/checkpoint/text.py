@@ -160,20 +160,30 @@ def all_layer_inputs(encoder: SentenceEncoder, tokens: TokenBatch, batch_size: i
     if bad or not wanted:
         raise ConfigError(f"expected layer indices in 0..{len(encoder.layers) - 1}, got {list(layers or [])}")
     captured: dict[int, list[torch.Tensor]] = {i: [] for i in wanted}
+    # a module shared across depth (ALBERT) runs at several depths: its k-th call in a pass is its k-th depth
+    depths: dict[int, list[int]] = {}
+    for depth, layer in enumerate(encoder.layers):
+        depths.setdefault(id(layer), []).append(depth)
+    calls = dict.fromkeys(depths, 0)
 
-    def hook_for(index: int) -> Any:
+    def hook_for(key: int) -> Any:
         def hook(_module: torch.nn.Module, args: tuple[Any, ...]) -> None:
-            captured[index].append(args[0].detach().float())  # (b, S, D)
-            if index == wanted[-1]:
+            depth = depths[key][calls[key]]
+            calls[key] += 1
+            if depth in captured:
+                captured[depth].append(args[0].detach().float())  # (b, S, D)
+            if depth == wanted[-1]:
                 raise _StopForward
 
         return hook
 
-    handles = [encoder.layers[i].register_forward_pre_hook(hook_for(i)) for i in wanted]
+    modules = {id(encoder.layers[i]): encoder.layers[i] for i in wanted}
+    handles = [module.register_forward_pre_hook(hook_for(key)) for key, module in modules.items()]
     was_training = encoder.training
     try:
         encoder.eval()
         for part in tokens.batches(batch_size):
+            calls.update(dict.fromkeys(calls, 0))  # a new pass starts at depth 0
             try:
                 encoder(*part.to_torch())
             except _StopForward:

@@ -1,16 +1,19 @@
 """A BERT-family encoder built from the reference ``TransformerLayer``s, with the model's pooling and task head.
 
-Pretrained encoders (all-MiniLM-L6-v2, BGE, E5, fine-tuned RoBERTa/XLM-R/DistilBERT/ELECTRA
+Pretrained encoders (all-MiniLM-L6-v2, BGE, E5, fine-tuned RoBERTa/XLM-R/DistilBERT/ELECTRA/ALBERT
 classifiers) are what users bring, and random weights hide what compression does to them.
 This module is the eager model such a checkpoint loads into; ``EncoderConfig`` holds what
 differs between the families (``attn_export.checkpoint.families`` fills it from config.json):
 
-- embeddings: word + token-type (none for DistilBERT) + position, LayerNorm, then ELECTRA's
-  ``embeddings_project`` when its ``embedding_size`` differs from ``hidden_size``. Positions
+- embeddings: word + token-type (none for DistilBERT) + position, LayerNorm, then, for
+  factorised embeddings (``embedding_size`` set: ELECTRA's ``embeddings_project``, ALBERT's
+  ``embedding_hidden_mapping_in``), a Linear from ``embedding_size`` to ``hidden_size``. Positions
   are ``arange(S)`` (``"absolute"``, BERT) or RoBERTa's ``padding_idx + cumsum(ids != pad)``
   with pads at ``padding_idx`` (``"padded"``: RoBERTa, XLM-R, CamemBERT; transformers'
   ``create_position_ids_from_input_ids``), both computed in-graph so exports stay dynamic in S;
 - a stack of post-norm ``TransformerLayer``s with the checkpoint's activation and LayerNorm eps;
+  with ``shared_layers`` (ALBERT) one layer's module sits at every depth of ``layers``, so
+  code that walks the depth is unchanged and the export reads one set of weights at every depth;
 - the model's sentence pooling (``attn_export.layers.pooling``) and optional task head
   (``attn_export.layers.heads``).
 
@@ -77,7 +80,7 @@ class BertEmbeddings(nn.Module):
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, e)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, e) if config.type_vocab_size else None
         self.norm = Fp32LayerNorm(e, eps=config.layer_norm_eps)
-        self.project = nn.Linear(e, d) if e != d else None  # ELECTRA's embeddings_project
+        self.project = nn.Linear(e, d) if config.embedding_size is not None else None  # factorised embeddings
 
     def position_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
         """(B, S) ids -> (S,) ``arange`` or (B, S) RoBERTa positions (pads at ``padding_idx``)."""
@@ -88,7 +91,7 @@ class BertEmbeddings(nn.Module):
         return (torch.cumsum(real, dim=1).type_as(real) * real).long() + self.pad_token_id  # (B, S)
 
     def embed(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """LayerNorm(word[ids] + token_type[0] + position[positions]) (projected for ELECTRA); ``positions`` broadcasts against ``ids``.
+        """LayerNorm(word[ids] + token_type[0] + position[positions]) (projected when factorised); ``positions`` broadcasts against ``ids``.
 
         The packed form (``layers.packed``) passes the real tokens (T,) with each one's own
         position id (T,), read from ``position_ids`` of the padded batch.
@@ -121,7 +124,8 @@ class SentenceEncoder(nn.Module):
         self.embeddings = BertEmbeddings(config)
         # dropout 0: this model is for inference and for compression/distillation, where
         # the checkpoint's training-time dropout would only add noise to the student.
-        self.layers = nn.ModuleList(
+        distinct = 1 if config.shared_layers else config.num_hidden_layers
+        weights = [
             TransformerLayer(
                 config.hidden_size,
                 config.num_attention_heads,
@@ -130,10 +134,12 @@ class SentenceEncoder(nn.Module):
                 eps=config.layer_norm_eps,
                 d_ffn=config.intermediate_size,
             )
-            for _ in range(config.num_hidden_layers)
-        )
-        for layer in self.layers:  # TransformerLayer knows relu/gelu; the families also need the tanh GELU and SiLU
+            for _ in range(distinct)
+        ]
+        for layer in weights:  # TransformerLayer knows relu/gelu; the families also need the tanh GELU and SiLU
             layer.act = activation_module(config.hidden_act)
+        # depth i runs weights[i] or, shared across depth, weights[0]: the same module object at every index
+        self.layers = nn.ModuleList(weights[i % distinct] for i in range(config.num_hidden_layers))
         self.pooling = SentencePooling(config.pooling)
         self.head = build_head(config.head, config.hidden_size)
         if config.head is not None:

@@ -18,9 +18,8 @@ from attn_export.vocab.choices import POOLING_MODES
 
 __all__ = [
     "ACTIVATIONS",
-    "HEAD_STYLES",
+    "HEAD_ACTIVATIONS",
     "POSITION_STYLES",
-    "SEQUENCE_HEAD_STYLES",
     "TASKS",
     "EncoderConfig",
     "HeadConfig",
@@ -35,9 +34,9 @@ log = logging.getLogger(__name__)
 # exported as such (one ONNX Gelu with approximate="tanh" from opset 20); "swish" is SiLU.
 ACTIVATIONS: tuple[str, ...] = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
 POSITION_STYLES: tuple[str, ...] = ("absolute", "padded")
-# Whose sequence-classification head (layers.heads maps each to its activation); token heads are linear.
-SEQUENCE_HEAD_STYLES: tuple[str, ...] = ("bert", "roberta", "electra", "distilbert")
-HEAD_STYLES: tuple[str, ...] = (*SEQUENCE_HEAD_STYLES, "linear")
+# The activation between a sequence head's dense layer and its output (layers.heads builds each); a family
+# (``checkpoint/families/<name>.py``) says which its ``...ForSequenceClassification`` uses. Token heads are linear.
+HEAD_ACTIVATIONS: tuple[str, ...] = ("tanh", "gelu", "relu")
 TASKS: tuple[str, ...] = ("sequence", "token")
 
 
@@ -71,30 +70,39 @@ class PoolingConfig:
 
 @dataclass(frozen=True)
 class HeadConfig:
-    """``task``: ``"sequence"`` (logits (B, L)) or ``"token"`` (logits (B, S, L)); ``style``: whose head."""
+    """``task``: ``"sequence"`` (logits (B, L)) or ``"token"`` (logits (B, S, L)); ``style``: whose head (the
+    family's name, ``"linear"`` for a token head), for the report; ``activation``: a sequence head's, in
+    ``HEAD_ACTIVATIONS`` (None for a token head, which is one Linear)."""
 
     task: str
     style: str
     num_labels: int
+    activation: str | None = None
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
             raise ConfigError(f"expected a head task in {', '.join(TASKS)}, got {self.task!r}")
-        if self.style not in HEAD_STYLES or (self.task == "token") != (self.style == "linear"):
-            raise ConfigError(f"expected a {self.task} head style in {', '.join(HEAD_STYLES)}, got {self.style!r}")
+        if not isinstance(self.style, str) or not self.style:
+            raise ConfigError(f"expected a head style (whose head it is), got {self.style!r}")
+        if self.task == "token" and self.activation is not None:
+            raise ConfigError(f"expected no activation for a token head (one Linear), got {self.activation!r}")
+        if self.task == "sequence" and self.activation not in HEAD_ACTIVATIONS:
+            raise ConfigError(f"expected a sequence head activation in {', '.join(HEAD_ACTIVATIONS)}, got {self.activation!r}")
         if not isinstance(self.num_labels, int) or self.num_labels < 1:
             raise ConfigError(f"expected num_labels >= 1, got {self.num_labels!r}")
 
     def to_dict(self) -> dict[str, object]:
-        return {"task": self.task, "style": self.style, "num_labels": self.num_labels}
+        return {"task": self.task, "style": self.style, "num_labels": self.num_labels, "activation": self.activation}
 
 
 @dataclass(frozen=True)
 class EncoderConfig:
     """The shape of a BERT-family encoder (the fields of a Hugging Face ``config.json``, per family).
 
-    ``type_vocab_size`` 0 means no token-type embedding (DistilBERT); ``embedding_size`` None
-    means ``hidden_size`` (no projection); ``family`` is the checkpoint's ``model_type``.
+    ``type_vocab_size`` 0 means no token-type embedding (DistilBERT); ``embedding_size`` set means
+    embedding tables that wide and a Linear projecting them to ``hidden_size`` (ELECTRA, ALBERT),
+    None means tables ``hidden_size`` wide and no projection; ``shared_layers`` means one layer's
+    weights run at every depth (ALBERT); ``family`` is the checkpoint's ``model_type``.
     """
 
     vocab_size: int = 30522
@@ -110,6 +118,7 @@ class EncoderConfig:
     family: str = "bert"
     positions: str = "absolute"
     embedding_size: int | None = None
+    shared_layers: bool = False
     pooling: PoolingConfig = field(default_factory=PoolingConfig)
     head: HeadConfig | None = None
 
@@ -149,7 +158,7 @@ class EncoderConfig:
 
     @property
     def embedding_dim(self) -> int:
-        """Width of the embedding tables (ELECTRA-small: 128, projected to ``hidden_size``)."""
+        """Width of the embedding tables (ELECTRA-small, ALBERT: 128, projected to ``hidden_size``)."""
         return self.embedding_size or self.hidden_size
 
     @property

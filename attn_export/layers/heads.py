@@ -2,15 +2,13 @@
 
 A fine-tuned classifier is judged by its logits, not by a sentence embedding, so the head is
 part of the exported model (an extra output ``logits``). Each library's head is reproduced
-exactly (transformers 5.x, ``models/<family>/modeling_<family>.py``):
-
-| style | logits from | layers |
-|---|---|---|
-| ``bert`` (``BertForSequenceClassification``) | token 0 | ``pooler.dense`` -> tanh -> ``classifier`` |
-| ``roberta`` (RoBERTa, XLM-R, CamemBERT ``ClassificationHead``) | token 0 | ``classifier.dense`` -> tanh -> ``classifier.out_proj`` |
-| ``electra`` (``ElectraClassificationHead``) | token 0 | ``classifier.dense`` -> GELU (erf) -> ``classifier.out_proj`` |
-| ``distilbert`` (``DistilBertForSequenceClassification``) | token 0 | ``pre_classifier`` -> ReLU -> ``classifier`` |
-| ``linear`` (every ``...ForTokenClassification``) | every token | ``classifier`` |
+exactly (transformers 5.x, ``models/<family>/modeling_<family>.py``). Every supported family's
+sequence head is the same shape, dense -> activation -> out on token 0, and differs only in the
+activation, which its family file (``checkpoint/families/<name>.py``) names and ``HeadConfig``
+carries: tanh (BERT's and ALBERT's pooler, RoBERTa's ``ClassificationHead``), GELU (erf:
+``ElectraClassificationHead``), ReLU (DistilBERT's ``pre_classifier``). Every
+``...ForTokenClassification`` is one Linear on every token. The family maps its module names
+onto ``head.dense`` and ``head.out``.
 
 Dropout is left out: these modules are for inference, compression and distillation.
 """
@@ -23,26 +21,25 @@ import torch
 from torch import nn
 
 from attn_export.errors import ConfigError
-from attn_export.layers.encoder_config import HEAD_STYLES, HeadConfig
+from attn_export.layers.encoder_config import HEAD_ACTIVATIONS, HeadConfig
 
-__all__ = ["HEAD_STYLES", "HeadConfig", "SequenceClassificationHead", "TokenClassificationHead", "build_head"]
+__all__ = ["ACTIVATION_MODULES", "HEAD_ACTIVATIONS", "HeadConfig", "SequenceClassificationHead", "TokenClassificationHead", "build_head"]
 
 log = logging.getLogger(__name__)
 
-# keys: encoder_config.SEQUENCE_HEAD_STYLES (tests/layers/test_encoder_config.py holds them equal)
-_SEQUENCE_ACTIVATIONS = {"bert": nn.Tanh, "roberta": nn.Tanh, "electra": nn.GELU, "distilbert": nn.ReLU}
+# keys: encoder_config.HEAD_ACTIVATIONS (tests/layers/test_encoder_config.py holds them equal)
+ACTIVATION_MODULES: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "gelu": nn.GELU, "relu": nn.ReLU}
 
 
 class SequenceClassificationHead(nn.Module):
     """hidden (B, S, D) -> logits (B, L): dense -> activation -> out, on token 0 (``[CLS]``/``<s>``)."""
 
-    def __init__(self, d_model: int, num_labels: int, style: str) -> None:
+    def __init__(self, d_model: int, num_labels: int, activation: str) -> None:
         super().__init__()
-        if style not in _SEQUENCE_ACTIVATIONS:
-            raise ConfigError(f"expected a sequence head style in {', '.join(_SEQUENCE_ACTIVATIONS)}, got {style!r}")
-        self.style = style
+        if activation not in ACTIVATION_MODULES:
+            raise ConfigError(f"expected a sequence head activation in {', '.join(ACTIVATION_MODULES)}, got {activation!r}")
         self.dense = nn.Linear(d_model, d_model)
-        self.act = _SEQUENCE_ACTIVATIONS[style]()
+        self.act = ACTIVATION_MODULES[activation]()
         self.out = nn.Linear(d_model, num_labels)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -66,4 +63,4 @@ def build_head(config: HeadConfig | None, d_model: int) -> nn.Module | None:
         return None
     if config.task == "token":
         return TokenClassificationHead(d_model, config.num_labels)
-    return SequenceClassificationHead(d_model, config.num_labels, config.style)
+    return SequenceClassificationHead(d_model, config.num_labels, config.activation)  # type: ignore[arg-type]

@@ -186,19 +186,22 @@ class EncoderSubject(BaseSubject):
     def module_slots(self, student: nn.Module) -> list[ModuleSlot]:
         """Every layer, fitted on the hidden states the reference feeds it (recorded once per split for all layers, and
         dropped with the slots); the pretrained weights stay, so a training transform trains only what was put in."""
+        from attn_export.checkpoint.compress import joined_inputs, shared_layer_groups
         from attn_export.checkpoint.text import all_layer_inputs
 
         acts: dict[str, Any] = {}
 
-        def inputs_of(index: int) -> Any:
+        def inputs_of(indices: list[int]) -> Any:
             def inputs(split: Split) -> Any:
                 if split not in acts:
                     acts[split] = all_layer_inputs(self.encoder, self.tokens[split])
-                return acts[split][index]
+                return joined_inputs(acts[split], indices)
 
             return inputs
 
-        return [ModuleSlot(layer, self.encoder.layers[i], inputs_of(i), layer=i, frozen=True) for i, layer in enumerate(student.layers)]  # type: ignore[union-attr, arg-type]
+        # one slot per distinct module: a layer shared across depth (ALBERT) is fitted once, on every depth's inputs
+        groups = shared_layer_groups(student, range(len(student.layers)))  # type: ignore[arg-type]
+        return [ModuleSlot(student.layers[i], self.encoder.layers[i], inputs_of(same), layer=i, frozen=True) for i, same in groups.items()]  # type: ignore[index, arg-type]
 
     def training_defaults(self) -> dict[str, Any]:
         """Per-layer attention distillation measured on MiniLM (Q/K at 50%): the attention-KL term

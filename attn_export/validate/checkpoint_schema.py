@@ -1,5 +1,9 @@
 """Schemas of a checkpoint's own files: config.json per family, sentence-transformers' modules, the safetensors index.
 
+A family's config.json schema is built from the family's own declaration (its file in
+``checkpoint/families/`` names the keys and transformers' defaults); the bounds of each field
+are here, the same for every family.
+
 Upper bounds sit well above any BERT-family encoder (XLM-R: vocab 250k; BERT-large: hidden
 1024, 24 layers) and far below what would exhaust memory, so a hostile or broken file is
 refused in one line before anything is allocated (``schema.validate``).
@@ -7,26 +11,26 @@ refused in one line before anything is allocated (``schema.validate``).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, ValidationInfo, field_validator
+from pydantic import AfterValidator, Field, ValidationInfo, create_model, field_validator
 
 from attn_export.validate.schema import NonNegInt, StrictSchema, expected_error, finite_number
 from attn_export.vocab.choices import POOLING_MODES, is_ascii_digits
 
 __all__ = [
-    "BertConfigSchema",
-    "DistilBertConfigSchema",
-    "ElectraConfigSchema",
-    "RobertaConfigSchema",
+    "ENCODER_FIELDS",
     "SafetensorsIndexSchema",
     "SentenceBertConfigSchema",
     "StModulesSchema",
     "StNormalizeSchema",
     "StPoolingSchema",
+    "encoder_config_schema",
 ]
 
 
@@ -53,48 +57,49 @@ class _LabelsSchema(StrictSchema):
     label2id: Annotated[dict[str, Annotated[int, Field(ge=0, lt=1_000_000)]], Field(max_length=1_000_000)] | None = None
 
 
-# Upper bounds well above any BERT-family encoder (XLM-R: vocab 250k; BERT-large: hidden 1024,
-# 24 layers), far below what would exhaust memory: refused before anything is allocated.
-class BertConfigSchema(_LabelsSchema):
-    vocab_size: Annotated[int, Field(ge=1, le=1_048_576)]
-    hidden_size: Annotated[int, Field(ge=1, le=16_384)]
-    num_attention_heads: Annotated[int, Field(ge=1, le=1024)]
-    num_hidden_layers: Annotated[int, Field(ge=1, le=512)]
-    intermediate_size: Annotated[int, Field(ge=1, le=65_536)]
-    max_position_embeddings: Annotated[int, Field(ge=1, le=131_072)] = 512
-    type_vocab_size: Annotated[int, Field(ge=1, le=1024)] = 2
-    layer_norm_eps: Annotated[float, AfterValidator(finite_number), Field(gt=0.0, lt=1.0)] = 1e-12
-    hidden_act: str = "gelu"
-    position_embedding_type: str = "absolute"
-    pad_token_id: NonNegInt | None = 0
-
-    _pad_in_vocab = field_validator("pad_token_id")(_pad_below_vocab)
-
-
-class RobertaConfigSchema(BertConfigSchema):
-    """RoBERTa, XLM-RoBERTa, CamemBERT: BERT's keys; the pad id is also the position offset, so it is required to be an id."""
-
-    pad_token_id: NonNegInt = 1  # transformers' RobertaConfig default
+# The bounds of every EncoderConfig field a config.json can set, whatever its key is called in a family
+# (``checkpoint/families/<name>.py`` names the key and transformers' default): well above any
+# BERT-family encoder (XLM-R: vocab 250k; BERT-large: hidden 1024, 24 layers), far below what would
+# exhaust memory, so refused before anything is allocated.
+ENCODER_FIELDS: dict[str, Any] = {
+    "vocab_size": Annotated[int, Field(ge=1, le=1_048_576)],
+    "hidden_size": Annotated[int, Field(ge=1, le=16_384)],
+    "num_attention_heads": Annotated[int, Field(ge=1, le=1024)],
+    "num_hidden_layers": Annotated[int, Field(ge=1, le=512)],
+    "intermediate_size": Annotated[int, Field(ge=1, le=65_536)],
+    "max_position_embeddings": Annotated[int, Field(ge=1, le=131_072)],
+    "type_vocab_size": Annotated[int, Field(ge=1, le=1024)],
+    "layer_norm_eps": Annotated[float, AfterValidator(finite_number), Field(gt=0.0, lt=1.0)],
+    "hidden_act": str,
+    "pad_token_id": NonNegInt | None,
+    "embedding_size": Annotated[int, Field(ge=1, le=16_384)],
+}
 
 
-class ElectraConfigSchema(BertConfigSchema):
-    embedding_size: Annotated[int, Field(ge=1, le=16_384)] = 128  # transformers' ElectraConfig default
+class _EncoderKeys(_LabelsSchema):
+    """The base of every family's config.json schema: fields are EncoderConfig names, read from the family's keys."""
+
+    _pad_in_vocab = field_validator("pad_token_id", check_fields=False)(_pad_below_vocab)
 
 
-class DistilBertConfigSchema(_LabelsSchema):
-    """DistilBERT's own key names (``dim``, ``n_heads``, ...); LayerNorm eps is fixed at 1e-12 in its modeling code."""
+@functools.cache
+def _schema(name: str, keys: tuple[tuple[str, str], ...], defaults: tuple[tuple[str, Any], ...]) -> type[StrictSchema]:
+    given, names = dict(defaults), dict(keys)
+    fields: dict[str, Any] = {  # in ENCODER_FIELDS' order: vocab_size is validated before pad_token_id is checked against it
+        field: (kind, Field(given[field] if field in given else ..., validation_alias=names[field])) for field, kind in ENCODER_FIELDS.items() if field in names
+    }
+    return create_model(f"{name}ConfigSchema", __base__=_EncoderKeys, **fields)
 
-    vocab_size: Annotated[int, Field(ge=1, le=1_048_576)]
-    dim: Annotated[int, Field(ge=1, le=16_384)]
-    n_heads: Annotated[int, Field(ge=1, le=1024)]
-    n_layers: Annotated[int, Field(ge=1, le=512)]
-    hidden_dim: Annotated[int, Field(ge=1, le=65_536)]
-    max_position_embeddings: Annotated[int, Field(ge=1, le=131_072)] = 512
-    activation: str = "gelu"
-    sinusoidal_pos_embds: bool = False  # the table is saved either way; only its initialisation differs
-    pad_token_id: NonNegInt | None = 0
 
-    _pad_in_vocab = field_validator("pad_token_id")(_pad_below_vocab)
+def encoder_config_schema(name: str, keys: Mapping[str, str], defaults: Mapping[str, Any]) -> type[StrictSchema]:
+    """The pydantic schema of one family's config.json (built once per family, cached).
+
+    ``keys``: EncoderConfig field -> the config.json key that holds it (optimum's
+    ``NormalizedConfig.with_args``: DistilBERT's ``hidden_size`` is ``dim``); ``defaults``: the
+    value transformers uses when the key is absent (a field without one is required). The
+    validated object's attributes are the EncoderConfig field names; a failure names the key.
+    """
+    return _schema(name, tuple(keys.items()), tuple(sorted(defaults.items())))
 
 
 # --- sentence-transformers files (modules.json, 1_Pooling/config.json, ...) ----------------------

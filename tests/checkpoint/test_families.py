@@ -183,14 +183,13 @@ def test_roberta_positions_cover_max_position_embeddings_minus_the_offset(saved)
         ({"model_type": "deberta"}, "DeBERTa"),
         ({"model_type": "deberta-v2"}, "DeBERTa-v2"),
         ({"model_type": "mpnet"}, "MPNet"),
-        ({"model_type": "albert"}, "ALBERT"),
         ({"position_embedding_type": "relative_key"}, "relative_key"),
         ({"position_embedding_type": "relative_key_query"}, "relative_key_query"),
         ({"model_type": "roberta", "position_embedding_type": "relative_key"}, "roberta with relative position"),
         ({"model_type": "funnel"}, "'funnel' is not a supported encoder family"),
         ({"model_type": None, "architectures": ["MPNetForMaskedLM"]}, "architectures MPNetForMaskedLM"),
     ],
-    ids=["deberta", "deberta-v2", "mpnet", "albert", "relative-key", "relative-key-query", "roberta-relative", "unknown", "no-model-type"],
+    ids=["deberta", "deberta-v2", "mpnet", "relative-key", "relative-key-query", "roberta-relative", "unknown", "no-model-type"],
 )
 def test_unsupported_families_are_refused_by_name(tmp_path, monkeypatch, change, named):
     from ckpt_fixtures import write_checkpoint
@@ -239,7 +238,7 @@ def test_cli_refuses_an_unsupported_family_with_exit_2_and_one_line(tmp_path, ca
     ckpt = write_checkpoint(tmp_path / "ckpt", {}, {"model_type": model_type})
     assert main(["--checkpoint", str(ckpt), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and model_type in err and "supported model_types: bert, roberta" in err
+    assert len(err.splitlines()) == 1 and model_type in err and "supported model_types: albert, bert, camembert" in err
     assert not (tmp_path / "out").exists()
 
 
@@ -279,3 +278,17 @@ def test_packed_form_matches_transformers_for_every_family(saved, name, tmp_path
         if ref_logits is not None:
             cos, err = agreement(ref_logits, got[2], mask)
             assert cos >= MIN_COSINE and err <= MAX_ABS, f"{name} {label}: logits cosine {cos:.7f}, max abs {err:.2e}"
+
+
+def test_every_family_file_declares_known_fields_and_every_shape_field():
+    """A family file names its keys for EncoderConfig fields the schema bounds; with its fixed values they cover the shape."""
+    from attn_export.checkpoint.families import FAMILIES
+    from attn_export.validate.checkpoint_schema import ENCODER_FIELDS
+
+    shape = {"vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size", "max_position_embeddings",
+             "type_vocab_size", "layer_norm_eps", "hidden_act", "pad_token_id"}  # fmt: skip
+    assert {f.name for f in FAMILIES} == {"albert", "bert", "distilbert", "electra", "roberta"}
+    for family in FAMILIES:
+        keys = family.config_keys
+        assert set(keys.names) <= set(ENCODER_FIELDS) and set(keys.defaults) <= set(keys.names), family.name
+        assert shape <= set(keys.names) | set(keys.fixed), family.name

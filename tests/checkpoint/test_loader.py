@@ -143,10 +143,9 @@ def test_sharded_safetensors(tmp_path, tiny_model):
 
 
 def hf_to_reference_key(key: str) -> str | None:
-    from attn_export.checkpoint.families import map_key
-    from attn_export.checkpoint.families.bert import BERT
+    from attn_export.checkpoint.families import family_of, map_key
 
-    return map_key(BERT, key, None)
+    return map_key(family_of("bert"), key, None)
 
 
 def test_key_mapping():

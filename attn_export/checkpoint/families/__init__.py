@@ -1,13 +1,16 @@
-"""Encoder families as data, and the one place that decides which family a checkpoint is.
+"""The encoder families, discovered, and the one place that decides which family a checkpoint is.
 
-``family_for(config)`` reads config.json's ``model_type``: a supported family comes back as
-its ``Family``; anything this project does not reproduce exactly is refused *before any
-work* with one line that names it and lists what is supported. Refused on purpose:
+Every module of this package but ``base`` is one family and defines ``FAMILY`` (a ``Family``);
+the registry imports them all (``pkgutil``), so a new family is a new file here and nothing
+else. ``family_for(config)`` reads config.json's ``model_type``: a supported family comes back
+as its ``Family`` once its refusals pass; anything this project does not reproduce exactly is
+refused *before any work* with one line that names it and lists what is supported. Refused on
+purpose, by ``model_type`` (``REFUSED``) or by a family's ``Refusal`` of a config value:
 
 - relative positions (``position_embedding_type`` relative_key / relative_key_query), which
   BERT-family configs could ask for and an absolute-position re-implementation would ignore;
-- DeBERTa(-v2)'s disentangled attention, MPNet's relative position bias, ALBERT's shared
-  layers and factorised embeddings, and every ``model_type`` not listed here.
+- DeBERTa(-v2)'s disentangled attention, MPNet's relative position bias, pre-norm and rotary
+  encoders, and every ``model_type`` no family file lists.
 
 A config.json without ``model_type`` (very old BERT exports) is read as BERT only when its
 ``architectures`` also say BERT (or say nothing).
@@ -15,30 +18,37 @@ A config.json without ``model_type`` (very old BERT exports) is read as BERT onl
 
 from __future__ import annotations
 
+import importlib
 import logging
+import pkgutil
 from collections.abc import Mapping
 from typing import Any
 
 from attn_export.checkpoint.families.base import Family, detect_head, head_parts, map_key
-from attn_export.checkpoint.families.bert import BERT
-from attn_export.checkpoint.families.distilbert import DISTILBERT
-from attn_export.checkpoint.families.electra import ELECTRA
-from attn_export.checkpoint.families.roberta import ROBERTA
 from attn_export.errors import CheckpointError
 
-__all__ = ["FAMILIES", "Family", "REFUSED", "SUPPORTED_MODEL_TYPES", "detect_head", "family_for", "head_parts", "map_key"]
+__all__ = ["FAMILIES", "Family", "REFUSED", "SUPPORTED_MODEL_TYPES", "detect_head", "family_for", "family_of", "head_parts", "map_key"]
 
 log = logging.getLogger(__name__)
 
-FAMILIES: tuple[Family, ...] = (BERT, ROBERTA, DISTILBERT, ELECTRA)
-SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(t for f in FAMILIES for t in f.model_types)
+
+def _discover() -> tuple[Family, ...]:
+    """The ``FAMILY`` of every module in this package (``base`` excepted), by name."""
+    found = []
+    for info in pkgutil.iter_modules(__path__):
+        if info.name != "base":
+            found.append(importlib.import_module(f"{__name__}.{info.name}").FAMILY)
+    return tuple(sorted(found, key=lambda f: f.name))
+
+
+FAMILIES: tuple[Family, ...] = _discover()
 _BY_TYPE: dict[str, Family] = {t: f for f in FAMILIES for t in f.model_types}
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_BY_TYPE))
 # model_type -> what it is and why this project's layers do not reproduce it
 REFUSED: dict[str, str] = {
     "deberta": "DeBERTa: disentangled attention with relative position terms",
     "deberta-v2": "DeBERTa-v2/v3: disentangled attention with relative position terms",
     "mpnet": "MPNet: a relative position bias in every attention layer",
-    "albert": "ALBERT: layers shared across depth and factorised embeddings",
     "xlm-roberta-xl": "XLM-RoBERTa-XL: pre-norm layers",
     "modernbert": "ModernBERT: rotary positions and alternating local attention",
     "nomic_bert": "NomicBERT: rotary positions and a gated FFN",
@@ -47,6 +57,14 @@ REFUSED: dict[str, str] = {
 
 def _supported() -> str:
     return f"supported model_types: {', '.join(SUPPORTED_MODEL_TYPES)} (absolute positions)"
+
+
+def family_of(model_type: str) -> Family:
+    """The family of a supported ``model_type`` (``EncoderConfig.family``); a CheckpointError for any other."""
+    family = _BY_TYPE.get(model_type)
+    if family is None:
+        raise CheckpointError(f"model_type {model_type!r} is not a supported encoder family; {_supported()}")
+    return family
 
 
 def family_for(config: Mapping[str, Any], path: str = "config.json") -> Family:
@@ -65,9 +83,8 @@ def family_for(config: Mapping[str, Any], path: str = "config.json") -> Family:
     family = _BY_TYPE.get(model_type)
     if family is None:
         raise CheckpointError(f"{path}: model_type {model_type!r} is not a supported encoder family; {_supported()}")
-    positions = config.get("position_embedding_type", "absolute")
-    if positions != "absolute":
-        raise CheckpointError(
-            f"{path}: position_embedding_type {positions!r} ({model_type} with relative position embeddings) is not supported; {_supported()}"
-        )
+    for refusal in family.refusals:
+        if refusal.refused(config):
+            value = config.get(refusal.key)
+            raise CheckpointError(f"{path}: {refusal.key} {value!r} ({model_type} {refusal.why}) is not supported; {_supported()}")
     return family

@@ -1,12 +1,23 @@
-"""What an encoder family is, as data: its config reader, weight names and task heads.
+"""What an encoder family is, as data: one object per family, every fact of it in its own file.
 
-A family (``bert.py``, ``roberta.py``, ``distilbert.py``, ``electra.py``) says how a Hugging
-Face checkpoint of that ``model_type`` maps onto ``SentenceEncoder``: which config.json keys
-hold the shape, the module names of its embeddings and layers, the prefix its task models
-save the encoder under (``roberta.``), the keys ``AutoModel`` drops (pooler, pretraining
-heads), and the module names of its sequence- and token-classification heads. The loader
-(``attn_export.checkpoint.loader``) does the rest the same way for every family.
+A family (``checkpoint/families/<name>.py``, found by the registry in ``__init__``) says how a
+Hugging Face checkpoint of that ``model_type`` maps onto ``SentenceEncoder``, the way optimum's
+per-architecture ``OnnxConfig`` owns every fact of an architecture:
 
+- its config.json keys (``ConfigKeys``: which key holds each ``EncoderConfig`` field, with
+  transformers' default when absent: optimum's ``NormalizedConfig.with_args``); the bounds of
+  the fields are the same for every family (``validate/checkpoint_schema.ENCODER_FIELDS``);
+- its refusals: config values these layers do not compute, refused by name (``Refusal``);
+- its embedding and position style: positions ``absolute`` or RoBERTa's ``padded``,
+  factorised embeddings projected to ``hidden_size`` (``projection``), layers shared across
+  depth (``shared_layers``); the mechanisms themselves live in ``layers/``;
+- its weight names: embeddings, layers, the prefix its task models save the encoder under
+  (``roberta.``), the keys ``AutoModel`` drops (pooler, pretraining heads);
+- its heads: the module names of its sequence- and token-classification heads and the
+  sequence head's activation;
+- the fidelity bar its re-implementation is held to against transformers (``FidelityBar``).
+
+The loader (``attn_export.checkpoint.loader``) does the rest the same way for every family.
 The task comes from ``architectures`` in config.json when it is there (it is what
 ``AutoModelFor...`` builds), else from which head keys the weights hold.
 """
@@ -15,17 +26,30 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from attn_export.errors import CheckpointError
-from attn_export.layers.encoder_config import EncoderConfig, HeadConfig
+from attn_export.errors import CheckpointError, ConfigError
+from attn_export.layers.encoder_config import ACTIVATIONS, HEAD_ACTIVATIONS, POSITION_STYLES, EncoderConfig, HeadConfig
 
-__all__ = ["Family", "TASK_SUFFIXES", "detect_head", "head_parts", "map_key", "task_from_architectures"]
+__all__ = [
+    "CONFIG_FIX",
+    "PROJECTIONS",
+    "TASK_SUFFIXES",
+    "ConfigKeys",
+    "Family",
+    "FidelityBar",
+    "Refusal",
+    "detect_head",
+    "head_parts",
+    "map_key",
+    "task_from_architectures",
+]
 
 log = logging.getLogger(__name__)
 
+CONFIG_FIX = "fix config.json or use the checkpoint's original one"
 _PARAM = {"weight": "weight", "bias": "bias", "gamma": "weight", "beta": "bias"}  # old TF-style LayerNorm names
 _KEY = re.compile(r"^(.+)\.(weight|bias|gamma|beta)$")
 # ``...ForX`` -> the task this project reproduces (None = the bare encoder, as AutoModel loads it)
@@ -34,25 +58,122 @@ TASK_SUFFIXES: dict[str, str | None] = {
     "ForSequenceClassification": "sequence", "ForTokenClassification": "token",
 }  # fmt: skip
 _SUPPORTED_TASKS = "the bare encoder (...Model, ...ForMaskedLM, ...ForPreTraining), ...ForSequenceClassification, ...ForTokenClassification"
+# How a family's embedding tables reach hidden_size: "none" (they are hidden_size wide), "when-sizes-differ"
+# (ELECTRA: a projection only when embedding_size != hidden_size), "always" (ALBERT: a projection even when equal).
+PROJECTIONS: tuple[str, ...] = ("none", "when-sizes-differ", "always")
+
+
+@dataclass(frozen=True)
+class ConfigKeys:
+    """Which config.json key holds each ``EncoderConfig`` field, and transformers' default when it is absent.
+
+    ``names``: field -> key, for every field read from config.json; ``defaults``: field -> the
+    modeling code's default (a field without one is required); ``fixed``: field -> a value the
+    modeling code hard-codes, with no key (DistilBERT's LayerNorm eps). Built like optimum's
+    ``NormalizedConfig.with_args``: ``BERT_KEYS.with_args(hidden_size="dim")``.
+    """
+
+    names: Mapping[str, str]
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+
+    def with_args(self, **keys: str) -> ConfigKeys:
+        """The same fields, some read from other keys (``hidden_size="dim"``)."""
+        return replace(self, names={**self.names, **keys})
+
+    def with_defaults(self, **defaults: Any) -> ConfigKeys:
+        """Fields added or given another default (``embedding_size=128``); each is read from its own name unless renamed."""
+        names = {**{f: f for f in defaults if f not in self.names}, **self.names}
+        return replace(self, names=names, defaults={**self.defaults, **defaults})
+
+    def key(self, name: str) -> str:
+        """The config.json key of a field (for messages)."""
+        return self.names.get(name, name)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A config.json value these layers do not compute: any value but ``supported`` (same type) is refused by name."""
+
+    key: str
+    supported: Any
+    why: str  # completes "(<model_type> <why>)", e.g. "with relative position embeddings"
+
+    def refused(self, config: Mapping[str, Any]) -> bool:
+        value = config.get(self.key, self.supported)
+        return type(value) is not type(self.supported) or value != self.supported
+
+
+@dataclass(frozen=True)
+class FidelityBar:
+    """How close the re-implementation must be to transformers at load (``checkpoint/fidelity.py``).
+
+    The default is the fp32 export's own bar: two float32 implementations of the same maths
+    differ by ~1e-6; a wrong position offset, activation or pooling by 1e-1.
+    """
+
+    min_cosine: float = 0.9999
+    max_abs: float = 1e-4
+
+    def to_dict(self) -> dict[str, float]:
+        return {"min_cosine": self.min_cosine, "max_abs": self.max_abs}
 
 
 @dataclass(frozen=True)
 class Family:
-    """One encoder family; keys are matched after the optional ``prefix`` is removed."""
+    """One encoder family; weight keys are matched after the optional ``prefix`` is removed."""
 
     name: str
     model_types: tuple[str, ...]
     prefix: str  # transformers' base_model_prefix + "."
-    read_config: Callable[[Mapping[str, Any], str], EncoderConfig]  # (config.json dict, its path) -> shape only
+    config_keys: ConfigKeys
     embedding_parts: Mapping[str, str]  # HF module -> SentenceEncoder module
     layer_key: re.Pattern[str]  # groups: layer index, HF part inside the layer
     layer_parts: Mapping[str, str]  # HF part -> TransformerLayer module
-    sequence_style: str  # HeadConfig.style of its ...ForSequenceClassification
-    sequence_head: Mapping[str, str]  # HF module -> SentenceEncoder module
+    sequence_activation: str  # of its ...ForSequenceClassification head (HEAD_ACTIVATIONS)
+    sequence_head: Mapping[str, str]  # HF module -> SentenceEncoder module (head.dense, head.out)
+    positions: str = "absolute"  # POSITION_STYLES
+    projection: str = "none"  # PROJECTIONS
+    shared_layers: bool = False  # one layer's weights at every depth (the checkpoint holds layer 0 only)
+    refusals: tuple[Refusal, ...] = ()
     token_head: Mapping[str, str] = field(default_factory=lambda: {"classifier": "head.out"})
     extra_parts: Mapping[str, str] = field(default_factory=dict)  # e.g. ELECTRA's embeddings_project
     dropped: tuple[str, ...] = ()  # key prefixes AutoModel drops: pretraining heads, the pooler of a bare encoder
     layer_template: str = "encoder.layer.{index}.{part}"  # for messages: the HF name of a missing key
+    fidelity: FidelityBar = field(default_factory=FidelityBar)
+
+    def __post_init__(self) -> None:
+        checks = {"positions": (self.positions, POSITION_STYLES), "projection": (self.projection, PROJECTIONS),
+                  "sequence_activation": (self.sequence_activation, HEAD_ACTIVATIONS)}  # fmt: skip
+        for what, (value, allowed) in checks.items():
+            if value not in allowed:
+                raise ConfigError(f"family {self.name}: expected {what} in {', '.join(allowed)}, got {value!r}")
+
+    def read_config(self, config: Mapping[str, Any], path: str) -> EncoderConfig:
+        """config.json -> EncoderConfig (shape only); absent keys take the family's transformers defaults."""
+        from attn_export.validate.checkpoint_schema import encoder_config_schema
+        from attn_export.validate.schema import validate
+
+        keys = self.config_keys
+        cfg = validate(encoder_config_schema(self.name, keys.names, keys.defaults), dict(config), path, CONFIG_FIX, error=CheckpointError)
+        values: dict[str, Any] = {**keys.fixed, **{f: getattr(cfg, f) for f in keys.names}}
+        if values["hidden_act"] not in ACTIVATIONS:
+            raise CheckpointError(f"{path}: {keys.key('hidden_act')}: expected one of {', '.join(ACTIVATIONS)}, got {values['hidden_act']!r}; {CONFIG_FIX}")
+        if values.get("pad_token_id") is None and self.positions == "padded":  # positions count from the pad id
+            raise CheckpointError(f"{path}: {keys.key('pad_token_id')}: expected an integer, got null; {CONFIG_FIX}")
+        width = values.pop("embedding_size", None)
+        factorised = self.projection == "always" or (self.projection == "when-sizes-differ" and width != values["hidden_size"])
+        values["pad_token_id"] = values.get("pad_token_id") or 0
+        try:
+            return EncoderConfig(
+                **values,
+                family=str(config.get("model_type") or self.name),
+                positions=self.positions,
+                embedding_size=width if factorised else None,
+                shared_layers=self.shared_layers,
+            )
+        except ConfigError as err:
+            raise CheckpointError(f"{path}: {err}") from err
 
     def hf_module(self, ours: str) -> str:
         """The Hugging Face name of one of our modules (for a missing-key message)."""
@@ -134,5 +255,6 @@ def detect_head(family: Family, config: Mapping[str, Any], shapes: Mapping[str, 
         raise CheckpointError(
             f"{path}: id2label: expected {num_labels} labels (the rows of {out}.weight), got {len(labels)}; use the config that matches the weights"
         )
-    style = family.sequence_style if task == "sequence" else "linear"
-    return HeadConfig(task=task, style=style, num_labels=num_labels)
+    if task == "sequence":
+        return HeadConfig(task=task, style=family.name, num_labels=num_labels, activation=family.sequence_activation)
+    return HeadConfig(task=task, style="linear", num_labels=num_labels)

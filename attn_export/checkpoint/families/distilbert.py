@@ -13,18 +13,20 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
-from typing import Any
 
-from attn_export.checkpoint.families.base import Family
-from attn_export.checkpoint.families.bert import CONFIG_FIX
-from attn_export.errors import CheckpointError, ConfigError
-from attn_export.layers.encoder_config import ACTIVATIONS, EncoderConfig
+from attn_export.checkpoint.families.base import ConfigKeys, Family
 
-__all__ = ["DISTILBERT"]
+__all__ = ["FAMILY"]
 
 log = logging.getLogger(__name__)
 
+_KEYS = ConfigKeys(
+    names={"vocab_size": "vocab_size", "hidden_size": "dim", "num_attention_heads": "n_heads", "num_hidden_layers": "n_layers",
+           "intermediate_size": "hidden_dim", "max_position_embeddings": "max_position_embeddings", "hidden_act": "activation",
+           "pad_token_id": "pad_token_id"},  # fmt: skip
+    defaults={"max_position_embeddings": 512, "hidden_act": "gelu", "pad_token_id": 0},
+    fixed={"layer_norm_eps": 1e-12, "type_vocab_size": 0},  # eps hard-coded in its Embeddings and TransformerBlock; no token types
+)
 _LAYER_PARTS = {
     "attention.q_lin": "self_attn.w_q",
     "attention.k_lin": "self_attn.w_k",
@@ -40,44 +42,16 @@ _EMBEDDING_PARTS = {
     "embeddings.position_embeddings": "embeddings.position_embeddings",
     "embeddings.LayerNorm": "embeddings.norm",
 }
-_EPS = 1e-12  # hard-coded in DistilBERT's Embeddings and TransformerBlock
 
-
-def _read_distilbert(config: Mapping[str, Any], path: str) -> EncoderConfig:
-    from attn_export.validate.checkpoint_schema import DistilBertConfigSchema
-    from attn_export.validate.schema import validate
-
-    cfg = validate(DistilBertConfigSchema, dict(config), path, CONFIG_FIX, error=CheckpointError)
-    if cfg.activation not in ACTIVATIONS:
-        raise CheckpointError(f"{path}: activation: expected one of {', '.join(ACTIVATIONS)}, got {cfg.activation!r}; {CONFIG_FIX}")
-    try:
-        return EncoderConfig(
-            vocab_size=cfg.vocab_size,
-            hidden_size=cfg.dim,
-            num_attention_heads=cfg.n_heads,
-            num_hidden_layers=cfg.n_layers,
-            intermediate_size=cfg.hidden_dim,
-            max_position_embeddings=cfg.max_position_embeddings,
-            type_vocab_size=0,
-            layer_norm_eps=_EPS,
-            hidden_act=cfg.activation,
-            pad_token_id=cfg.pad_token_id or 0,
-            family="distilbert",
-            positions="absolute",
-        )
-    except ConfigError as err:
-        raise CheckpointError(f"{path}: {err}") from err
-
-
-DISTILBERT = Family(
+FAMILY = Family(
     name="distilbert",
     model_types=("distilbert",),
     prefix="distilbert.",
-    read_config=_read_distilbert,
+    config_keys=_KEYS,
     embedding_parts=_EMBEDDING_PARTS,
     layer_key=re.compile(r"^transformer\.layer\.(\d+)\.(.+)$"),
     layer_parts=_LAYER_PARTS,
-    sequence_style="distilbert",
+    sequence_activation="relu",
     sequence_head={"pre_classifier": "head.dense", "classifier": "head.out"},
     dropped=("vocab_transform.", "vocab_layer_norm.", "vocab_projector."),  # DistilBertForMaskedLM's head
     layer_template="transformer.layer.{index}.{part}",
