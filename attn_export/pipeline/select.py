@@ -59,21 +59,30 @@ def _none_shippable(candidates: list[Candidate], preference: tuple[str, ...]) ->
     return "no candidate met its tolerance on the select split"
 
 
+def _tried(candidates: list[Candidate]) -> list[dict[str, object]]:
+    """What the report lists of every candidate a selection weighed."""
+    return [{"stage": c.stage, "route": c.route, "p50_ms": c.p50_ms, "passed_select": c.passed_select, "select_accuracy": c.headline}
+            for c in candidates]  # fmt: skip
+
+
+def _nothing_ships(candidates: list[Candidate], preference: tuple[str, ...], tried: list[dict[str, object]]) -> SelectionResult:
+    """No candidate may ship: why, naming the most accurate one and what it missed by."""
+    best = max(candidates, key=lambda c: c.headline, default=None)
+    why = _none_shippable(candidates, preference)
+    if best is not None:
+        why += f"; the most accurate was {best.stage} ({best.shortfall or f'{best.headline:.6f}'})"
+    return SelectionResult(None, why, tried, best)
+
+
 def select_most_accurate(candidates: list[Candidate], preference: tuple[str, ...], precisions: tuple[str, ...] = ()) -> SelectionResult:
     """The passing candidate with the best select-split score (ties broken by ``preference``): for targets whose
     runtime this machine does not time (TensorRT), where a CPU latency would rank the wrong thing.
 
     ``precisions`` (--quantize auto: the formats the GPU runs, preferred first): the first format with a passing
     candidate ships (FP8 on a GPU with FP8 tensor cores, int8 when FP8 misses its tolerance), its most accurate route."""
-    tried = [{"stage": c.stage, "route": c.route, "p50_ms": c.p50_ms, "passed_select": c.passed_select, "select_accuracy": c.headline}
-             for c in candidates]  # fmt: skip
-    ok = _shippable(candidates, preference)
+    tried, ok = _tried(candidates), _shippable(candidates, preference)
     if not ok:
-        best = max(candidates, key=lambda c: c.headline, default=None)
-        why = _none_shippable(candidates, preference)
-        if best is not None:
-            why += f"; the most accurate was {best.stage} ({best.shortfall or f'{best.headline:.6f}'})"
-        return SelectionResult(None, why, tried, best)
+        return _nothing_ships(candidates, preference, tried)
     rank = {route: i for i, route in enumerate(preference)}
     order = {p: i for i, p in enumerate(precisions)}
     chosen = max(ok, key=lambda c: (-order.get(c.precision, 0), round(c.headline, 6), -rank.get(c.route, len(rank))))
@@ -87,17 +96,9 @@ def select_most_accurate(candidates: list[Candidate], preference: tuple[str, ...
 
 def select_route(candidates: list[Candidate], preference: tuple[str, ...], band: float = NOISE_BAND) -> SelectionResult:
     """The fastest passing candidate, ties within ``band`` broken by ``preference``."""
-    tried = [
-        {"stage": c.stage, "route": c.route, "p50_ms": c.p50_ms, "passed_select": c.passed_select, "select_accuracy": c.headline}
-        for c in candidates
-    ]
-    ok = _shippable(candidates, preference)
+    tried, ok = _tried(candidates), _shippable(candidates, preference)
     if not ok:
-        best = max(candidates, key=lambda c: c.headline, default=None)
-        why = _none_shippable(candidates, preference)
-        if best is not None:
-            why += f"; the most accurate was {best.stage} ({best.shortfall or f'{best.headline:.6f}'})"
-        return SelectionResult(None, why, tried, best)
+        return _nothing_ships(candidates, preference, tried)
     fastest = min(ok, key=lambda c: c.p50_ms)
     tied = [c for c in ok if c.p50_ms <= fastest.p50_ms * (1.0 + band)]
     rank = {route: i for i, route in enumerate(preference)}

@@ -83,3 +83,22 @@ def agreement(ref: np.ndarray, got: np.ndarray, mask: np.ndarray) -> tuple[float
     ref, got = ref.astype(np.float64), got.astype(np.float64)
     cos = (ref * got).sum(-1) / np.maximum(np.linalg.norm(ref, axis=-1) * np.linalg.norm(got, axis=-1), 1e-30)
     return float(cos.min()), float(np.abs(ref - got).max())
+
+
+def model_cache(tmp_path_factory, build_model):
+    """name -> (transformers model, its saved folder), each built once: a module-scoped fixture's body."""
+    cache: dict[str, tuple[object, Path]] = {}
+
+    def get(name: str):
+        if name not in cache:
+            model = build_model(name)
+            cache[name] = (model, save(model, tmp_path_factory.mktemp(name)))
+        return cache[name]
+
+    return get
+
+
+def ours_forward(model, ids: np.ndarray, mask: np.ndarray) -> list[np.ndarray]:
+    """Our encoder's outputs on numpy inputs, without autograd."""
+    with torch.no_grad():
+        return [t.numpy() for t in model(torch.from_numpy(ids), torch.from_numpy(mask))]

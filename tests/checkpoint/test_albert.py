@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hf_models import agreement, hf_forward, probe, save, transformers_module
+from hf_models import agreement, hf_forward, model_cache, ours_forward, probe, save, transformers_module
 
 from attn_export.checkpoint.fidelity import check_fidelity
 from attn_export.checkpoint.loader import encoder_parameter_count, load_bert_checkpoint
@@ -53,20 +53,7 @@ def build(name: str, seed: int = 0):
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     """name -> (transformers model, its saved folder), built once per module."""
-    cache: dict[str, tuple[object, Path]] = {}
-
-    def get(name: str):
-        if name not in cache:
-            model = build(name)
-            cache[name] = (model, save(model, tmp_path_factory.mktemp(name)))
-        return cache[name]
-
-    return get
-
-
-def _ours(model, ids, mask):
-    with torch.no_grad():
-        return [t.numpy() for t in model(torch.from_numpy(ids), torch.from_numpy(mask))]
+    return model_cache(tmp_path_factory, build)
 
 
 def _close(ref: np.ndarray, got: np.ndarray, mask: np.ndarray, what: str) -> None:
@@ -86,7 +73,7 @@ def test_eager_matches_transformers(saved, name):
     assert encoder_parameter_count(conf) == sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in hf.parameters()) - dropped
     ids, mask = probe(0)
     ref_hidden, ref_logits = hf_forward(hf, ids, mask)
-    got = _ours(ours, ids, mask)
+    got = ours_forward(ours, ids, mask)
     _close(ref_hidden, got[0], mask, f"{name} hidden states")
     if ref_logits is None:
         assert conf.head is None and len(got) == 2
@@ -243,5 +230,5 @@ def test_low_rank_and_distillation_fit_a_shared_layer_once_on_every_depths_input
     assert all(layer is student.layers[0] for layer in student.layers) and isinstance(student.layers[2].self_attn.w_q, LowRankLinear)
     assert summary.params_after < summary.params_before
     ids, pmask = probe(0)
-    cos, _ = agreement(_ours(teacher, ids, pmask)[0], _ours(student, ids, pmask)[0], pmask)
+    cos, _ = agreement(ours_forward(teacher, ids, pmask)[0], ours_forward(student, ids, pmask)[0], pmask)
     assert cos > 0.9, cos

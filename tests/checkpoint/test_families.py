@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from hf_models import MODELS, agreement, build, hf_forward, probe, save, transformers_module
+from hf_models import MODELS, agreement, build, hf_forward, model_cache, ours_forward, probe, save, transformers_module
 
 from attn_export.checkpoint.families import SUPPORTED_MODEL_TYPES, family_for
 from attn_export.checkpoint.fidelity import check_fidelity
@@ -26,20 +26,7 @@ MIN_COSINE, MAX_ABS = 0.9999, 1e-4
 def saved(tmp_path_factory):
     """name -> (transformers model, its saved folder), built once per module."""
     transformers_module()
-    cache: dict[str, tuple[object, object]] = {}
-
-    def get(name: str):
-        if name not in cache:
-            model = build(name)
-            cache[name] = (model, save(model, tmp_path_factory.mktemp(name)))
-        return cache[name]
-
-    return get
-
-
-def _ours(model, ids, mask):
-    with torch.no_grad():
-        return [t.numpy() for t in model(torch.from_numpy(ids), torch.from_numpy(mask))]
+    return model_cache(tmp_path_factory, build)
 
 
 @pytest.mark.parametrize("name", list(MODELS))
@@ -49,7 +36,7 @@ def test_eager_matches_transformers(saved, name):
     assert encoder_parameter_count(ours.config) == sum(p.numel() for p in ours.parameters())
     ids, mask = probe(hf.config.pad_token_id or 0)
     ref_hidden, ref_logits = hf_forward(hf, ids, mask)
-    got = _ours(ours, ids, mask)
+    got = ours_forward(ours, ids, mask)
     cos, err = agreement(ref_hidden, got[0], mask)
     assert cos >= MIN_COSINE and err <= MAX_ABS, f"{name}: hidden states cosine {cos:.7f}, max abs {err:.2e}"
     if ref_logits is None:
@@ -135,7 +122,7 @@ def test_hidden_act_variants_match_transformers(tmp_path, act):
             layer.output.dense.weight.mul_(5.0)
     ours = load_bert_checkpoint(save(hf, tmp_path / act))
     ids, mask = probe(0)
-    cos, err = agreement(hf_forward(hf, ids, mask)[0], _ours(ours, ids, mask)[0], mask)
+    cos, err = agreement(hf_forward(hf, ids, mask)[0], ours_forward(ours, ids, mask)[0], mask)
     assert cos >= MIN_COSINE and err <= MAX_ABS, f"{act}: cosine {cos:.7f}, max abs {err:.2e}"
 
 
@@ -266,8 +253,8 @@ def test_packed_form_matches_transformers_for_every_family(saved, name, tmp_path
     ours = load_bert_checkpoint(folder)
     ids, mask = probe(hf.config.pad_token_id or 0)
     ref_hidden, ref_logits = hf_forward(hf, ids, mask)
-    padded = _ours(ours, ids, mask)
-    packed_eager = _ours(PackedEncoder(ours).eval(), ids, mask)
+    padded = ours_forward(ours, ids, mask)
+    packed_eager = ours_forward(PackedEncoder(ours).eval(), ids, mask)
     export_encoder(ours, tmp_path / "packed.onnx", ExportSpec(encoder_form="packed"))
     session = ort.InferenceSession(str(tmp_path / "packed.onnx"), providers=["CPUExecutionProvider"])
     packed_onnx = session.run(None, {"input_ids": ids, "attention_mask": mask})
