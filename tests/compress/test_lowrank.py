@@ -188,9 +188,9 @@ def test_low_rank_layer_exports_as_two_matmuls_and_matches_eager(tmp_path, calib
 
 
 def test_low_rank_words_have_one_home():
-    """The methods and the target names the CLI offers are the ones the transform takes (vocabulary.py is their home)."""
+    """The methods and the target names the CLI offers are the ones the transform takes (vocab/choices.py is their home)."""
     import attn_export.compress.lowrank as lowrank
-    from attn_export import vocabulary
+    from attn_export.vocab import choices as vocabulary
 
     assert lowrank.LOW_RANK_METHODS is vocabulary.LOW_RANK_METHODS
     assert tuple(lowrank.LOW_RANK_TARGETS) == vocabulary.LOW_RANK_TARGET_NAMES
