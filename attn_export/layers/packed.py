@@ -15,7 +15,10 @@ the encoder's interface (``input_ids``/``attention_mask`` (B, S) in, ``last_hidd
    (B, W, D) batch, W = the longest sequence (not S), attention runs with a key-length mask,
    and the outputs are gathered back to rows. On ONNX Runtime the kernel is
    ``com.microsoft.MultiHeadAttention`` (``attention_form == "ort-contrib"``); otherwise the
-   explicit math below, with the scores and softmax in float32;
+   explicit math below, with the scores and softmax in float32. A model with a score bias
+   (MPNet's relative positions, ``layers.position_bias``) gets it over the compact slots,
+   computed once from each slot's position in the padded grid, as MultiHeadAttention's
+   ``attention_bias`` (``export.passes.mask_free_attention`` then leaves that node alone);
 4. scatters the rows back to (B, S, D), zeros at padded positions (the padded model's
    values there are whatever padding tokens compute, which no consumer reads), and pools
    that tensor (and runs the task head) with the padded encoder's own ``outputs``.

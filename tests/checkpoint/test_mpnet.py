@@ -113,6 +113,20 @@ def test_eager_matches_transformers(saved, name):
     assert np.array_equal(ref_logits[keep].argmax(-1), got[2][keep].argmax(-1))
 
 
+@pytest.mark.parametrize("form", ["padded", "packed"])
+def test_eager_sdpa_takes_the_bias_too(saved, form):
+    """``--attention-impl sdpa``: PyTorch's fused kernel with the bias joined to the mask, padded and packed."""
+    from attn_export.layers.packed import PackedEncoder
+    from attn_export.layers.projections import set_attention_impl_
+
+    hf, folder = saved("mpnet")
+    ours = load_bert_checkpoint(folder)
+    assert set_attention_impl_(ours, "sdpa") == 2
+    model = ours if form == "padded" else PackedEncoder(ours).eval()
+    ids, mask = probe(PAD, lengths=LENGTHS)
+    _close(hf_forward(hf, ids, mask)[0], ours_forward(model, ids, mask)[0], mask, f"{form} sdpa hidden states")
+
+
 def test_a_layer_run_alone_computes_the_bias_itself(saved):
     """Layer N of a checkpoint (what ``--layers N``, low-rank and distillation fit) is exact without the encoder around it."""
     hf, folder = saved("mpnet")
