@@ -213,6 +213,9 @@ class CheckpointKind(SubjectKind):
             raise ConfigError(
                 f"expected --max-len and --seq-len <= {positions} (the tokens the checkpoint's positions cover), got {cfg.resolved_max_len} and {cfg.seq_len}"
             )
+        if cfg.attention == "long-seq" and conf.relative_attention_buckets:
+            raise ConfigError(f"--attention long-seq: expected a model without an attention score bias (the long-seq kernels take none), "
+                              f"got {conf.family}'s relative position bias; use --attention decomposed or ort-contrib")
         from attn_export.checkpoint.config_file import resolve_checkpoint
         from attn_export.checkpoint.tokenizer_file import load_tokenizer
 

@@ -176,6 +176,31 @@ def test_the_long_seq_form_is_refused_and_auto_keeps_the_targets_form(saved, tmp
     assert form == "decomposed" and "relative position bias" in why
 
 
+def test_the_plan_keeps_the_targets_form_at_512_tokens(tmp_path):
+    """``--seq-len 512`` on ort-cpu picks long-seq for a BERT; for an MPNet the plan keeps decomposed (config.json is all it reads)."""
+    from attn_export.config.run import RunConfig
+    from attn_export.pipeline.plan import make_plan
+
+    T = transformers_module()
+    small = dict(vocab_size=100, hidden_size=32, num_attention_heads=4, num_hidden_layers=1, intermediate_size=64)
+    forms = {}
+    for name, config in (("bert", T.BertConfig(**small, max_position_embeddings=512)), ("mpnet", T.MPNetConfig(**small, max_position_embeddings=514))):
+        config.save_pretrained(str(tmp_path / name))
+        plan = make_plan(RunConfig(checkpoint=str(tmp_path / name), seq_len=512, encoder_form="padded"))
+        forms[name] = plan.fp32_spec.attention
+    assert forms == {"bert": "long-seq", "mpnet": "decomposed"}
+
+
+def test_cli_refuses_long_seq_with_exit_2_and_one_line(saved, tmp_path, capsys):
+    from attn_export.cli import main
+
+    _, folder = saved("mpnet")
+    assert main(["--checkpoint", str(folder), "--attention", "long-seq", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "relative position bias; use --attention decomposed" in err, err
+    assert not (tmp_path / "out").exists()
+
+
 def test_fidelity_check_passes_and_records_the_family_bar(saved):
     _, folder = saved("mpnet-seq")
     result = check_fidelity(load_bert_checkpoint(folder), folder)
