@@ -96,8 +96,9 @@ def encoder_parameter_count(config: EncoderConfig) -> int:
         embeddings += e * h + h  # the factorised embeddings' projection (ELECTRA, ALBERT)
     layer = 4 * (h * h + h) + (h * i + i) + (i * h + h) + 2 * 2 * h  # q, k, v, o; FFN in, out; two LayerNorms
     n = 1 if config.shared_layers else n  # one set of layer weights at every depth (ALBERT)
+    bias_table = config.relative_attention_buckets * config.num_attention_heads  # one relative position bias table (MPNet)
     head = 0
     if config.head is not None:
         labels = config.head.num_labels
         head = h * labels + labels + (h * h + h if config.head.task == "sequence" else 0)
-    return embeddings + n * layer + head
+    return embeddings + bias_table + n * layer + head

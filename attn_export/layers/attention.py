@@ -18,6 +18,10 @@ During ``torch.onnx.export`` the module's ``attention_form`` decides what lands 
   grows as O(L) (see docs/long-sequences.md)
 
 Fully masked query rows (no key to attend to) return zeros in every form, never NaN.
+
+An additive ``bias`` (B or 1, H or 1, Lq, Lk), such as a relative position bias
+(``layers.position_bias``), is added to the scaled scores before the mask, in float32, in
+every form but ``long-seq`` (its kernels take no bias: refused with the form to use).
 """
 
 from __future__ import annotations
@@ -68,6 +72,7 @@ def attend(
     form: str = "decomposed",
     need_weights: bool = False,
     impl: str = "math",
+    bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Multi-head attention on projected inputs.
 
@@ -79,6 +84,7 @@ def attend(
         form: the ONNX form used while exporting (see the module docstring).
         need_weights: also return the (B, H, Lq, Lk) attention probabilities (math path).
         impl: eager computation, ``math`` or ``sdpa``; ``sdpa`` with ``need_weights`` runs math.
+        bias: an additive score bias broadcastable to (B, H, Lq, Lk), float32 (None = none).
 
     Returns:
         (output (B, Lq, D), weights or None)
@@ -86,6 +92,9 @@ def attend(
     exporting = torch.onnx.is_in_onnx_export()
     lq, lk = q.shape[1], k.shape[1]
     if exporting and form == "long-seq":
+        if bias is not None:
+            raise ExportError("expected attention without a score bias for --attention long-seq (its kernels take none), "
+                              "got a relative position bias; use --attention decomposed")
         return _long_seq(q, k, v, heads, _as_parts(keep)), None
 
     parts = keep if isinstance(keep, AttentionMask) else None
@@ -97,19 +106,19 @@ def attend(
         row_valid = None if keep4 is None else keep4.any(dim=-1, keepdim=True)  # (B?, H?, Lq, 1)
 
     if exporting and form == "ort-contrib":
-        return _ort_contrib(q, k, v, heads, keep4, row_valid), None
+        return _ort_contrib(q, k, v, heads, keep4, row_valid, bias), None
 
     qh, kh, vh = split_heads(q, heads), split_heads(k, heads), split_heads(v, heads)  # (B, H, L, Dh)
     if exporting and form == "onnx-attention":
-        out = _onnx_attention(qh, kh, vh, keep4)
+        out = _onnx_attention(qh, kh, vh, keep4, bias)
         weights = None
     elif impl == "sdpa" and not exporting and not need_weights:
-        out = _sdpa(qh, kh, vh, keep4, causal_only=parts is not None and _causal_only(parts, lq, lk))
+        out = _sdpa(qh, kh, vh, keep4, causal_only=bias is None and parts is not None and _causal_only(parts, lq, lk), bias=bias)
         weights = None
     else:
         if impl == "sdpa" and need_weights and not exporting:
             log.debug("attention weights requested: the sdpa impl runs the explicit math path")
-        out, weights = _math(qh, kh, vh, keep4)
+        out, weights = _math(qh, kh, vh, keep4, bias)
     if row_valid is not None:
         out = torch.where(row_valid, out, torch.zeros((), dtype=out.dtype))
         if weights is not None:
@@ -128,21 +137,27 @@ def _causal_only(parts: AttentionMask, lq: int, lk: int) -> bool:
 
 
 def _sdpa(
-    qh: torch.Tensor, kh: torch.Tensor, vh: torch.Tensor, keep4: torch.Tensor | None, causal_only: bool
+    qh: torch.Tensor, kh: torch.Tensor, vh: torch.Tensor, keep4: torch.Tensor | None, causal_only: bool,
+    bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """PyTorch's fused kernel with the same mask (a causal-only mask as ``is_causal``, no tensor)."""
+    """PyTorch's fused kernel with the same mask (a causal-only mask as ``is_causal``, no tensor); a bias joins the mask as floats."""
     if causal_only:
         return F.scaled_dot_product_attention(qh, kh, vh, is_causal=True)  # (B, H, Lq, Dh)
+    if bias is not None:
+        mask = bias.to(qh.dtype) if keep4 is None else bias.to(qh.dtype) + keep_to_bias(keep4, qh.dtype)
+        return F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask)  # (B, H, Lq, Dh)
     return F.scaled_dot_product_attention(qh, kh, vh, attn_mask=keep4)  # (B, H, Lq, Dh)
 
 
 def _math(
-    qh: torch.Tensor, kh: torch.Tensor, vh: torch.Tensor, keep4: torch.Tensor | None
+    qh: torch.Tensor, kh: torch.Tensor, vh: torch.Tensor, keep4: torch.Tensor | None, bias: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Explicit attention; scores, mask add and softmax run in float32 whatever the input dtype."""
+    """Explicit attention; scores, bias and mask adds and softmax run in float32 whatever the input dtype."""
     scale = 1.0 / math.sqrt(qh.shape[-1])
     scores = (qh * scale) @ kh.transpose(-2, -1)  # (B, H, Lq, Lk), Q scaled before BMM1
     scores = scores.float()  # fp32 island starts (a no-op Cast-free path for fp32 graphs)
+    if bias is not None:
+        scores = scores + bias.float()  # (B or 1, H, Lq, Lk): e.g. a relative position bias
     if keep4 is not None:
         scores = scores + keep_to_bias(keep4, torch.float32)
     probs = torch.softmax(scores, dim=-1).to(vh.dtype)  # fp32 island ends
@@ -150,20 +165,23 @@ def _math(
 
 
 def _expanded_bias(
-    keep4: torch.Tensor, b: int, lq: int, lk: int, dtype: torch.dtype
-) -> torch.Tensor:
-    """ONNX Runtime's and TensorRT's kernels broadcast only batch and heads: expand Lq and Lk."""
-    h = keep4.shape[1]
-    keep_full = keep4.expand(b, h, lq, lk)
-    return keep_to_bias(keep_full, dtype)
+    keep4: torch.Tensor | None, b: int, lq: int, lk: int, dtype: torch.dtype, bias: torch.Tensor | None = None
+) -> torch.Tensor | None:
+    """The mask (and score bias) as one additive tensor; ONNX Runtime's and TensorRT's kernels broadcast only batch and heads: expand Lq and Lk."""
+    if keep4 is None and bias is None:
+        return None
+    if bias is None:
+        return keep_to_bias(keep4.expand(b, keep4.shape[1], lq, lk), dtype)  # type: ignore[union-attr]
+    total = bias.to(dtype) if keep4 is None else bias.to(dtype) + keep_to_bias(keep4, dtype)  # mask_value(dtype) + a bias stays finite
+    return total.expand(b, total.shape[1], lq, lk)
 
 
 def _onnx_attention(
-    qh: torch.Tensor, kh: torch.Tensor, vh: torch.Tensor, keep4: torch.Tensor | None
+    qh: torch.Tensor, kh: torch.Tensor, vh: torch.Tensor, keep4: torch.Tensor | None, score_bias: torch.Tensor | None = None
 ) -> torch.Tensor:
     b, _, lq, dh = qh.shape
     lk = kh.shape[2]
-    bias = None if keep4 is None else _expanded_bias(keep4, b, lq, lk, qh.dtype)
+    bias = _expanded_bias(keep4, b, lq, lk, qh.dtype, score_bias)
     out, _, _, _ = torch.onnx.ops.attention(
         qh, kh, vh, bias, scale=1.0 / math.sqrt(dh), softmax_precision=1  # 1 = FLOAT
     )
@@ -177,10 +195,11 @@ def _ort_contrib(
     heads: int,
     keep4: torch.Tensor | None,
     row_valid: torch.Tensor | None,
+    score_bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     b, lq, d = q.shape
     lk = k.shape[1]
-    bias = None if keep4 is None else _expanded_bias(keep4, b, lq, lk, q.dtype)
+    bias = _expanded_bias(keep4, b, lq, lk, q.dtype, score_bias)
     out = torch.onnx.ops.symbolic(
         "com.microsoft::MultiHeadAttention",
         [q, k, v, None, None, bias],

@@ -14,6 +14,9 @@ differs between the families (``attn_export.checkpoint.families`` fills it from 
 - a stack of post-norm ``TransformerLayer``s with the checkpoint's activation and LayerNorm eps;
   with ``shared_layers`` (ALBERT) one layer's module sits at every depth of ``layers``, so
   code that walks the depth is unchanged and the export reads one set of weights at every depth;
+- with ``relative_attention_buckets`` (MPNet), one relative position bias table
+  (``layers.position_bias``) shared by every layer: the bias is computed once per forward
+  from ``arange(S)`` and added to every layer's attention scores;
 - the model's sentence pooling (``attn_export.layers.pooling``) and optional task head
   (``attn_export.layers.heads``).
 
@@ -34,6 +37,7 @@ from attn_export.errors import ConfigError
 from attn_export.layers.encoder_config import ACTIVATIONS, POSITION_STYLES, EncoderConfig, parse_layers
 from attn_export.layers.heads import build_head
 from attn_export.layers.pooling import SentencePooling
+from attn_export.layers.position_bias import RelativePositionBias
 from attn_export.layers.registry import MaskedLayer
 from attn_export.layers.transformer import Fp32LayerNorm, TransformerLayer
 
@@ -125,6 +129,12 @@ class SentenceEncoder(nn.Module):
         # dropout 0: this model is for inference and for compression/distillation, where
         # the checkpoint's training-time dropout would only add noise to the student.
         distinct = 1 if config.shared_layers else config.num_hidden_layers
+        # registered before the layers, so its state-dict name is position_bias.* (the layers share the module)
+        self.position_bias = (
+            RelativePositionBias(config.num_attention_heads, config.relative_attention_buckets, config.relative_attention_max_distance)
+            if config.relative_attention_buckets
+            else None
+        )
         weights = [
             TransformerLayer(
                 config.hidden_size,
@@ -133,6 +143,7 @@ class SentenceEncoder(nn.Module):
                 dropout=0.0,
                 eps=config.layer_norm_eps,
                 d_ffn=config.intermediate_size,
+                position_bias=self.position_bias,
             )
             for _ in range(distinct)
         ]
@@ -160,8 +171,9 @@ class SentenceEncoder(nn.Module):
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, ...]:
         h = self.embeddings(input_ids, token_type_ids)  # (B, S, D)
+        bias = None if self.position_bias is None else self.position_bias.for_length(input_ids.shape[1], input_ids.device)  # (1, H, S, S)
         for layer in self.layers:
-            h = layer(h, attention_mask)  # (B, S, D); attention_mask (B, S), 1 = keep
+            h = layer(h, attention_mask, bias)  # (B, S, D); attention_mask (B, S), 1 = keep
         return self.outputs(h, attention_mask)
 
     def subject(self, layers: str | int) -> nn.Module:

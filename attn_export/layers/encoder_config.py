@@ -102,7 +102,8 @@ class EncoderConfig:
     ``type_vocab_size`` 0 means no token-type embedding (DistilBERT); ``embedding_size`` set means
     embedding tables that wide and a Linear projecting them to ``hidden_size`` (ELECTRA, ALBERT),
     None means tables ``hidden_size`` wide and no projection; ``shared_layers`` means one layer's
-    weights run at every depth (ALBERT); ``family`` is the checkpoint's ``model_type``.
+    weights run at every depth (ALBERT); ``relative_attention_buckets`` > 0 means a relative position
+    bias added to every layer's scores (MPNet); ``family`` is the checkpoint's ``model_type``.
     """
 
     vocab_size: int = 30522
@@ -119,6 +120,8 @@ class EncoderConfig:
     positions: str = "absolute"
     embedding_size: int | None = None
     shared_layers: bool = False
+    relative_attention_buckets: int = 0  # 0: no relative position bias; MPNet: 32 (layers.position_bias)
+    relative_attention_max_distance: int = 128
     pooling: PoolingConfig = field(default_factory=PoolingConfig)
     head: HeadConfig | None = None
 
@@ -135,6 +138,10 @@ class EncoderConfig:
         for name, value in sizes.items():
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"expected {name} to be a positive integer, got {value!r}")
+        if not isinstance(self.relative_attention_buckets, int) or self.relative_attention_buckets < 0 or self.relative_attention_buckets % 4:
+            raise ConfigError(f"expected relative_attention_buckets a multiple of 4 (0 = none), got {self.relative_attention_buckets!r}")
+        if self.relative_attention_buckets and self.relative_attention_max_distance <= self.relative_attention_buckets // 4:
+            raise ConfigError(f"expected relative_attention_max_distance > {self.relative_attention_buckets // 4}, got {self.relative_attention_max_distance!r}")
         if not isinstance(self.type_vocab_size, int) or self.type_vocab_size < 0:
             raise ConfigError(f"expected type_vocab_size to be a non-negative integer (0 = no token types), got {self.type_vocab_size!r}")
         if self.hidden_size % self.num_attention_heads:

@@ -15,7 +15,10 @@ the encoder's interface (``input_ids``/``attention_mask`` (B, S) in, ``last_hidd
    (B, W, D) batch, W = the longest sequence (not S), attention runs with a key-length mask,
    and the outputs are gathered back to rows. On ONNX Runtime the kernel is
    ``com.microsoft.MultiHeadAttention`` (``attention_form == "ort-contrib"``); otherwise the
-   explicit math below, with the scores and softmax in float32;
+   explicit math below, with the scores and softmax in float32. A model with a score bias
+   (MPNet's relative positions, ``layers.position_bias``) gets it over the compact slots,
+   computed once from each slot's position in the padded grid, as MultiHeadAttention's
+   ``attention_bias`` (``export.passes.mask_free_attention`` then leaves that node alone);
 4. scatters the rows back to (B, S, D), zeros at padded positions (the padded model's
    values there are whatever padding tokens compute, which no consumer reads), and pools
    that tensor (and runs the task head) with the padded encoder's own ``outputs``.
@@ -112,8 +115,12 @@ def packed_attention(
     heads: int,
     form: str = "decomposed",
     impl: str = "math",
+    bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Self-attention of packed rows q, k, v (T+1, D) within each sequence -> (T+1, D).
+
+    ``bias``: an additive score bias over the compact batch (B, H, W, W), float32 (a relative
+    position bias from each slot's position: ``PackedEncoder``), added before the key mask.
 
     The rows are gathered into the compact (B, W, D) batch, attended with each sequence's
     key count as the mask and gathered back. A padded slot is only ever a key (masked) or a
@@ -128,19 +135,21 @@ def packed_attention(
     if torch.onnx.is_in_onnx_export() and form == "ort-contrib":
         out = torch.onnx.ops.symbolic(
             "com.microsoft::MultiHeadAttention",
-            [qb, kb, vb, None, index.counts.to(torch.int32)],  # key_padding_mask (B,): keys [0, count) per sequence
+            # key_padding_mask (B,): keys [0, count) per sequence; attention_bias (B, H, W, W) when the model has one
+            [qb, kb, vb, None, index.counts.to(torch.int32), *(() if bias is None else (bias.to(q.dtype),))],
             {"num_heads": heads, "scale": 1.0 / math.sqrt(dh)},
             dtype=q.dtype,
             shape=qb.shape,
             version=1,
         )  # (B, W, D)
     else:
-        out = _compact_math(qb, kb, vb, index.counts, heads, sdpa=impl == "sdpa" and not torch.onnx.is_in_onnx_export())
+        out = _compact_math(qb, kb, vb, index.counts, heads, sdpa=impl == "sdpa" and not torch.onnx.is_in_onnx_export(), bias=bias)
     return out.reshape(b * w, d).index_select(0, index.back)  # (T+1, D)
 
 
 def _compact_math(
-    qb: torch.Tensor, kb: torch.Tensor, vb: torch.Tensor, counts: torch.Tensor, heads: int, sdpa: bool = False
+    qb: torch.Tensor, kb: torch.Tensor, vb: torch.Tensor, counts: torch.Tensor, heads: int, sdpa: bool = False,
+    bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Explicit attention over the compact batch (B, W, D); scores and softmax in float32."""
     b, w, d = qb.shape
@@ -150,9 +159,12 @@ def _compact_math(
     vh = vb.view(b, w, heads, dh).transpose(1, 2)  # (B, H, W, Dh)
     key_keep = (torch.arange(w, device=qb.device).unsqueeze(0) < counts.unsqueeze(1))[:, None, None, :]  # (B, 1, 1, W)
     if sdpa:
-        out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=key_keep)  # (B, H, W, Dh)
+        mask = key_keep if bias is None else bias.to(qh.dtype) + keep_to_bias(key_keep, qh.dtype)
+        out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask)  # (B, H, W, Dh)
     else:
         scores = ((qh * (1.0 / math.sqrt(dh))) @ kh.transpose(-2, -1)).float()  # (B, H, W, W), fp32 island
+        if bias is not None:
+            scores = scores + bias.float()
         probs = torch.softmax(scores + keep_to_bias(key_keep, torch.float32), dim=-1).to(vh.dtype)
         out = probs @ vh  # (B, H, W, Dh)
     return out.transpose(1, 2).reshape(b, w, d)  # (B, W, D)
@@ -197,8 +209,12 @@ class PackedEncoder(nn.Module):
         positions = emb.position_ids(input_ids)  # (S,) arange, or (B, S) RoBERTa positions from the pads in the ids
         pos = index.pos if positions.dim() == 1 else positions.reshape(-1).index_select(0, index.rows)  # (T,)
         x = emb.embed(ids, _with_spare(pos))  # (T+1, D)
+        bias = None
+        if self.encoder.position_bias is not None:  # relative distances between the padded grid's positions (transformers' arange)
+            slot_pos = _with_spare(index.pos).index_select(0, index.slot.reshape(-1)).view_as(index.slot)  # (B, W)
+            bias = self.encoder.position_bias(slot_pos)  # (B, H, W, W), computed once for every layer
         for layer in self.encoder.layers:
-            x = self._layer(layer, x, index)  # (T+1, D)
+            x = self._layer(layer, x, index, bias)  # (T+1, D)
         t = index.rows.shape[0]
         h = x[:t]  # (T, D): the spare row is dropped
         d = h.shape[-1]
@@ -206,8 +222,8 @@ class PackedEncoder(nn.Module):
         return self.encoder.outputs(hidden, attention_mask)  # the encoder's own pooling (and head) on the scattered states
 
     @staticmethod
-    def _layer(layer: TransformerLayer, x: torch.Tensor, index: PackedIndex) -> torch.Tensor:
+    def _layer(layer: TransformerLayer, x: torch.Tensor, index: PackedIndex, bias: torch.Tensor | None) -> torch.Tensor:
         att = layer.self_attn
         q, k, v = att.project(x, x, x)  # (T+1, D) each
-        ctx = packed_attention(q, k, v, index, att.heads, form=att.attention_form, impl=att.attention_impl)  # (T+1, D)
+        ctx = packed_attention(q, k, v, index, att.heads, form=att.attention_form, impl=att.attention_impl, bias=bias)  # (T+1, D)
         return layer.after_attention(x, att.w_o(att.dropout(ctx)))  # (T+1, D)

@@ -46,8 +46,10 @@ class SelfAttention(AttentionProjections):
         )
 
     def forward(
-        self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None, need_weights: bool = True
+        self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None, need_weights: bool = True,
+        bias: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``bias``: an additive score bias (B or 1, H, L, L), float32, e.g. a relative position bias."""
         q, k, v = self.project(x, x, x)  # (B, L, D)
         keep = AttentionMask(
             key_keep=None if key_padding_mask is None else key_padding_mask != 0,  # (B, L)
@@ -55,6 +57,6 @@ class SelfAttention(AttentionProjections):
             window=self.window,
         )
         out, weights = attend(
-            q, k, v, self.heads, keep, form=self.attention_form, need_weights=need_weights, impl=self.attention_impl
+            q, k, v, self.heads, keep, form=self.attention_form, need_weights=need_weights, impl=self.attention_impl, bias=bias
         )
         return self.w_o(self.dropout(out)), weights

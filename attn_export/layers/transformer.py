@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attn_export.errors import ConfigError
+from attn_export.layers.position_bias import RelativePositionBias
 from attn_export.layers.self_attention import SelfAttention
 
 __all__ = ["TransformerLayer", "Fp32LayerNorm"]
@@ -30,7 +31,12 @@ class Fp32LayerNorm(nn.LayerNorm):
 
 
 class TransformerLayer(nn.Module):
-    """x -> LN(x + Attn(x)) -> LN(h + FFN(h)); FFN = Linear(D, 4D) -> act -> Linear(4D, D)."""
+    """x -> LN(x + Attn(x)) -> LN(h + FFN(h)); FFN = Linear(D, 4D) -> act -> Linear(4D, D).
+
+    ``position_bias``: a relative position bias module (MPNet) whose bias every layer adds to
+    its scores; the encoder shares one module with all its layers and computes the bias once
+    per forward, so a layer run alone (layer N of a checkpoint) computes it itself.
+    """
 
     def __init__(
         self,
@@ -43,6 +49,7 @@ class TransformerLayer(nn.Module):
         causal: bool = False,
         window: int | None = None,
         d_ffn: int | None = None,
+        position_bias: RelativePositionBias | None = None,
     ) -> None:
         super().__init__()
         if activation not in _ACTIVATIONS:
@@ -57,9 +64,15 @@ class TransformerLayer(nn.Module):
         self.ffn_out = nn.Linear(d_ffn, d_model)
         self.norm2 = Fp32LayerNorm(d_model, eps=eps)
         self.dropout = nn.Dropout(dropout)
+        self.position_bias = position_bias
 
-    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-        attn, _ = self.self_attn(x, key_padding_mask, need_weights=False)  # (B, L, D)
+    def forward(
+        self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None, position_bias: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``position_bias``: the bias the encoder computed once for all its layers (None: this layer's own, if it has one)."""
+        if position_bias is None and self.position_bias is not None:
+            position_bias = self.position_bias.for_length(x.shape[1], x.device)  # (1, H, L, L)
+        attn, _ = self.self_attn(x, key_padding_mask, need_weights=False, bias=position_bias)  # (B, L, D)
         return self.after_attention(x, attn)
 
     def after_attention(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:

@@ -175,7 +175,7 @@ def export_spec(cfg: RunConfig, profile: SubjectProfile, graph_precision: str, e
     if not target.trt_releases:  # no TensorRT parser reads the graph: the ONNX Runtime form choice
         from attn_export.targets.form_choice import choose_attention_form
 
-        form, reason = choose_attention_form(target, cfg.max_seq_len, profile.mask, layer=profile.layer)
+        form, reason = choose_attention_form(target, cfg.max_seq_len, profile.mask, layer=profile.layer, score_bias=profile.score_bias)
         if form != spec.attention:
             return dataclasses.replace(spec, attention=form, opset=None), f"{form} (--attention auto): {reason}"
         return spec, None

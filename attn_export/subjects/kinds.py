@@ -58,6 +58,7 @@ class SubjectProfile:
     heads: int
     has_embeddings: bool
     activation: str = "relu"  # the FFN's activation (ORT's BiasGelu fusion needs a GELU)
+    score_bias: bool = False  # every layer adds a bias to its scores (MPNet's relative positions): no long-seq form
 
     @property
     def head_dim(self) -> int:
@@ -199,7 +200,8 @@ class CheckpointKind(SubjectKind):
 
     def profile(self, cfg: RunOptions) -> SubjectProfile:
         conf = checkpoint_config(cfg)
-        return SubjectProfile(self.name, "transformer", "padding", conf.hidden_size, conf.num_attention_heads, self.name == "encoder", conf.hidden_act)
+        return SubjectProfile(self.name, "transformer", "padding", conf.hidden_size, conf.num_attention_heads, self.name == "encoder", conf.hidden_act,
+                              score_bias=conf.relative_attention_buckets > 0)  # fmt: skip
 
     def preflight(self, cfg: RunOptions) -> None:
         from attn_export.layers.encoder_config import parse_layers
@@ -211,6 +213,9 @@ class CheckpointKind(SubjectKind):
             raise ConfigError(
                 f"expected --max-len and --seq-len <= {positions} (the tokens the checkpoint's positions cover), got {cfg.resolved_max_len} and {cfg.seq_len}"
             )
+        if cfg.attention == "long-seq" and conf.relative_attention_buckets:
+            raise ConfigError(f"--attention long-seq: expected a model without an attention score bias (the long-seq kernels take none), "
+                              f"got {conf.family}'s relative position bias; use --attention decomposed or ort-contrib")
         from attn_export.checkpoint.config_file import resolve_checkpoint
         from attn_export.checkpoint.tokenizer_file import load_tokenizer
 

@@ -31,6 +31,7 @@ def choose_attention_form(
     *,
     layer: str = "transformer",
     threshold: int = LONG_SEQ_MIN_LEN,
+    score_bias: bool = False,
 ) -> tuple[str, str]:
     """The attention form for ``--attention auto`` and a one-line reason for the report.
 
@@ -42,6 +43,7 @@ def choose_attention_form(
         layer: the layer name, one of ``layers.registry.LAYER_NAMES`` (checkpoint encoders:
             pass ``"transformer"``).
         threshold: the minimum ``max_seq_len`` for the long-seq form (default: measured).
+        score_bias: the model adds a bias to every layer's scores (MPNet's relative positions).
 
     Returns:
         ``(form, reason)``: ``form`` is a value for ``ExportSpec(attention=form)``.
@@ -52,7 +54,8 @@ def choose_attention_form(
         2. ONNX Runtime targets other than ``ort-cpu`` keep the target's form (long-seq's
            flash conditions were read and measured for the CPU kernels only).
         3. ``linear`` and ``block-sparse`` layers keep the target's form: their attention
-           memory is already O(L).
+           memory is already O(L); so does a model with a score bias (the long-seq kernels
+           take none).
         4. ``max_seq_len >= threshold``: ``long-seq``; otherwise the target's form.
 
     An int8 *dynamic* route that quantizes a long-seq export must export it with
@@ -78,6 +81,8 @@ def choose_attention_form(
         return keep, f"{tgt.name}: keeps {keep}; the long-seq form is measured for ONNX Runtime CPU only"
     if layer in _LINEAR_MEMORY_LAYERS:
         return keep, f"{layer} attention is already O(L) in memory; keeps {keep}"
+    if score_bias:
+        return keep, f"the model adds a relative position bias to its attention scores, which the long-seq kernels do not take; keeps {keep}"
     if max_seq_len >= threshold:
         return "long-seq", (
             f"max sequence length {max_seq_len} >= {threshold}: long-seq ({mask} mask) keeps attention memory "

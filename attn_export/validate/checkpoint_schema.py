@@ -73,6 +73,7 @@ ENCODER_FIELDS: dict[str, Any] = {
     "hidden_act": str,
     "pad_token_id": NonNegInt | None,
     "embedding_size": Annotated[int, Field(ge=1, le=16_384)],
+    "relative_attention_buckets": Annotated[int, Field(ge=4, le=1024)],
 }
 
 

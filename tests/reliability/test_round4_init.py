@@ -33,6 +33,7 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
     "distilbert": ("DistilBertConfig", "DistilBertModel", dict(dim=32, n_heads=4, n_layers=2, hidden_dim=64)),
     "electra": ("ElectraConfig", "ElectraModel", {**_BERT_SIZES, "embedding_size": 16}),
     "albert": ("AlbertConfig", "AlbertModel", {**_BERT_SIZES, "embedding_size": 16}),  # one layer's weights at every depth
+    "mpnet": ("MPNetConfig", "MPNetModel", {**_BERT_SIZES, "pad_token_id": 1}),  # a relative position bias in every layer
 }
 POSITIONS = 160  # the default --seq-len 128 fits, RoBERTa's pad + 1 offset included
 FAST = ["--repeats", "1", "--warmup", "0", "--threads", "1", "--max-texts", "16", "--quiet"]

@@ -9,7 +9,7 @@ purpose, by ``model_type`` (``REFUSED``) or by a family's ``Refusal`` of a confi
 
 - relative positions (``position_embedding_type`` relative_key / relative_key_query), which
   BERT-family configs could ask for and an absolute-position re-implementation would ignore;
-- DeBERTa(-v2)'s disentangled attention, MPNet's relative position bias, pre-norm and rotary
+- DeBERTa(-v2)'s disentangled attention, pre-norm and rotary
   encoders, and every ``model_type`` no family file lists.
 
 A config.json without ``model_type`` (very old BERT exports) is read as BERT only when its
@@ -48,7 +48,6 @@ SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_BY_TYPE))
 REFUSED: dict[str, str] = {
     "deberta": "DeBERTa: disentangled attention with relative position terms",
     "deberta-v2": "DeBERTa-v2/v3: disentangled attention with relative position terms",
-    "mpnet": "MPNet: a relative position bias in every attention layer",
     "xlm-roberta-xl": "XLM-RoBERTa-XL: pre-norm layers",
     "modernbert": "ModernBERT: rotary positions and alternating local attention",
     "nomic_bert": "NomicBERT: rotary positions and a gated FFN",
