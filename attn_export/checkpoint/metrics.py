@@ -10,6 +10,8 @@ texts (or real tokens, for token classification) whose arg-max label is unchange
 per-row logit cosine and the worst row, so a compression that keeps the cosine but flips close
 calls shows. ``logit_rows`` lays a head's batches out as those rows (a token head's padding
 left out), with the text and token position of each, so the report can name the worst token.
+A reranker (a cross-encoder over query/candidate pairs) is used for the order of each query's
+candidates: ``rank_agreement`` reports how much of that order survives.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import numpy as np
 
 from attn_export.errors import DataError
 
-__all__ = ["NEAR_TIE_COSINE", "RECALL_K", "classification_agreement", "embedding_agreement", "logit_rows", "row_cosines", "wilson_interval"]
+__all__ = ["NEAR_TIE_COSINE", "RECALL_K", "classification_agreement", "embedding_agreement", "logit_rows", "rank_agreement", "row_cosines", "wilson_interval"]
 
 
 def _unit_rows(x: np.ndarray) -> np.ndarray:
@@ -153,3 +155,42 @@ def logit_rows(batches: list[np.ndarray], masks: list[np.ndarray]) -> tuple[np.n
             where.append(np.stack([np.arange(len(logits)) + start, np.full(len(logits), -1)], axis=-1))
         start += len(logits)
     return np.concatenate(rows), np.concatenate(where)
+
+
+def reranker_scores(logits: np.ndarray) -> np.ndarray:
+    """What a cross-encoder ranks by: its one logit, or with several labels the log-probability of the last
+    (sentence-transformers' ``CrossEncoder`` with two labels: label 1 is "relevant")."""
+    x = np.asarray(logits, dtype=np.float64)
+    if x.shape[-1] == 1:
+        return x[:, 0]
+    top = x.max(axis=-1, keepdims=True)
+    return x[:, -1] - (top[:, 0] + np.log(np.exp(x - top).sum(axis=-1)))
+
+
+def rank_agreement(reference: np.ndarray, candidate: np.ndarray, queries: list[str]) -> dict[str, float]:
+    """Compare a reranker's logits (N, L) of N (query, candidate) pairs, ``queries`` naming each pair's query.
+
+    Over the queries with at least two candidates: ``pair_order_agreement`` (the fraction of candidate pairs of a
+    query that the scores order the same way: Kendall's tau as a rate, ties in the reference left out),
+    ``top1_agreement`` (the fraction of queries whose best candidate is unchanged) and ``num_queries``.
+    """
+    ref, out = reranker_scores(reference), reranker_scores(candidate)
+    if len(queries) != len(ref) or ref.shape != out.shape:
+        raise DataError(f"expected one query per scored pair, got {len(queries)} queries for {len(ref)} and {len(out)} scores")
+    groups: dict[str, list[int]] = {}
+    for i, q in enumerate(queries):
+        groups.setdefault(q, []).append(i)
+    same = pairs = top1 = n = 0
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        idx = np.asarray(members)
+        # hand-rolled: a query has a handful of candidates, so every pair is counted exactly (scipy is no dependency)
+        dr = np.sign(ref[idx][:, None] - ref[idx][None, :])
+        do = np.sign(out[idx][:, None] - out[idx][None, :])
+        upper = np.triu(dr != 0, k=1)
+        same += int(np.sum((dr == do) & upper))
+        pairs += int(upper.sum())
+        top1 += int(np.argmax(ref[idx]) == np.argmax(out[idx]))
+        n += 1
+    return {"pair_order_agreement": same / pairs if pairs else float("nan"), "top1_agreement": top1 / n if n else float("nan"), "num_queries": float(n)}

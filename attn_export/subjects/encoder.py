@@ -65,12 +65,14 @@ class EncoderSubject(BaseSubject):
 
             set_attention_impl_(self.encoder, cfg.attention_impl)
         max_tokens = min(conf.max_tokens, self.reference.max_seq_length or conf.max_tokens)  # encode never feeds more
-        self.data = TextData.build(cfg, self.tokenizer, max_tokens, self.prompt, self.max_len)
+        self.data = TextData.build(cfg, self.tokenizer, max_tokens, self.prompt, self.max_len, reads_pairs=conf.head is not None and conf.head.task == "sequence")
+        if self.data.pairs:
+            _check_pair_types(self.tokenizer, str(cfg.calib))
         if self.data.split_note and "dropped" in self.data.split_note:
             self.text_notes.append(f"--calib {self.data.split_note}")
         self.tokens = self.data.tokens
         lat_texts = [self.tokens["report"].texts[i % len(self.tokens["report"])] for i in range(cfg.batch)]
-        self._latency_tokens = tokenize(self.tokenizer, lat_texts, cfg.seq_len, pad_to=cfg.seq_len)
+        self._latency_tokens = tokenize(self.tokenizer, lat_texts, cfg.seq_len, pad_to=cfg.seq_len, pairs=self.data.pairs)
         self._feeds: dict[str, list[Feed]] = {}
         self._references: dict[str, list[Any]] = {}
         self._distill_tokens: Any = None
@@ -302,6 +304,10 @@ class EncoderSubject(BaseSubject):
             return {"embedding": figures}, bar.violations(figures, acc.max_abs, acc.rel_l2), acc, bar.to_dict()
         logit_bar = logits_with_overrides(spec.logits, self.cfg.tolerance_overrides)
         logits: dict[str, Any] = classification_agreement(ref, got)
+        if self.data.pairs and name in self.tokens:  # a reranker's users read the order of each query's candidates
+            from attn_export.checkpoint.metrics import rank_agreement
+
+            logits["rank"] = rank_agreement(ref, got, [t.split("\t", 1)[0].strip() for t in self._set(name).texts[: len(ref)]])
         row = int(logits["worst_row"])
         logits["per"] = "token" if where[row, 1] >= 0 else "text"
         logits["worst"] = self._name_row(name, int(where[row, 0]), int(where[row, 1]), ref[row], got[row], float(logits["min_cosine"]))
@@ -332,6 +338,16 @@ class EncoderSubject(BaseSubject):
             details["also_judged_on"] = also
         score = float(next(iter(result.values()))["mean_cosine"])
         return Judgement(accuracy=acc, passed=not violations, tolerance=tolerance, score=score, violations=violations, details=details)
+
+
+def _check_pair_types(tokenizer: Any, calib: str) -> None:
+    """A pair whose second text the tokenizer gives token type 1 (BERT's ``[SEP]`` segments) needs ``token_type_ids``, which the
+    exported model does not take: refused in one line (RoBERTa/XLM-R rerankers, all type 0, are read as pairs)."""
+    from attn_export.errors import DataError
+
+    if any(tokenizer.encode("a", "b").type_ids):
+        raise DataError(f"--calib {calib} holds text pairs, which this tokenizer encodes with token types 0/1; the exported model takes no "
+                        "token_type_ids yet: use a cross-encoder whose pairs are all type 0 (RoBERTa, XLM-RoBERTa), or one text per line")  # fmt: skip
 
 
 def _text_settings(cfg: Any, path: Path, reference: Any, tokenizer: Any) -> tuple[Any, int, list[str]]:

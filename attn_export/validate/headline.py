@@ -110,6 +110,10 @@ def _accuracy(stage: Mapping[str, Any], report: Mapping[str, Any]) -> str:
     if logits and not emb:  # a task head: its labels, per text or per real token
         per = logits.get("per", "text")
         worst = f", worst {per}: {logits['worst']}" if logits.get("worst") else ""
+        rank = logits.get("rank")
+        if rank:  # a reranker: the order of each query's candidates
+            worst = (f", candidate pairs ordered alike {100 * float(rank['pair_order_agreement']):.1f}% and best candidate kept "
+                     f"{100 * float(rank['top1_agreement']):.1f}% over {int(rank['num_queries'])} queries{worst}")  # fmt: skip
         return (f"logits vs the original on {_data(report)}: label agreement {100 * float(logits['label_agreement']):.2f}% over "
                 f"{int(logits.get('num_rows') or 0)} {'real tokens' if per == 'token' else 'texts'}, logit cosine mean "
                 f"{logits['mean_cosine']:.6f}, min {logits['min_cosine']:.6f}{worst}{bar}")  # fmt: skip
