@@ -120,3 +120,23 @@ def st_checkpoint(folder, prompts=None, default_prompt_name=None, max_seq_length
     modules = [Transformer(str(hf), max_seq_length=max_seq_length), Pooling(32, pooling_mode=pooling)] + ([Normalize()] if normalize else [])
     st.SentenceTransformer(modules=modules, prompts=prompts, default_prompt_name=default_prompt_name, device="cpu").save(str(folder))
     return folder
+
+
+# --- a BERT-style tokenizer of real words, for tiny checkpoints saved by transformers -------------------
+def wordpiece_tokenizer(folder, vocab_size: int = 400) -> int:  # type: ignore[no-untyped-def]
+    """A BERT-style WordPiece tokenizer.json trained on the shipped English corpus (real words, not [UNK]) in ``folder``;
+    returns its vocab size (the checkpoint's ``vocab_size``)."""
+    from pathlib import Path
+
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+
+    corpus = Path(__file__).resolve().parents[1] / "attn_export" / "data" / "text" / "corpus_en.txt"
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    lines = [s for s in corpus.read_text(encoding="utf-8").splitlines() if s.strip() and not s.startswith("#")]
+    tok.train_from_iterator(lines, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=special, show_progress=False))
+    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    tok.save(str(Path(folder) / "tokenizer.json"))
+    return tok.get_vocab_size()

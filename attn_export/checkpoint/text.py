@@ -31,6 +31,7 @@ __all__ = [
     "text_calibration",
     "text_token_splits",
     "tokenize",
+    "tokenizer_inputs",
 ]
 
 log = logging.getLogger(__name__)
@@ -97,11 +98,17 @@ class TokenSplits:
     test: TokenBatch | None = None
 
 
-def tokenize(tokenizer: Any, texts: Sequence[str], max_len: int = 128, pad_to: int | None = None) -> TokenBatch:
+def tokenizer_inputs(texts: Sequence[str], pairs: bool = False) -> list[Any]:
+    """What ``encode_batch`` takes: the texts, or with ``pairs`` each ``text_a<TAB>text_b`` as the pair (a, b)."""
+    return [tuple(t.split("\t", 1)) for t in texts] if pairs else list(texts)
+
+
+def tokenize(tokenizer: Any, texts: Sequence[str], max_len: int = 128, pad_to: int | None = None, pairs: bool = False) -> TokenBatch:
     """Tokenize with special tokens, truncate to ``max_len``; pad to the longest text or to ``pad_to``.
 
     The tokenizer is configured in place (truncation to ``max_len``, its own padding off:
-    ``tokenizer.json`` files often pad to a fixed length, which would hide ``pad_to``).
+    ``tokenizer.json`` files often pad to a fixed length, which would hide ``pad_to``). With
+    ``pairs`` each text is ``text_a<TAB>text_b``, encoded as a pair (a cross-encoder's input).
     """
     if not texts:
         raise DataError("expected at least one text to tokenize, got none")
@@ -109,7 +116,7 @@ def tokenize(tokenizer: Any, texts: Sequence[str], max_len: int = 128, pad_to: i
         raise ConfigError(f"expected max_len >= 2 and 1 <= pad_to <= max_len, got max_len={max_len}, pad_to={pad_to}")
     tokenizer.enable_truncation(max_length=max_len)
     tokenizer.no_padding()
-    encodings = tokenizer.encode_batch(list(texts))
+    encodings = tokenizer.encode_batch(tokenizer_inputs(texts, pairs))
     length = pad_to or max(len(e.ids) for e in encodings)
     ids = np.full((len(texts), length), pad_id(tokenizer), dtype=np.int64)
     mask = np.zeros((len(texts), length), dtype=np.int64)

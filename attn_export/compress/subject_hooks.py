@@ -46,7 +46,7 @@ class Judgement:
     """An artifact's accuracy against the reference on one split.
 
     ``score`` is the one figure selection ranks by (higher is better): the output cosine for a
-    layer, the mean sentence-embedding cosine for an encoder.
+    layer, the mean sentence-embedding cosine for an encoder, the mean logit cosine for a task head.
     """
 
     accuracy: Accuracy
@@ -61,6 +61,9 @@ class Judgement:
         emb = self.details.get("embedding")
         if emb:
             return f"mean cosine {emb['mean_cosine']:.6f}, min {emb['min_cosine']:.6f}, top-1 {emb['top1_neighbor_agreement']:.3f}"
+        logits = self.details.get("logits")
+        if logits:
+            return f"label agreement {logits['label_agreement']:.4f}, logit cosine mean {logits['mean_cosine']:.6f}, min {logits['min_cosine']:.6f}"
         return f"cosine {self.accuracy.cosine:.6f}, rel L2 {self.accuracy.rel_l2:.2e}"
 
 

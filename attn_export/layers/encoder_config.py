@@ -19,6 +19,7 @@ from attn_export.vocab.choices import POOLING_MODES
 __all__ = [
     "ACTIVATIONS",
     "HEAD_ACTIVATIONS",
+    "JUDGED_OUTPUT",
     "POSITION_STYLES",
     "TASKS",
     "EncoderConfig",
@@ -38,6 +39,10 @@ POSITION_STYLES: tuple[str, ...] = ("absolute", "padded")
 # (``checkpoint/families/<name>.py``) says which its ``...ForSequenceClassification`` uses. Token heads are linear.
 HEAD_ACTIVATIONS: tuple[str, ...] = ("tanh", "gelu", "relu")
 TASKS: tuple[str, ...] = ("sequence", "token")
+# What a model's users read, so the one output a checkpoint is judged on (None: no head). A bare encoder's users
+# read its sentence embedding (cosine, nearest neighbours); a head's read its logits (label agreement and logit
+# cosine, per real token for a token head), never the mean-pooled embedding its body also exports.
+JUDGED_OUTPUT: dict[str | None, str] = {None: "sentence_embedding", "sequence": "logits", "token": "logits"}
 
 
 @dataclass(frozen=True)

@@ -277,11 +277,12 @@ def _disagreement(plan: Plan, stage: Stage, source: str) -> list[str]:
     out = []
     config = plan.step(stage.name).config
     cause = config.fitted() if isinstance(config, Method) else None
-    mine = (stage.details.get("embedding") or {}).get("mean_cosine")
+    figures = ("embedding", "logits")  # what the subject's users read: one of the two is there
+    mine = next((stage.details[k]["mean_cosine"] for k in figures if stage.details.get(k)), float("nan"))
     for name, other in (stage.details.get("also_judged_on") or {}).items():
         if bool(other.get("passed")) == bool(stage.passed):
             continue
-        theirs = (other.get("embedding") or {}).get("mean_cosine")
+        theirs = next((other[k]["mean_cosine"] for k in figures if other.get(k)), float("nan"))
         verdict = ("passes", "fails") if stage.passed else ("fails", "passes")
         why = f"; likely cause: {cause}, which fits {source} and not {name}" if cause and stage.passed else (f"; likely cause: {cause}" if cause else "")
         out.append(f"{stage.name} {verdict[0]} on {source} (mean cosine {mine:.5f}) but {verdict[1]} on {name} ({theirs:.5f}: "

@@ -2,7 +2,9 @@
 
 The subject is the whole encoder: inputs ``input_ids``/``attention_mask``, outputs
 ``last_hidden_state``/``sentence_embedding`` (and ``logits`` with a task head;
-``docs/encoder.md``). The project's own layers are the export path; the **reference** every
+``docs/encoder.md``). It is judged on what its users read (``JUDGED_OUTPUT``): a bare encoder on
+its sentence embeddings, a head on its logits alone (per real token for a token head), never on
+the pooled embedding's neighbours. The project's own layers are the export path; the **reference** every
 artifact is judged against is the model as its own library runs it: transformers' model and,
 where the folder has them, the sentence-transformers modules (``checkpoint.reference``). At
 load, a fidelity check (``checkpoint.fidelity``) refuses, in one line, a checkpoint the
@@ -23,6 +25,7 @@ from typing import Any
 import numpy as np
 from torch import nn
 
+from attn_export.layers.encoder_config import JUDGED_OUTPUT
 from attn_export.runtime.base import Feed, Runner
 from attn_export.subjects.base import BaseSubject, Judgement, ModuleSlot, Split
 
@@ -39,7 +42,6 @@ class EncoderSubject(BaseSubject):
 
     kind = "encoder"
     deploy_name = "encoder"
-    select_error_name = "1 - mean embedding cosine"
 
     def __init__(self, cfg: Any) -> None:
         from attn_export.checkpoint.fidelity import check_fidelity
@@ -52,6 +54,7 @@ class EncoderSubject(BaseSubject):
         self.path = resolve_checkpoint(cfg.checkpoint)
         self.encoder = load_bert_checkpoint(self.path, pooling=cfg.pooling)
         conf = self.encoder.config
+        self.judged_output = JUDGED_OUTPUT[None if conf.head is None else conf.head.task]  # what its users read
         self.tokenizer = load_tokenizer(self.path, conf.vocab_size)  # ids the embedding matrix has no row for are refused
         # the user's model, as its own library runs it: the reference every artifact is judged against
         self.reference = load_reference(self.path, conf.pooling, None if conf.head is None else conf.head.task)
@@ -62,12 +65,14 @@ class EncoderSubject(BaseSubject):
 
             set_attention_impl_(self.encoder, cfg.attention_impl)
         max_tokens = min(conf.max_tokens, self.reference.max_seq_length or conf.max_tokens)  # encode never feeds more
-        self.data = TextData.build(cfg, self.tokenizer, max_tokens, self.prompt, self.max_len)
+        self.data = TextData.build(cfg, self.tokenizer, max_tokens, self.prompt, self.max_len, reads_pairs=conf.head is not None and conf.head.task == "sequence")
+        if self.data.pairs:
+            _check_pair_types(self.tokenizer, str(cfg.calib))
         if self.data.split_note and "dropped" in self.data.split_note:
             self.text_notes.append(f"--calib {self.data.split_note}")
         self.tokens = self.data.tokens
         lat_texts = [self.tokens["report"].texts[i % len(self.tokens["report"])] for i in range(cfg.batch)]
-        self._latency_tokens = tokenize(self.tokenizer, lat_texts, cfg.seq_len, pad_to=cfg.seq_len)
+        self._latency_tokens = tokenize(self.tokenizer, lat_texts, cfg.seq_len, pad_to=cfg.seq_len, pairs=self.data.pairs)
         self._feeds: dict[str, list[Feed]] = {}
         self._references: dict[str, list[Any]] = {}
         self._distill_tokens: Any = None
@@ -241,16 +246,33 @@ class EncoderSubject(BaseSubject):
         runner = self.encoder_runner(candidate)
         return [runner.infer(f) for f in self._set(name).feeds(FEED_BATCH, trim=True, limit=limit)]
 
-    def candidate_embeddings(self, candidate: Runner, split: str, limit: int | None = None) -> np.ndarray:
-        """``candidate``'s sentence embeddings of ``split``'s texts (the first ``limit``)."""
-        return np.concatenate([np.asarray(o["sentence_embedding"], dtype=np.float32) for o in self.candidate_outputs(candidate, split, limit)])
+    def _judged(self, name: str, outputs: list[dict[str, np.ndarray]], limit: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(reference rows, candidate rows, where) of the output users read (``judged_output``) on set ``name``: one row per
+        text, or per real token of a token head (``where``: each row's text and position; None for sentence embeddings).
+        ``outputs`` (of the first ``limit`` texts) are compared with the reference's same first rows."""
+        from attn_export.checkpoint.metrics import logit_rows
+
+        refs = self.reference_outputs(name)
+        if self.judged_output == "sentence_embedding":
+            got = np.concatenate([np.asarray(o["sentence_embedding"], dtype=np.float32) for o in outputs])
+            return np.concatenate([r.sentence_embedding for r in refs])[: len(got)], got, None
+        feeds = self._set(name).feeds
+        ref, where = logit_rows([r.logits for r in refs], [f["attention_mask"] for f in feeds(FEED_BATCH, trim=True)])
+        got, _ = logit_rows([o["logits"] for o in outputs], [f["attention_mask"] for f in feeds(FEED_BATCH, trim=True, limit=limit)])
+        return ref[: len(got)], got, where[: len(got)]
 
     def select_error(self, candidate: Runner, limit: int) -> float:
-        """1 - mean embedding cosine on the first ``limit`` select texts (for ranking, never a verdict)."""
+        """1 - mean cosine of what users read (embeddings, or logits per text or real token) on the first ``limit`` select
+        texts (for ranking, never a verdict)."""
         from attn_export.checkpoint.metrics import row_cosines
 
         n = max(1, min(limit, len(self.tokens["select"])))
-        return float(1.0 - row_cosines(self.reference_embeddings("select")[:n], self.candidate_embeddings(candidate, "select", n)).mean())
+        ref, got, _ = self._judged("select", self.candidate_outputs(candidate, "select", n), n)
+        return float(1.0 - row_cosines(ref, got).mean())
+
+    @property
+    def select_error_name(self) -> str:
+        return f"1 - mean {'embedding' if self.judged_output == 'sentence_embedding' else 'logit'} cosine"
 
     def tensor_tolerance(self, tolerance_key: str) -> Any:
         """Each output tensor's bar on the device: the embedding bar's mean cosine as a flattened cosine, and a max-abs bar for fp32."""
@@ -260,55 +282,72 @@ class EncoderSubject(BaseSubject):
         return Tolerance(max_abs=emb.max_abs, rel_l2=emb.max_rel_l2, cosine_min=emb.min_mean_cosine)
 
     def fallback_goal(self, tolerance_key: str) -> Any:
+        """The 8-bit goal on the select split for sentence embeddings; a head's logits are held to the stage's own bar."""
         from attn_export.compress.quant.mixed_precision import FallbackGoal
         from attn_export.validate.tolerances import tolerance_spec
 
-        return FallbackGoal(tolerance_spec(tolerance_key).embedding_goal)
+        return FallbackGoal(tolerance_spec(tolerance_key).embedding_goal if self.judged_output == "sentence_embedding" else None)
 
-    def _agreement(self, name: str, outputs: list[dict[str, np.ndarray]], tolerance_key: str) -> tuple[dict[str, Any], list[str], Any]:
-        """Embedding agreement (and logit agreement with a head) of ``outputs`` on set ``name``; the violations; the accuracy."""
+    def _agreement(self, name: str, outputs: list[dict[str, np.ndarray]], tolerance_key: str) -> tuple[dict[str, Any], list[str], Any, Any]:
+        """The figures of what users read on set ``name`` (``details.embedding``, or ``details.logits`` with the worst row
+        named), the violations of its bar, the accuracy, and the bar itself (as the report records it)."""
         from attn_export.checkpoint.metrics import classification_agreement, embedding_agreement
         from attn_export.validate.metrics import accuracy
         from attn_export.validate.tolerances import embedding_with_overrides, logits_with_overrides, tolerance_spec
 
         spec = tolerance_spec(tolerance_key)
-        bar = embedding_with_overrides(spec.embedding, self.cfg.tolerance_overrides)
-        refs = self.reference_outputs(name)
-        ref = np.concatenate([r.sentence_embedding for r in refs])
-        emb = np.concatenate([np.asarray(o["sentence_embedding"], dtype=np.float32) for o in outputs])
-        acc = accuracy(ref, emb)
-        result: dict[str, Any] = {"embedding": embedding_agreement(ref, emb)}
-        violations = bar.violations(result["embedding"], acc.max_abs, acc.rel_l2)
-        if refs[0].logits is not None:
-            feeds = self._set(name).feeds(FEED_BATCH, trim=True)
-            rows = [(r.logits, np.asarray(o["logits"]), f["attention_mask"]) for r, o, f in zip(refs, outputs, feeds)]
-            flat = [(a[m.astype(bool)], b[m.astype(bool)]) if a.ndim == 3 else (a, b) for a, b, m in rows]  # token heads: real tokens only
-            result["logits"] = classification_agreement(np.concatenate([a for a, _ in flat]), np.concatenate([b for _, b in flat]))
-            violations += logits_with_overrides(spec.logits, self.cfg.tolerance_overrides).violations(result["logits"])
-        return result, violations, acc
+        ref, got, where = self._judged(name, outputs)
+        acc = accuracy(ref, got)
+        if where is None:  # a sentence embedding: per-text cosine and nearest neighbours
+            bar = embedding_with_overrides(spec.embedding, self.cfg.tolerance_overrides)
+            figures = embedding_agreement(ref, got)
+            return {"embedding": figures}, bar.violations(figures, acc.max_abs, acc.rel_l2), acc, bar.to_dict()
+        logit_bar = logits_with_overrides(spec.logits, self.cfg.tolerance_overrides)
+        logits: dict[str, Any] = classification_agreement(ref, got)
+        if self.data.pairs and name in self.tokens:  # a reranker's users read the order of each query's candidates
+            from attn_export.checkpoint.metrics import rank_agreement
+
+            logits["rank"] = rank_agreement(ref, got, [t.split("\t", 1)[0].strip() for t in self._set(name).texts[: len(ref)]])
+        row = int(logits["worst_row"])
+        logits["per"] = "token" if where[row, 1] >= 0 else "text"
+        logits["worst"] = self._name_row(name, int(where[row, 0]), int(where[row, 1]), ref[row], got[row], float(logits["min_cosine"]))
+        return {"logits": logits}, logit_bar.violations(logits), acc, {f"logit_{k}": v for k, v in logit_bar.to_dict().items()}
+
+    def _name_row(self, name: str, text: int, position: int, ref: np.ndarray, got: np.ndarray, cosine: float) -> str:
+        """The worst row as a user finds it: the text, the token (its position and string) and the labels either side."""
+        batch = self._set(name)
+        snippet = batch.texts[text] if text < len(batch.texts) else ""
+        snippet = snippet if len(snippet) <= 60 else snippet[:57] + "..."
+        token = f", token {position} {self.tokenizer.id_to_token(int(batch.input_ids[text, position]))!r}" if position >= 0 else ""
+        return f"text {text} {snippet!r}{token}: logit cosine {cosine:.6f}, label {int(ref.argmax())} -> {int(got.argmax())}"
 
     def judge(self, candidate: Runner, split: Split, tolerance_key: str) -> Judgement:
-        """Against the user's model on ``split``; on the report split also on every extra set, named, beside the verdict."""
+        """Against the user's model on ``split``, on what its users read (``judged_output``); on the report split also on
+        every extra set, named, beside the verdict."""
         from attn_export.validate.error_histogram import error_histogram
-        from attn_export.validate.tolerances import embedding_with_overrides, logits_with_overrides, tolerance_spec
 
         outputs = self.candidate_outputs(candidate, split)
-        result, violations, acc = self._agreement(split, outputs, tolerance_key)
-        spec = tolerance_spec(tolerance_key)
-        emb = np.concatenate([np.asarray(o["sentence_embedding"], dtype=np.float32) for o in outputs])
-        details: dict[str, Any] = {**result, "output": "sentence_embedding", "error_histogram": error_histogram(self.reference_embeddings(split), emb),
-                                   "judged_on": self.data.source}  # fmt: skip
+        result, violations, acc, tolerance = self._agreement(split, outputs, tolerance_key)
+        ref, got, _ = self._judged(split, outputs)
+        details: dict[str, Any] = {**result, "output": self.judged_output, "error_histogram": error_histogram(ref, got), "judged_on": self.data.source}
         if split == "report" and self.data.extra:
             also = {}
             for extra in self.data.extra:
-                r, v, _ = self._agreement(extra.name, self.candidate_outputs(candidate, extra.name), tolerance_key)
+                r, v, _, _ = self._agreement(extra.name, self.candidate_outputs(candidate, extra.name), tolerance_key)
                 also[extra.name] = {**r, "passed": not v, "violations": v}
             details["also_judged_on"] = also
-        bar = embedding_with_overrides(spec.embedding, self.cfg.tolerance_overrides)
-        logit_bar = logits_with_overrides(spec.logits, self.cfg.tolerance_overrides)
-        tolerance = {**bar.to_dict(), **({f"logit_{k}": v for k, v in logit_bar.to_dict().items()} if "logits" in result else {})}
-        return Judgement(accuracy=acc, passed=not violations, tolerance=tolerance, score=float(result["embedding"]["mean_cosine"]),
-                         violations=violations, details=details)  # fmt: skip
+        score = float(next(iter(result.values()))["mean_cosine"])
+        return Judgement(accuracy=acc, passed=not violations, tolerance=tolerance, score=score, violations=violations, details=details)
+
+
+def _check_pair_types(tokenizer: Any, calib: str) -> None:
+    """A pair whose second text the tokenizer gives token type 1 (BERT's ``[SEP]`` segments) needs ``token_type_ids``, which the
+    exported model does not take: refused in one line (RoBERTa/XLM-R rerankers, all type 0, are read as pairs)."""
+    from attn_export.errors import DataError
+
+    if any(tokenizer.encode("a", "b").type_ids):
+        raise DataError(f"--calib {calib} holds text pairs, which this tokenizer encodes with token types 0/1; the exported model takes no "
+                        "token_type_ids yet: use a cross-encoder whose pairs are all type 0 (RoBERTa, XLM-RoBERTa), or one text per line")  # fmt: skip
 
 
 def _text_settings(cfg: Any, path: Path, reference: Any, tokenizer: Any) -> tuple[Any, int, list[str]]:

@@ -30,7 +30,6 @@ class EncoderLayerSubject(EncoderSubject):
 
     kind = "encoder-layer"
     deploy_name = "encoder_layer"
-    select_error_name = "relative L2 of the layer output"
 
     def __init__(self, cfg: Any) -> None:
         from attn_export.layers.encoder import parse_layers
@@ -44,6 +43,10 @@ class EncoderLayerSubject(EncoderSubject):
     @property
     def name(self) -> str:
         return f"layer{self.index}"
+
+    @property
+    def select_error_name(self) -> str:
+        return "relative L2 of the layer output"
 
     @property
     def module(self) -> nn.Module:

@@ -193,10 +193,15 @@ class CheckpointKind(SubjectKind):
                                   "(B, S, D) hidden states; drop --encoder-form")  # fmt: skip
 
     def judged_outputs(self, cfg: RunOptions) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """The sentence embedding (and a task head's logits), judged against the user's model; layer N's own output
-        ``y`` and the hidden states are exported but not judged (subjects/encoder.py)."""
-        head = checkpoint_task(cfg) is not None
-        return ("sentence_embedding", *(("logits",) if head else ())), ("last_hidden_state",) if self.name == "encoder" else ("y",)
+        """What the model's users read, judged against the user's model: a bare encoder's sentence embedding, a head's logits
+        (``JUDGED_OUTPUT``); the rest (a head's pooled embedding, the hidden states, layer N's own ``y``) is exported but not
+        judged (subjects/encoder.py)."""
+        from attn_export.layers.encoder_config import JUDGED_OUTPUT
+
+        task = checkpoint_task(cfg)
+        judged = JUDGED_OUTPUT[task]
+        exported = ("sentence_embedding", *(("logits",) if task is not None else ()), "last_hidden_state" if self.name == "encoder" else "y")
+        return (judged,), tuple(o for o in exported if o != judged)
 
     def profile(self, cfg: RunOptions) -> SubjectProfile:
         conf = checkpoint_config(cfg)

@@ -23,7 +23,7 @@ import numpy as np
 
 from attn_export.errors import DataError
 
-__all__ = ["JudgedSet", "TextData", "length_profile", "read_text_file", "usable_user_texts"]
+__all__ = ["JudgedSet", "TextData", "length_profile", "pair_lines", "read_text_file", "split_by_query", "usable_user_texts"]
 
 log = logging.getLogger(__name__)
 
@@ -66,16 +66,42 @@ def _unk_id(tokenizer: Any) -> int | None:
     return int(unk) if unk is not None else None
 
 
-def _real_tokens(tokenizer: Any, texts: list[str], max_len: int) -> list[tuple[tuple[int, ...], int]]:
+def _real_tokens(tokenizer: Any, texts: list[str], max_len: int, pairs: bool = False) -> list[tuple[tuple[int, ...], int]]:
     """Each text's token ids (truncated to ``max_len``, as tokenized) and how many are real: neither special nor unknown."""
+    from attn_export.checkpoint.text import tokenizer_inputs
+
     tokenizer.enable_truncation(max_length=max_len)
     tokenizer.no_padding()
     unk = _unk_id(tokenizer)
     return [(tuple(e.ids), sum(1 for i, special in zip(e.ids, e.special_tokens_mask) if not special and i != unk))
-            for e in tokenizer.encode_batch(texts)]  # fmt: skip
+            for e in tokenizer.encode_batch(tokenizer_inputs(texts, pairs))]  # fmt: skip
 
 
-def usable_user_texts(tokenizer: Any, texts: list[str], prompt: Any, max_len: int, name: str) -> tuple[list[str], str]:
+def pair_lines(lines: list[str], name: str) -> bool:
+    """Whether a cross-encoder's ``--calib`` lines are ``text_a<TAB>text_b`` pairs: all of them or none (one line otherwise)."""
+    tabbed = sum(1 for line in lines if "\t" in line)
+    if tabbed and tabbed < len(lines):
+        plain = next(line for line in lines if "\t" not in line)
+        raise DataError(f"--calib {name}: {tabbed} of {len(lines)} lines are text pairs (text_a<TAB>text_b) and the rest single texts, e.g. "
+                        f"{plain[:60]!r}; a cross-encoder reads pairs: write every line as query<TAB>candidate")  # fmt: skip
+    return tabbed > 0
+
+
+def split_by_query(pairs: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """``query<TAB>candidate`` lines as (train, select, report), every query's candidates in one split (its rank agreement
+    compares them with each other): the queries are split as texts are (``checkpoint.corpus.split_user_texts``)."""
+    from attn_export.checkpoint.corpus import split_user_texts
+
+    query = {p: p.split("\t", 1)[0].strip() for p in pairs}
+    roles = split_user_texts(list(dict.fromkeys(query.values())))
+    role_of = {q: i for i, role in enumerate(roles) for q in role}
+    out: tuple[list[str], list[str], list[str]] = ([], [], [])
+    for p in pairs:
+        out[role_of[query[p]]].append(p)
+    return out
+
+
+def usable_user_texts(tokenizer: Any, texts: list[str], prompt: Any, max_len: int, name: str, pairs: bool = False) -> tuple[list[str], str]:
     """The user's texts the model can tell apart: one per distinct token sequence, none without a real token; and a note.
 
     Two lines the tokenizer maps to the same ids (case or whitespace variants for an uncased
@@ -89,7 +115,7 @@ def usable_user_texts(tokenizer: Any, texts: list[str], prompt: Any, max_len: in
     prompt_real = _real_tokens(tokenizer, [prompt.text], max_len)[0][1] if prompt.text else 0
     seen: set[tuple[int, ...]] = set()
     kept, empty, repeats = [], [], 0
-    for text, (ids, real) in zip(texts, _real_tokens(tokenizer, prompt.apply(texts), max_len)):
+    for text, (ids, real) in zip(texts, _real_tokens(tokenizer, prompt.apply(texts), max_len, pairs)):
         if real <= prompt_real:  # before the repeats: every such text encodes alike
             empty.append(text)
         elif ids in seen:
@@ -135,11 +161,13 @@ class TextData:
     train_source: str
     extra: list[JudgedSet] = field(default_factory=list)
     split_note: str = ""
+    pairs: bool = False  # the user's texts are query<TAB>candidate pairs (a cross-encoder's), split by query
 
     @classmethod
-    def build(cls, cfg: Any, tokenizer: Any, max_tokens: int, prompt: Any = None, max_len: int | None = None) -> TextData:
+    def build(cls, cfg: Any, tokenizer: Any, max_tokens: int, prompt: Any = None, max_len: int | None = None, reads_pairs: bool = False) -> TextData:
         """The three roles' tokens; ``prompt`` (``checkpoint.prompts.TextPrompt``) is prepended to every text and
-        ``max_len`` (default ``--max-len``) is the effective token limit, as ``SentenceTransformer.encode`` tokenizes."""
+        ``max_len`` (default ``--max-len``) is the effective token limit, as ``SentenceTransformer.encode`` tokenizes.
+        ``reads_pairs`` (a sequence head): ``--calib`` lines with a TAB are ``text_a<TAB>text_b`` pairs, encoded as pairs."""
         from attn_export.checkpoint.corpus import load_text_corpus, split_user_texts
         from attn_export.checkpoint.prompts import TextPrompt
         from attn_export.checkpoint.text import tokenize
@@ -147,19 +175,23 @@ class TextData:
         prompt = prompt or TextPrompt()
         max_len = max_len or cfg.resolved_max_len
 
-        def tok(texts: list[str]) -> Any:
-            return tokenize(tokenizer, prompt.apply(texts), max_len)
+        def tok(texts: list[str], pairs: bool = False) -> Any:
+            return tokenize(tokenizer, prompt.apply(texts), max_len, pairs=pairs)
 
         corpus = load_text_corpus(cfg.resolved_languages, max_per_split=cfg.resolved_max_texts)
+        pairs = False
         if cfg.calib is not None:
             name = Path(cfg.calib).name
-            user, counted = usable_user_texts(tokenizer, read_text_file(cfg.calib), prompt, max_len, name)
-            train, select, report = split_user_texts(user)
+            lines = read_text_file(cfg.calib)
+            pairs = reads_pairs and pair_lines(lines, name)
+            user, counted = usable_user_texts(tokenizer, lines, prompt, max_len, name, pairs)
+            train, select, report = split_by_query(user) if pairs else split_user_texts(user)
             cap = cfg.resolved_max_texts
             train, select, report = train[:cap], select[:cap], report[:cap]
-            data = cls({r: tok(t) for r, t in (("train", train), ("select", select), ("report", report))},
-                       str(cfg.calib), str(cfg.calib),
-                       split_note=f"{name}: {counted + '; ' if counted else ''}{len(user)} texts split 60/20/20 by content hash into "
+            what = "query/candidate pairs split by query" if pairs else "texts split"
+            data = cls({r: tok(t, pairs) for r, t in (("train", train), ("select", select), ("report", report))},
+                       str(cfg.calib), str(cfg.calib), pairs=pairs,
+                       split_note=f"{name}: {counted + '; ' if counted else ''}{len(user)} {what} 60/20/20 by content hash into "
                                   f"{len(train)} train / {len(select)} select / {len(report)} report")  # fmt: skip
             data.extra.append(JudgedSet("shipped corpus test split", tok(list(corpus.test)),
                                         f"{corpus.source}: {len(corpus.test)} held-out texts, five languages, judged beside {name}"))  # fmt: skip

@@ -82,7 +82,8 @@ def wilson_interval(fraction: float, n: int, z: float = 1.96) -> tuple[float, fl
 
 
 _BOUNDS = {"max_abs": ("max_abs", "<="), "rel_l2": ("rel_l2", "<="), "cosine_min": ("cosine", ">="), "min_mean_cosine": ("mean cosine", ">="),
-           "min_min_cosine": ("min cosine", ">="), "min_top1_agreement": ("top-1", ">=")}  # fmt: skip
+           "min_min_cosine": ("min cosine", ">="), "min_top1_agreement": ("top-1", ">="), "logit_min_label_agreement": ("label agreement", ">="),
+           "logit_min_mean_cosine": ("logit mean cosine", ">="), "logit_max_abs": ("logit max_abs", "<="), "logit_max_rel_l2": ("logit rel_l2", "<=")}  # fmt: skip
 
 
 def format_tolerance(tolerance: Mapping[str, float] | None) -> str:
@@ -105,6 +106,17 @@ def _accuracy(stage: Mapping[str, Any], report: Mapping[str, Any]) -> str:
         lo, hi = wilson_interval(top1, n)
         return (f"sentence embeddings vs the original on {_data(report)}: mean cosine {emb['mean_cosine']:.6f}, min {emb['min_cosine']:.6f}, "
                 f"top-1 neighbour {100 * top1:.1f}% (95% CI {100 * lo:.1f}-{100 * hi:.1f}%, {n} texts){bar}")  # fmt: skip
+    logits = (stage.get("details") or {}).get("logits")
+    if logits and not emb:  # a task head: its labels, per text or per real token
+        per = logits.get("per", "text")
+        worst = f", worst {per}: {logits['worst']}" if logits.get("worst") else ""
+        rank = logits.get("rank")
+        if rank:  # a reranker: the order of each query's candidates
+            worst = (f", candidate pairs ordered alike {100 * float(rank['pair_order_agreement']):.1f}% and best candidate kept "
+                     f"{100 * float(rank['top1_agreement']):.1f}% over {int(rank['num_queries'])} queries{worst}")  # fmt: skip
+        return (f"logits vs the original on {_data(report)}: label agreement {100 * float(logits['label_agreement']):.2f}% over "
+                f"{int(logits.get('num_rows') or 0)} {'real tokens' if per == 'token' else 'texts'}, logit cosine mean "
+                f"{logits['mean_cosine']:.6f}, min {logits['min_cosine']:.6f}{worst}{bar}")  # fmt: skip
     acc = stage.get("accuracy")
     if not acc:
         return "no accuracy measured"

@@ -3,7 +3,7 @@
 Keys are what a stage is held to: ``fp32``, ``fp16``, ``int8``, ``fp8``, ``lowrank`` (low-rank
 and distilled students) and ``lowrank-<p>`` (a low-rank student quantized to ``p``: both
 errors add). ``compress.registry.compose_key`` builds a stage's key from the registry's transforms
-(each declares its key part); this table only holds the rows. Each key has two bars, one per way of judging:
+(each declares its key part); this table only holds the rows. Each key has three bars, one per way of judging:
 
 * ``tensor``: output tensors vs eager fp32 (reference layers; every output a Jetson bundle
   compares on the device). fp32: ONNX Runtime and PyTorch differ only by summation order
@@ -13,7 +13,10 @@ errors add). ``compress.registry.compose_key`` builds a stage's key from the reg
   activation range. Low-rank is lossy by design: a layer keeping cosine >= 0.99 is usable.
 * ``embedding``: sentence embeddings vs the user's model on held-out text (checkpoints): mean
   cosine and top-1 nearest-neighbour agreement, the figures a retrieval user depends on
-  (docs/encoder.md).
+  (docs/encoder.md). Only a bare encoder is judged by them.
+* ``logits``: a task head's logits vs the user's model, the one output a classifier is judged on
+  (``layers.encoder_config.JUDGED_OUTPUT``): label agreement and mean logit cosine per text, or
+  per real token for a token head.
 
 ``goal`` is what the 8-bit auto fallback must reach on the select split, where it is stricter
 than the pass bar (the static route's acceptance for an encoder, issue 11). Per-output
