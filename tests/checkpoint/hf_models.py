@@ -7,10 +7,14 @@ prefixes and config keys are the library's, not the loader's idea of them.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
+
+from attn_export.runtime import EagerRunner
+from attn_export.runtime.base import Feed, Runner
 
 SIZES = dict(vocab_size=100, hidden_size=32, num_attention_heads=4, num_hidden_layers=2, intermediate_size=64, max_position_embeddings=64)
 DISTIL_SIZES = dict(vocab_size=100, dim=32, n_heads=4, n_layers=2, hidden_dim=64, max_position_embeddings=64)
@@ -103,3 +107,48 @@ def ours_forward(model, ids: np.ndarray, mask: np.ndarray) -> list[np.ndarray]:
     """Our encoder's outputs on numpy inputs, without autograd."""
     with torch.no_grad():
         return [t.numpy() for t in model(torch.from_numpy(ids), torch.from_numpy(mask))]
+
+def char_tokenizer(folder: Path, specials: list[str], cls: str, sep: str, unk: str, pad: tuple[int, str] | None = None) -> int:
+    """A character-level WordPiece tokenizer.json in ``folder`` whose first ids are ``specials`` (the family's own
+    special tokens, in its id order), wrapping a text as ``cls $A sep``; returns its size (the config's ``vocab_size``)."""
+    import string
+
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+
+    chars = sorted(set(string.ascii_lowercase + string.digits + string.punctuation))
+    vocab = {w: i for i, w in enumerate([*specials, *chars, *(f"##{c}" for c in chars)])}
+    tok = Tokenizer(models.WordPiece(vocab, unk_token=unk, max_input_chars_per_word=100))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.TemplateProcessing(single=f"{cls} $A {sep}", special_tokens=[(cls, vocab[cls]), (sep, vocab[sep])])
+    if pad is not None:
+        tok.enable_padding(pad_id=pad[0], pad_token=pad[1])
+    tok.save(str(folder / "tokenizer.json"))
+    return len(vocab)
+
+
+class Altered(Runner):
+    """The eager encoder with its outputs changed by ``change(feed, outputs)``: an artifact whose errors are chosen."""
+
+    name = "altered"
+
+    def __init__(self, subject: Any, change: Any) -> None:
+        super().__init__()
+        self.eager = EagerRunner(subject.encoder, subject.input_names, subject.output_names)
+        self.change = change
+
+    @property
+    def input_names(self) -> list[str]:
+        return self.eager.input_names
+
+    @property
+    def output_names(self) -> list[str]:
+        return self.eager.output_names
+
+    def _activate(self) -> None:
+        self.eager.activate()
+
+    def _infer(self, feed: Feed) -> dict[str, np.ndarray]:
+        out = {k: np.array(v, dtype=np.float32) for k, v in self.eager.infer(feed).items()}
+        self.change(feed, out)
+        return out

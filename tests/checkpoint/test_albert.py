@@ -11,13 +11,12 @@ ONNX (padded and packed forms) and through the CLI's normal checkpoint path.
 from __future__ import annotations
 
 import json
-import string
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from hf_models import agreement, hf_forward, model_cache, ours_forward, probe, save, transformers_module
+from hf_models import agreement, char_tokenizer, hf_forward, model_cache, ours_forward, probe, save, transformers_module
 
 from attn_export.checkpoint.fidelity import check_fidelity
 from attn_export.checkpoint.loader import encoder_parameter_count, load_bert_checkpoint
@@ -158,17 +157,7 @@ def test_a_missing_layer_key_is_named_as_transformers_names_it(saved, tmp_path):
 
 def _char_tokenizer(folder: Path) -> int:
     """A character-level WordPiece tokenizer.json (ALBERT's special ids: pad 0, unk 1, [CLS] 2, [SEP] 3); returns its size."""
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
-
-    chars = sorted(set(string.ascii_lowercase + string.digits + string.punctuation))
-    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *chars, *(f"##{c}" for c in chars)]
-    vocab = {w: i for i, w in enumerate(words)}
-    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
-    tok.save(str(folder / "tokenizer.json"))
-    return len(vocab)
+    return char_tokenizer(folder, ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], "[CLS]", "[SEP]", "[UNK]")
 
 
 def test_the_cli_checkpoint_path_passes_on_a_tiny_albert(tmp_path):

@@ -17,12 +17,11 @@ from typing import Any
 import numpy as np
 import pytest
 from fixtures import wordpiece_tokenizer
-from hf_models import build, save
+from hf_models import Altered, build, save
 
 from attn_export.checkpoint.metrics import classification_agreement, embedding_agreement, logit_rows
 from attn_export.config.run import RunConfig
-from attn_export.runtime import EagerRunner
-from attn_export.runtime.base import Feed, Runner
+from attn_export.runtime.base import Feed
 
 RUN = dict(max_len=32, seq_len=16, batch=2, threads=1, max_texts=16)
 
@@ -39,33 +38,6 @@ def subject(tagger: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
     from attn_export.subjects.encoder import EncoderSubject
 
     return EncoderSubject(RunConfig(checkpoint=str(tagger), quantize="int8", out=tmp_path_factory.mktemp("out") / "out", **RUN))
-
-
-class Altered(Runner):
-    """The eager encoder with its outputs changed by ``change(feed, outputs)``: an artifact whose errors are chosen."""
-
-    name = "altered"
-
-    def __init__(self, subject: Any, change: Any) -> None:
-        super().__init__()
-        self.eager = EagerRunner(subject.encoder, subject.input_names, subject.output_names)
-        self.change = change
-
-    @property
-    def input_names(self) -> list[str]:
-        return self.eager.input_names
-
-    @property
-    def output_names(self) -> list[str]:
-        return self.eager.output_names
-
-    def _activate(self) -> None:
-        self.eager.activate()
-
-    def _infer(self, feed: Feed) -> dict[str, np.ndarray]:
-        out = {k: np.array(v, dtype=np.float32) for k, v in self.eager.infer(feed).items()}
-        self.change(feed, out)
-        return out
 
 
 def _scramble_pooled(feed: Feed, out: dict[str, np.ndarray]) -> None:

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import json
 import math
-import string
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from hf_models import agreement, hf_forward, model_cache, ours_forward, probe, transformers_module
+from hf_models import agreement, char_tokenizer, hf_forward, model_cache, ours_forward, probe, transformers_module
 
 from attn_export.checkpoint.fidelity import check_fidelity
 from attn_export.checkpoint.loader import encoder_parameter_count, load_bert_checkpoint
@@ -245,18 +244,7 @@ def test_position_bias_is_refused_with_a_bucket_count_it_cannot_split():
 
 def _char_tokenizer(folder: Path) -> int:
     """A character-level WordPiece tokenizer.json with MPNet's special ids (<s> 0, <pad> 1, </s> 2, <unk> 3); returns its size."""
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
-
-    chars = sorted(set(string.ascii_lowercase + string.digits + string.punctuation))
-    words = ["<s>", "<pad>", "</s>", "<unk>", "<mask>", *chars, *(f"##{c}" for c in chars)]
-    vocab = {w: i for i, w in enumerate(words)}
-    tok = Tokenizer(models.WordPiece(vocab, unk_token="<unk>", max_input_chars_per_word=100))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A </s>", special_tokens=[("<s>", 0), ("</s>", 2)])
-    tok.enable_padding(pad_id=PAD, pad_token="<pad>")
-    tok.save(str(folder / "tokenizer.json"))
-    return len(vocab)
+    return char_tokenizer(folder, ["<s>", "<pad>", "</s>", "<unk>", "<mask>"], "<s>", "</s>", "<unk>", pad=(PAD, "<pad>"))
 
 
 def test_the_cli_checkpoint_path_passes_on_a_tiny_mpnet(tmp_path):

@@ -13,13 +13,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hf_models import build, save
+from hf_models import Altered, build, save
 
 from attn_export.checkpoint.metrics import rank_agreement
 from attn_export.config.run import RunConfig
 from attn_export.errors import DataError
-from attn_export.runtime import EagerRunner
-from attn_export.runtime.base import Feed, Runner
 from attn_export.subjects.text_data import pair_lines, split_by_query
 
 RUN = dict(max_len=32, seq_len=16, batch=2, threads=1, max_texts=24)
@@ -61,31 +59,9 @@ def subject(reranker: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
     return EncoderSubject(RunConfig(checkpoint=str(reranker), calib=_pairs_file(t / "pairs.txt"), quantize="int8", out=t / "out", **RUN))
 
 
-class Scaled(Runner):
+def Scaled(subject: Any, factor: float) -> Altered:
     """The eager encoder with its logits multiplied by ``factor``: order kept (> 0) or reversed (< 0)."""
-
-    name = "scaled"
-
-    def __init__(self, subject: Any, factor: float) -> None:
-        super().__init__()
-        self.eager = EagerRunner(subject.encoder, subject.input_names, subject.output_names)
-        self.factor = np.float32(factor)
-
-    @property
-    def input_names(self) -> list[str]:
-        return self.eager.input_names
-
-    @property
-    def output_names(self) -> list[str]:
-        return self.eager.output_names
-
-    def _activate(self) -> None:
-        self.eager.activate()
-
-    def _infer(self, feed: Feed) -> dict[str, np.ndarray]:
-        out = {k: np.array(v, dtype=np.float32) for k, v in self.eager.infer(feed).items()}
-        out["logits"] = out["logits"] * self.factor
-        return out
+    return Altered(subject, lambda _feed, out: out.update(logits=out["logits"] * np.float32(factor)))
 
 
 def test_rank_agreement_counts_candidate_pairs_within_each_query() -> None:
