@@ -90,9 +90,10 @@ class BertEmbeddings(nn.Module):
         """(B, S) ids -> (S,) ``arange`` or (B, S) RoBERTa positions (pads at ``padding_idx``)."""
         if self.positions == "absolute":
             return torch.arange(input_ids.shape[1], device=input_ids.device)  # (S,)
-        # transformers' create_position_ids_from_input_ids, casts included (int32 cumsum)
-        real = input_ids.ne(self.pad_token_id).int()  # (B, S)
-        return (torch.cumsum(real, dim=1).type_as(real) * real).long() + self.pad_token_id  # (B, S)
+        # transformers' create_position_ids_from_input_ids, with the running count in float32: exact (counts < 2^24),
+        # and TensorRT's parser runs CumSum on float only (check-trt: an int CumSum is an error on every release)
+        real = input_ids.ne(self.pad_token_id).to(torch.float32)  # (B, S)
+        return (torch.cumsum(real, dim=1) * real).long() + self.pad_token_id  # (B, S)
 
     def embed(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """LayerNorm(word[ids] + token_type[0] + position[positions]) (projected when factorised); ``positions`` broadcasts against ``ids``.

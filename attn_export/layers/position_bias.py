@@ -31,10 +31,11 @@ log = logging.getLogger(__name__)
 def relative_position_bucket(relative: torch.Tensor, num_buckets: int, max_distance: int) -> torch.Tensor:
     """Relative positions ``memory - context`` (any shape, int64) -> bucket ids in [0, num_buckets).
 
-    transformers' ``MPNetEncoder.relative_position_bucket``, op for op (same float32 rounding);
-    hand-written because these layers never import transformers. The only change: the distance
-    fed to the log is clamped to >= 1, so a distance of 0 never computes log(0) (those
-    distances take the exact branch, so the result is unchanged).
+    transformers' ``MPNetEncoder.relative_position_bucket``, value for value; hand-written because
+    these layers never import transformers. Two changes, neither changes a bucket: the distance fed
+    to the log is clamped to >= 1, so a distance of 0 never computes log(0) (those distances take
+    the exact branch), and the clamps run on float32 values (whole numbers, exact) rather than
+    int64, because TensorRT's parser runs ``Clip`` on floats only (check-trt).
     """
     half = num_buckets // 2
     n = -relative
@@ -42,9 +43,10 @@ def relative_position_bucket(relative: torch.Tensor, num_buckets: int, max_dista
     n = torch.abs(n)
     max_exact = half // 2
     is_small = n < max_exact
-    far = n.clamp(min=1).float() / max_exact
-    val_if_large = max_exact + (torch.log(far) / math.log(max_distance / max_exact) * (half - max_exact)).to(torch.long)
-    val_if_large = torch.clamp(val_if_large, max=half - 1)
+    far = n.float().clamp(min=1.0) / max_exact
+    # transformers: max_exact + (log(...) * ...).to(long), clamped to half - 1; trunc then add is the same whole number
+    val_if_large = max_exact + torch.trunc(torch.log(far) / math.log(max_distance / max_exact) * (half - max_exact))
+    val_if_large = torch.clamp(val_if_large, max=float(half - 1)).to(torch.long)
     return ret + torch.where(is_small, n, val_if_large)
 
 

@@ -90,6 +90,21 @@ def agreement(ref: np.ndarray, got: np.ndarray, mask: np.ndarray) -> tuple[float
     return float(cos.min()), float(np.abs(ref - got).max())
 
 
+def assert_trt_parsable(path: Path, versions: tuple[str, ...] = ("10.3", "11.4")) -> None:
+    """A decomposed fp32 export passes check-trt for JetPack 6's TensorRT 10.3 and the newest release the tables know.
+
+    Every family's position and bias maths must use ops and dtypes TensorRT's ONNX parser takes: RoBERTa-style
+    positions were once an int64 CumSum and MPNet's buckets an int64 Clip, refused for every release. Cheap (no
+    export of its own): the families' ONNX tests call it on the file they exported anyway.
+    """
+    from attn_export.checks.trt_compat import check_trt_compat
+    from attn_export.runtime.tensorrt.spec import ShapeProfile
+
+    for version in versions:
+        report = check_trt_compat(path, version, ShapeProfile((1, 1), (8, 64), (32, 128)), "fp32")
+        assert not report.errors, f"{path.name} for TensorRT {version}:\n{report}"
+
+
 def model_cache(tmp_path_factory, build_model):
     """name -> (transformers model, its saved folder), each built once: a module-scoped fixture's body."""
     cache: dict[str, tuple[object, Path]] = {}

@@ -16,7 +16,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hf_models import agreement, char_tokenizer, hf_forward, model_cache, ours_forward, probe, save, transformers_module
+from hf_models import (
+    agreement,
+    assert_trt_parsable,
+    char_tokenizer,
+    hf_forward,
+    model_cache,
+    ours_forward,
+    probe,
+    save,
+    transformers_module,
+)
 
 from attn_export.checkpoint.fidelity import check_fidelity
 from attn_export.checkpoint.loader import encoder_parameter_count, load_bert_checkpoint
@@ -95,6 +105,7 @@ def test_fp32_onnx_matches_transformers(saved, name, form, tmp_path):
     path = tmp_path / "encoder.onnx"
     result = export_encoder(ours, path, ExportSpec(encoder_form=form))
     assert result.output_names == list(ours.output_names)
+    assert_trt_parsable(path)
     graph = onnx.load(str(path)).graph
     matrices = {i.name for i in graph.initializer if len(i.dims) == 2}
     reads = [sum(1 for n in graph.node if n.op_type in ("MatMul", "Gemm") and name in n.input) for name in matrices]

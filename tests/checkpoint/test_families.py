@@ -12,7 +12,18 @@ import json
 import numpy as np
 import pytest
 import torch
-from hf_models import MODELS, agreement, build, hf_forward, model_cache, ours_forward, probe, save, transformers_module
+from hf_models import (
+    MODELS,
+    agreement,
+    assert_trt_parsable,
+    build,
+    hf_forward,
+    model_cache,
+    ours_forward,
+    probe,
+    save,
+    transformers_module,
+)
 
 from attn_export.checkpoint.families import SUPPORTED_MODEL_TYPES, family_for
 from attn_export.checkpoint.fidelity import check_fidelity
@@ -58,6 +69,7 @@ def test_fp32_onnx_matches_transformers(saved, name, tmp_path):
     ours = load_bert_checkpoint(folder)
     result = export_encoder(ours, tmp_path / "encoder.onnx")
     assert result.output_names == list(ours.output_names)
+    assert_trt_parsable(tmp_path / "encoder.onnx")
     session = ort.InferenceSession(str(tmp_path / "encoder.onnx"), providers=["CPUExecutionProvider"])
     ids, mask = probe(hf.config.pad_token_id or 0)
     onnx_out = session.run(None, {"input_ids": ids, "attention_mask": mask})
@@ -256,6 +268,7 @@ def test_packed_form_matches_transformers_for_every_family(saved, name, tmp_path
     padded = ours_forward(ours, ids, mask)
     packed_eager = ours_forward(PackedEncoder(ours).eval(), ids, mask)
     export_encoder(ours, tmp_path / "packed.onnx", ExportSpec(encoder_form="packed"))
+    assert_trt_parsable(tmp_path / "packed.onnx")
     session = ort.InferenceSession(str(tmp_path / "packed.onnx"), providers=["CPUExecutionProvider"])
     packed_onnx = session.run(None, {"input_ids": ids, "attention_mask": mask})
     for label, got in (("packed eager", packed_eager), ("packed ONNX", packed_onnx)):
