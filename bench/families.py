@@ -125,14 +125,23 @@ def summarize(row: dict[str, Any]) -> dict[str, Any]:
     return {
         "family": row["model_type"], "head": row["head"], "exit": row["exit"], "output": output,
         "fidelity": {k: at_load.get(k) for k in ("min_cosine", "max_abs")},
-        "fp32": _figures(fp32), "int8": _figures(int8),
+        "fp32": _figures(fp32), "int8": _figures(int8), "static_float_gemms": _kept_float(stages.get("int8-static")),
     }  # fmt: skip
+
+
+def _kept_float(stage: dict[str, Any] | None) -> str:
+    """The static (TensorRT) route's sensitivity fallback: which GEMM groups it kept in float, of how many."""
+    mixed = ((stage or {}).get("details") or {}).get("mixed_precision") or (((stage or {}).get("details") or {}).get("quantization") or {}).get("mixed_precision")
+    if not mixed:
+        return "-"
+    groups = mixed.get("float_groups") or []
+    return f"{mixed.get('gemms_in_float', len(groups))}/{mixed.get('gemms_total', '?')}" + (f" ({', '.join(groups)})" if groups else "")
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
     """The table docs/encoder.md quotes."""
-    lines = ["| family | head (judged output) | fidelity at load: min cos / max abs | fp32 ONNX: min cos (labels) | int8 shipped | int8: mean / min cos (labels) | int8 size vs fp32 |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = ["| family | head (judged output) | fidelity at load: min cos / max abs | fp32 ONNX: min cos (labels) | int8 shipped | int8: mean / min cos (labels) | int8 size vs fp32 | static route: GEMMs kept in float |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
 
     def cos(f: dict[str, Any]) -> str:
         labels = f" ({f['label_agreement']:.3f})" if "label_agreement" in f else ""
@@ -144,7 +153,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         ratio = f"{int8['size_bytes'] / fp32['size_bytes']:.2f}x" if int8.get("size_bytes") and fp32.get("size_bytes") else "-"
         fp32_cell = f"{fp32.get('min_cosine', float('nan')):.6f}" + (f" ({fp32['label_agreement']:.3f})" if "label_agreement" in fp32 else "")
         lines.append(f"| {r['family']} | {r['head']} ({r['output']}) | {fidelity} | {fp32_cell} | {int8.get('stage', 'none (exit ' + str(r['exit']) + ')')} | "
-                     f"{cos(int8) if int8 else '-'} | {ratio} |")  # fmt: skip
+                     f"{cos(int8) if int8 else '-'} | {ratio} | {r['static_float_gemms']} |")  # fmt: skip
     return "\n".join(lines)
 
 
