@@ -75,9 +75,10 @@ class Int8Dynamic(Method):
 
 @register_method(Int8Dynamic)
 def int8_dynamic(source: Source, config: Int8Dynamic) -> Artifact:
-    """Exported with unfused Q/K/V: ONNX Runtime CPU runs three DynamicQuantizeMatMuls faster than
+    """Quantizes the graph with unfused Q/K/V: ONNX Runtime CPU runs three DynamicQuantizeMatMuls faster than
     one fused QKV GEMM followed by the Split that copies its output (default layer: 20.4 vs 22.0 ms;
-    MiniLM: 3-6% less CPU time per batch)."""
+    MiniLM: 3-6% less CPU time per batch). The unfused graph is the source's fp32 graph with its QKV
+    split by a graph pass (``_unfused_source``), not a second export."""
     from attn_export.compress.quant.onnx import quantize_dynamic_onnx
 
     ctx, art = source.ctx, source.artifact
@@ -89,8 +90,9 @@ def int8_dynamic(source: Source, config: Int8Dynamic) -> Artifact:
     details: dict[str, Any] = {"route": "dynamic"}
     with tempfile.TemporaryDirectory(prefix="attn_export_dyn_") as tmp:
         unfused, float_tables = Path(tmp) / "unfused.onnx", Path(tmp) / "float_tables.onnx"
-        # ONNX Runtime's dynamic quantizer quantizes MatMul, not the Gemm the long-seq form writes for Linears
-        source.subject.export(art.module, unfused, replace(ctx.fp32_spec, fuse_qkv=False, precision="fp32", linear_gemm=False))
+        if not _unfused_source(art.onnx_fp32, ctx.fp32_spec, unfused):
+            # ONNX Runtime's dynamic quantizer quantizes MatMul, not the Gemm the long-seq form writes for Linears
+            source.subject.export(art.module, unfused, replace(ctx.fp32_spec, fuse_qkv=False, precision="fp32", linear_gemm=False))
         calib = source.subject.calibration() if config.smoothquant_alpha is not None else None
         result = quantize_dynamic_onnx(unfused, source.path, per_channel=config.per_channel, reduce_range=config.reduce_range,
                                        smoothquant_alpha=config.smoothquant_alpha, calib=calib, quantize_embeddings=config.quantize_embeddings,
@@ -102,6 +104,24 @@ def int8_dynamic(source: Source, config: Int8Dynamic) -> Artifact:
         details["size_ratio_vs_fp32"] = result.size_bytes / art.onnx_fp32.stat().st_size
     return ctx.onnx_artifact(source.name, source.path, config.precision, key, u8u8=config.session_u8u8, module=art.module, params=art.params,
                              route=config.route, details=details)  # fmt: skip
+
+
+def _unfused_source(fp32: Path | None, spec: Any, out: Path) -> bool:
+    """The source's fp32 graph with its fused QKV split in three (``export.passes.unfuse_qkv``) written to ``out``: what an
+    export with ``fuse_qkv=False`` writes, without a second torch export. False (export again) when the source has no fp32
+    graph, writes Linears as Gemm (``linear_gemm``), or keeps a fused QKV the pass does not match."""
+    import onnx_ir as ir
+
+    from attn_export.export.passes.unfuse_qkv import fused_qkv_left, unfuse_qkv
+
+    if fp32 is None or spec is None or spec.resolved_linear_gemm:
+        return False
+    model = ir.load(fp32)
+    unfuse_qkv(model)
+    if fused_qkv_left(model):
+        return False
+    ir.save(model, out)
+    return True
 
 
 def _table_cost(ctx: BuildContext, with_int8: Path, with_float: Path, u8u8: bool) -> dict[str, Any]:
