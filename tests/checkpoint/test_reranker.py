@@ -94,13 +94,14 @@ def test_a_reranker_is_judged_on_the_order_of_each_querys_candidates(subject: An
     assert reversed_.details["logits"]["rank"]["pair_order_agreement"] < 0.1 and not reversed_.passed
 
 
-def test_pairs_with_token_types_0_1_are_refused_in_one_line(tmp_path: Path) -> None:
+def test_pairs_typed_0_1_for_a_model_without_a_type_1_embedding_are_refused_in_one_line(tmp_path: Path) -> None:
+    """XLM-R has one token type (type_vocab_size 1): a tokenizer that types B as 1 asks for a row the model lacks."""
     from attn_export.subjects.encoder import EncoderSubject
 
     folder = save(build("xlm-roberta-rerank"), tmp_path / "typed")
     _pair_tokenizer(folder, types=(0, 1))
     cfg = RunConfig(checkpoint=str(folder), calib=_pairs_file(tmp_path / "pairs.txt"), quantize="int8", out=tmp_path / "out", **RUN)
-    with pytest.raises(DataError, match=r"encodes with token types 0/1; the exported model takes no token_type_ids yet") as info:
+    with pytest.raises(DataError, match=r"encodes with token types 0/1, but the model has no type-1 embedding \(type_vocab_size 1\)") as info:
         EncoderSubject(cfg)
     assert "\n" not in str(info.value)
 
