@@ -49,7 +49,7 @@ def _pairs_file(path: Path, queries: int = 14, candidates: int = 4) -> Path:
 
 @pytest.fixture(scope="module")
 def model() -> Any:
-    hf = build("bert-rerank")
+    hf = build("bert-rerank", num_hidden_layers=1)  # one layer: each export costs ~6 s of CPU at two
     with torch.no_grad():
         hf.bert.embeddings.token_type_embeddings.weight.mul_(TYPE_SCALE)
     return hf
@@ -175,3 +175,51 @@ def test_the_triton_config_declares_token_type_ids(exported: dict[str, Path], tm
     config = (repo / "reranker" / "config.pbtxt").read_text()
     for name in ("input_ids", "attention_mask", "token_type_ids"):
         assert f'name: "{name}"\n  data_type: TYPE_INT64\n  dims: -1' in config, config
+
+
+def test_fidelity_probes_the_type_1_embedding(subject: Any) -> None:
+    """At load, a model with a type-1 embedding is probed on typed rows too: a type-1 row that is type 0's (types ignored) passes
+    every untyped probe and is refused on the typed one."""
+    import copy
+
+    from attn_export.checkpoint.fidelity import check_fidelity
+
+    assert subject.fidelity.passed and subject.fidelity.probes["random 4x16 typed 0/1"] == 4
+    swapped = copy.deepcopy(subject.encoder)
+    with torch.no_grad():
+        swapped.embeddings.token_type_embeddings.weight[1] = swapped.embeddings.token_type_embeddings.weight[0]
+    result = check_fidelity(swapped, subject.path, reference=subject.reference, tokenizer=subject.tokenizer, raise_on_failure=False)
+    assert not result.passed and result.outputs["last_hidden_state"].worst_probe == "random 4x16 typed 0/1"
+
+
+@pytest.mark.slow
+def test_a_cross_encoder_int8_run_end_to_end_takes_token_types(model: Any, tmp_path: Path) -> None:
+    """The CLI on typed pairs: every stage exported with three inputs, judged with rank agreement; the deployed model too."""
+    import json
+
+    from attn_export.cli import main
+
+    folder = save(model, tmp_path / "ckpt")
+    _bert_pair_tokenizer(folder)
+    run = ["--max-len", "32", "--seq-len", "16", "--batch", "2", "--max-texts", "24", "--repeats", "1", "--warmup", "0", "--threads", "1",
+           "--int8-mode", "static", "--quiet"]  # fmt: skip
+    calib = _pairs_file(tmp_path / "pairs.txt")
+    assert main(["--checkpoint", str(folder), "--calib", str(calib), "--quantize", "int8", "--out", str(tmp_path / "out"), *run]) == 0
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    stages = {s["name"]: s for s in report["stages"]}
+    assert stages["int8-static"]["details"]["logits"]["rank"]["num_queries"] >= 2
+    assert any("token_type_ids" in note for note in report["notes"]), report["notes"]
+    for onnx_path in (tmp_path / "out").rglob("*.onnx"):
+        assert [i.name for i in onnx.load(str(onnx_path), load_external_data=False).graph.input][:3] == ["input_ids", "attention_mask", "token_type_ids"]
+
+
+def test_typed_pairs_for_a_model_without_a_type_1_embedding_exit_2_in_one_line(tmp_path: Path, capsys: Any) -> None:
+    """XLM-R (type_vocab_size 1) with a tokenizer that types B as 1: refused before any work, one line, exit 2."""
+    from attn_export.cli import main
+
+    folder = save(build("xlm-roberta-rerank"), tmp_path / "typed")
+    _bert_pair_tokenizer(folder)
+    code = main(["--checkpoint", str(folder), "--calib", str(_pairs_file(tmp_path / "pairs.txt")), "--quantize", "int8", "--out", str(tmp_path / "out"),
+                 "--max-len", "32", "--seq-len", "16", "--max-texts", "24", "--quiet"])  # fmt: skip
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and len(err) == 1 and "no type-1 embedding (type_vocab_size 1)" in err[0], err
