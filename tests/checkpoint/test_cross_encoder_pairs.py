@@ -223,15 +223,3 @@ def test_a_cross_encoder_int8_run_end_to_end_takes_token_types(model: Any, tmp_p
     for onnx_path in (tmp_path / "out").rglob("*.onnx"):
         assert [i.name for i in onnx.load(str(onnx_path), load_external_data=False).graph.input][:3] == ["input_ids", "attention_mask", "token_type_ids"]
 
-
-def test_typed_pairs_for_a_model_without_a_type_1_embedding_exit_2_in_one_line(tmp_path: Path, capsys: Any) -> None:
-    """XLM-R (type_vocab_size 1) with a tokenizer that types B as 1: refused before any work, one line, exit 2."""
-    from attn_export.cli import main
-
-    folder = save(build("xlm-roberta-rerank"), tmp_path / "typed")
-    _bert_pair_tokenizer(folder)
-    capsys.readouterr()  # transformers' own save bar, not the CLI's
-    code = main(["--checkpoint", str(folder), "--calib", str(_pairs_file(tmp_path / "pairs.txt")), "--quantize", "int8", "--out", str(tmp_path / "out"),
-                 "--max-len", "32", "--seq-len", "16", "--max-texts", "24", "--quiet"])  # fmt: skip
-    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert code == 2 and len(err) == 1 and "no type-1 embedding (type_vocab_size 1)" in err[0], err
