@@ -130,12 +130,12 @@ class E2EDistillSummary:
                 f"{self.select_error_after:.3e} (best at step {self.best_step} of {self.steps_run}{', stopped early' if self.stopped_early else ''})")  # fmt: skip
 
 
-def _forward_with_layers(encoder: SentenceEncoder, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """(sentence embedding, every layer's output (B, S, D)) of one forward."""
+def _forward_with_layers(encoder: SentenceEncoder, *inputs: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """(sentence embedding, every layer's output (B, S, D)) of one forward on (input_ids, attention_mask[, token_type_ids])."""
     outs: list[torch.Tensor] = []
     handles = [layer.register_forward_hook(lambda _m, _a, out: outs.append(out[0] if isinstance(out, tuple) else out)) for layer in encoder.layers]
     try:
-        emb = encoder(ids, mask)[1]
+        emb = encoder(*inputs)[1]
     finally:
         for h in handles:
             h.remove()
@@ -178,13 +178,12 @@ def distill_encoder_e2e_(
         def step_loss(step: int) -> torch.Tensor:
             pos = ((step - 1) * batch_size) % len(train)
             idx = order[pos : pos + batch_size].numpy()
-            ids, mask = train.input_ids[idx], train.attention_mask[idx]
-            width = max(1, int(mask.sum(axis=1).max()))  # trim to the batch's longest text
-            ids_t, mask_t = torch.from_numpy(ids[:, :width]), torch.from_numpy(mask[:, :width])
-            keep = mask_t.bool()
+            width = max(1, int(train.attention_mask[idx].sum(axis=1).max()))  # trim to the batch's longest text
+            inputs = [torch.from_numpy(np.ascontiguousarray(a[idx][:, :width])) for a in train.arrays()]  # ids, mask[, types]
+            keep = inputs[1].bool()
             with torch.no_grad():
-                t_emb, t_outs = _forward_with_layers(teacher, ids_t, mask_t)
-            s_emb, s_outs = _forward_with_layers(student, ids_t, mask_t)
+                t_emb, t_outs = _forward_with_layers(teacher, *inputs)
+            s_emb, s_outs = _forward_with_layers(student, *inputs)
             hidden = torch.stack([F.mse_loss(s[keep], t[keep]) / t[keep].pow(2).mean().clamp_min(1e-12) for s, t in zip(s_outs, t_outs)]).mean()
             return hidden + embedding_weight * (1.0 - F.cosine_similarity(s_emb, t_emb, dim=-1)).mean()
 

@@ -48,8 +48,14 @@ class SplicedEncoder(nn.Module):
         self.index = index
         self.layer = layer
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        h = self.encoder.embeddings(input_ids)  # (B, S, D)
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return self.encoder.input_names  # with token_type_ids when the encoder takes them
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, ...]:
+        h = self.encoder.embeddings(input_ids, token_type_ids)  # (B, S, D)
         for i, layer in enumerate(self.encoder.layers):
             h = forward_layer(self.layer if i == self.index else layer, h, attention_mask)
         return self.encoder.outputs(h, attention_mask)  # the encoder's own pooling (and head)

@@ -1,8 +1,9 @@
 """Export a ``SentenceEncoder`` with its documented interface (``docs/encoder.md``).
 
 Other tools feed the exported encoder by name, so the names and axes are fixed here:
-inputs ``input_ids`` and ``attention_mask`` (int64 [batch, seq], both axes dynamic),
-outputs ``last_hidden_state`` [batch, seq, hidden] and ``sentence_embedding``
+inputs ``input_ids`` and ``attention_mask`` (int64 [batch, seq], both axes dynamic), and
+``token_type_ids`` (the same) for an encoder that takes token types (``SentenceEncoder.input_names``,
+decided by ``layers.encoder.encoder_input_names``), outputs ``last_hidden_state`` [batch, seq, hidden] and ``sentence_embedding``
 [batch, hidden] (pooled over the mask as the model ships it, float32 in every precision),
 plus ``logits`` for a checkpoint with a classification head.
 The export itself is the generic ``attn_export.export.export_module``, so the attention
@@ -19,13 +20,13 @@ import torch
 
 from attn_export.errors import ExportError
 from attn_export.export import ExportResult, ExportSpec, export_module
-from attn_export.layers.encoder import SentenceEncoder
+from attn_export.layers.encoder import SentenceEncoder, encoder_input_names
 from attn_export.layers.packed import PackedEncoder
 
 __all__ = [
-    "ENCODER_DYNAMIC_AXES",
     "ENCODER_INPUT_NAMES",
     "ENCODER_MIN_DEFAULT_OPSET",
+    "encoder_dynamic_axes",
     "encoder_example_inputs",
     "encoder_export_spec",
     "export_encoder",
@@ -33,15 +34,20 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-ENCODER_INPUT_NAMES: list[str] = list(SentenceEncoder.input_names)
-ENCODER_DYNAMIC_AXES: dict[str, dict[int, str]] = {name: {0: "batch", 1: "seq"} for name in ENCODER_INPUT_NAMES}
+ENCODER_INPUT_NAMES: list[str] = list(encoder_input_names())  # the two-input interface of single texts (and type-0 pairs)
 # GELU is one ONNX op from opset 20 (five ops before): ONNX Runtime runs it as one kernel,
 # which makes the int8 MiniLM ~12% faster on CPU; TensorRT 10.3 (JetPack 6) parses up to 20.
 ENCODER_MIN_DEFAULT_OPSET = 20
 
 
-def encoder_example_inputs(encoder: SentenceEncoder, batch: int = 2, seq: int = 16, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token ids (B, S) int64 framed by [CLS]-like/[SEP]-like ids, and a mask with padded tails."""
+def encoder_dynamic_axes(names: list[str]) -> dict[str, dict[int, str]]:
+    """Every encoder input is (batch, seq), both dynamic: a TensorRT profile gives each the same (B, S) shapes."""
+    return {name: {0: "batch", 1: "seq"} for name in names}
+
+
+def encoder_example_inputs(encoder: SentenceEncoder, batch: int = 2, seq: int = 16, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """Token ids (B, S) int64 framed by [CLS]-like/[SEP]-like ids, and a mask with padded tails; for an encoder that
+    takes token types, ``token_type_ids`` too: 0 on each row's first half of real tokens, 1 on the rest, 0 at pads."""
     g = torch.Generator().manual_seed(seed)
     vocab = encoder.config.vocab_size
     ids = torch.randint(min(1000, vocab - 1), vocab, (batch, seq), generator=g, dtype=torch.int64)
@@ -49,7 +55,10 @@ def encoder_example_inputs(encoder: SentenceEncoder, batch: int = 2, seq: int = 
     lengths[0] = seq  # one unpadded row, one padded row at least
     mask = (torch.arange(seq)[None, :] < lengths[:, None]).to(torch.int64)  # (B, S), 1 = real token
     ids = torch.where(mask.bool(), ids, torch.full_like(ids, encoder.config.pad_token_id))
-    return ids, mask
+    if not encoder.takes_token_types:
+        return ids, mask
+    types = ((torch.arange(seq)[None, :] >= (lengths[:, None] // 2)) & mask.bool()).to(torch.int64)  # (B, S): A 0, B 1, pads 0
+    return ids, mask, types
 
 
 def encoder_export_spec(spec: ExportSpec | None = None) -> ExportSpec:
@@ -70,11 +79,12 @@ def export_encoder(encoder: SentenceEncoder, path: str | os.PathLike[str], spec:
     spec = encoder_export_spec(spec)
     example = encoder_example_inputs(encoder, spec.example_batch, max(spec.example_seq, 2))
     outputs = list(encoder.output_names)  # SentenceEncoder.output_names, plus "logits" with a task head
+    inputs = list(encoder.input_names)  # input_ids, attention_mask[, token_type_ids]
     module = PackedEncoder(encoder) if spec.encoder_form == "packed" else encoder
-    result = export_module(module.eval(), path, spec, example, ENCODER_INPUT_NAMES, outputs, ENCODER_DYNAMIC_AXES)
-    if result.input_names != ENCODER_INPUT_NAMES or result.output_names != outputs:
+    result = export_module(module.eval(), path, spec, example, inputs, outputs, encoder_dynamic_axes(inputs))
+    if result.input_names != inputs or result.output_names != outputs:
         raise ExportError(
-            f"expected graph inputs {ENCODER_INPUT_NAMES} and outputs {outputs}, got "
+            f"expected graph inputs {inputs} and outputs {outputs}, got "
             f"{result.input_names} and {result.output_names}; the encoder interface must not drift"
         )
     return result

@@ -8,6 +8,9 @@ when they differ beyond float32 noise:
 
 - random token ids: a (4, 16) batch with rows of 16, 11, 5 and 1 real tokens, and a (3, up
   to 64) batch with full, half and 2-token rows; padded tails hold the pad id;
+- for a model with a type-1 embedding whose library takes ``token_type_ids`` (BERT, ELECTRA,
+  ALBERT...), the (4, 16) ids again with each row's second half typed 1, as a ``[CLS] A [SEP] B
+  [SEP]`` pair is: the token-type rows a cross-encoder reads are the checkpoint's;
 - real texts (``PROBE_TEXTS``: English, German, French, Spanish, Chinese, a one-word text and
   a long one) tokenized with the checkpoint's own ``tokenizer.json``, when it has one.
 
@@ -127,13 +130,24 @@ def _measure(ours: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
     return float(row_cosines(ref, ours).min()), float(np.abs(ours.astype(np.float64) - ref).max())
 
 
-def _compare(model: SentenceEncoder, reference: Any, batches: list[tuple[str, np.ndarray, np.ndarray]]) -> dict[str, OutputFidelity]:
-    """Per output: the worst min cosine and max abs over the probes, and the probe that was worst."""
+def typed_probe(model: SentenceEncoder, seed: int = 0) -> tuple[str, np.ndarray, np.ndarray, np.ndarray]:
+    """(name, input_ids, attention_mask, token_type_ids): ``probe_batches``' first random batch with each row's second half
+    of real tokens typed 1 (pads 0), the layout of a ``[CLS] A [SEP] B [SEP]`` pair."""
+    _, ids, mask = probe_batches(model, seed=seed)[0]
+    half = (mask.sum(axis=1, keepdims=True) + 1) // 2  # (B, 1): a 1-token row stays type 0
+    types = ((np.arange(ids.shape[1])[None, :] >= half) & (mask == 1)).astype(np.int64)  # (B, S)
+    return f"random {ids.shape[0]}x{ids.shape[1]} typed 0/1", ids, mask, types
+
+
+def _compare(model: SentenceEncoder, reference: Any, batches: list[tuple[Any, ...]]) -> dict[str, OutputFidelity]:
+    """Per output: the worst min cosine and max abs over the probes (``(name, ids, mask[, token_type_ids])``), and the
+    probe that was worst."""
     per_probe: dict[str, list[tuple[str, float, float, int, float | None]]] = {}
-    for probe, ids, mask in batches:
+    for probe, ids, mask, *typed in batches:
+        types = typed[0] if typed else None
         with torch.no_grad():
-            got = [t.float().numpy() for t in model(torch.from_numpy(ids), torch.from_numpy(mask))]
-        ref = reference(ids, mask)
+            got = [t.float().numpy() for t in model(torch.from_numpy(ids), torch.from_numpy(mask), None if types is None else torch.from_numpy(types))]
+        ref = reference(ids, mask, types)
         for name, ours in zip(model.output_names, got):
             theirs = getattr(ref, name)
             if theirs is None or theirs.shape != ours.shape:
@@ -184,14 +198,16 @@ def check_fidelity(
         tokenizer = load_tokenizer(path, conf.vocab_size)
     if tokenizer is None:
         notes.append("no tokenizer.json: random-id probes only")
-    batches = probe_batches(model, tokenizer, texts)
+    batches: list[tuple[Any, ...]] = list(probe_batches(model, tokenizer, texts))
+    if conf.type_vocab_size >= 2 and getattr(reference, "takes_token_types", False):
+        batches.append(typed_probe(model))
     was_training = model.training
     model.eval()
     try:
         outputs = _compare(model, reference, batches)
     finally:
         model.train(was_training)
-    probes = {name: int(ids.shape[0]) for name, ids, _ in batches}
+    probes = {name: int(ids.shape[0]) for name, ids, *_ in batches}
     bar = family_of(conf.family).fidelity
     failed = [(n, o) for n, o in outputs.items() if not (o.min_cosine >= bar.min_cosine and o.max_abs <= bar.max_abs)]
     result = FidelityResult(

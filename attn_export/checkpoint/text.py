@@ -19,7 +19,7 @@ from attn_export.checkpoint.corpus import SPLITS, TextCorpus, check_max_per_spli
 from attn_export.checkpoint.tokenizer_file import check_token_ids, load_tokenizer, pad_id
 from attn_export.compress.calib.data import ActivationSet, CalibrationData
 from attn_export.errors import ConfigError, DataError
-from attn_export.layers.encoder import SentenceEncoder
+from attn_export.layers.encoder import SentenceEncoder, encoder_input_names
 
 __all__ = [
     "TokenBatch",
@@ -28,6 +28,7 @@ __all__ = [
     "layer_inputs",
     "check_token_ids",
     "load_tokenizer",
+    "pair_token_types",
     "text_calibration",
     "text_token_splits",
     "tokenize",
@@ -39,11 +40,13 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TokenBatch:
-    """Tokenized texts: ``input_ids`` and ``attention_mask`` int64 (N, S), 1 = real token."""
+    """Tokenized texts: ``input_ids`` and ``attention_mask`` int64 (N, S), 1 = real token; and ``token_type_ids``
+    (N, S), 0/1, 0 at pads, for an encoder that takes token types (None: the two-input interface)."""
 
     input_ids: np.ndarray
     attention_mask: np.ndarray
     texts: list[str] = field(default_factory=list)
+    token_type_ids: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
@@ -52,12 +55,22 @@ class TokenBatch:
     def seq_len(self) -> int:
         return int(self.input_ids.shape[1])
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The exported encoder's input names these tokens feed (``layers.encoder.encoder_input_names``)."""
+        return encoder_input_names(self.token_type_ids is not None)
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """(input_ids, attention_mask[, token_type_ids]), in ``names`` order."""
+        return (self.input_ids, self.attention_mask) if self.token_type_ids is None else (self.input_ids, self.attention_mask, self.token_type_ids)
+
     def feed(self) -> dict[str, np.ndarray]:
         """The ONNX feed of the exported encoder (input name -> array)."""
-        return {"input_ids": self.input_ids, "attention_mask": self.attention_mask}
+        return dict(zip(self.names, self.arrays()))
 
-    def to_torch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return torch.from_numpy(self.input_ids), torch.from_numpy(self.attention_mask)
+    def to_torch(self) -> tuple[torch.Tensor, ...]:
+        """The encoder's positional inputs: (input_ids, attention_mask[, token_type_ids])."""
+        return tuple(torch.from_numpy(a) for a in self.arrays())
 
     def feeds(self, batch_size: int, uniform: bool = False, limit: int | None = None, trim: bool = False) -> list[dict[str, np.ndarray]]:
         """Feed dicts of ``batch_size`` texts (at most ``limit`` texts in all).
@@ -74,18 +87,19 @@ class TokenBatch:
             order = np.concatenate([order, np.arange(batch_size - n % batch_size) % n])
         out = []
         for idx in np.array_split(order, range(batch_size, len(order), batch_size)):
-            ids, mask = self.input_ids[idx], self.attention_mask[idx]
+            arrays = [a[idx] for a in self.arrays()]
             if trim and not uniform:
-                width = max(1, int(mask.sum(axis=1).max()))
-                ids, mask = ids[:, :width], mask[:, :width]
-            out.append({"input_ids": np.ascontiguousarray(ids), "attention_mask": np.ascontiguousarray(mask)})
+                width = max(1, int(self.attention_mask[idx].sum(axis=1).max()))
+                arrays = [a[:, :width] for a in arrays]
+            out.append({name: np.ascontiguousarray(a) for name, a in zip(self.names, arrays)})
         return out
 
     def batches(self, batch_size: int) -> Iterator["TokenBatch"]:
         """Consecutive slices of ``batch_size`` texts (the last may be shorter)."""
         for start in range(0, len(self), batch_size):
             stop = start + batch_size
-            yield TokenBatch(self.input_ids[start:stop], self.attention_mask[start:stop], self.texts[start:stop])
+            types = None if self.token_type_ids is None else self.token_type_ids[start:stop]
+            yield TokenBatch(self.input_ids[start:stop], self.attention_mask[start:stop], self.texts[start:stop], types)
 
 
 @dataclass
@@ -103,12 +117,22 @@ def tokenizer_inputs(texts: Sequence[str], pairs: bool = False) -> list[Any]:
     return [tuple(t.split("\t", 1)) for t in texts] if pairs else list(texts)
 
 
-def tokenize(tokenizer: Any, texts: Sequence[str], max_len: int = 128, pad_to: int | None = None, pairs: bool = False) -> TokenBatch:
+def pair_token_types(tokenizer: Any) -> bool:
+    """Whether the tokenizer gives a pair's second text token type 1 (BERT's ``[CLS] A [SEP] B [SEP]`` template; RoBERTa's
+    ``<s> A </s></s> B </s>`` is all type 0): the encoder then needs ``token_type_ids`` to see which text a token is in."""
+    return any(tokenizer.encode("a", "b").type_ids)
+
+
+def tokenize(
+    tokenizer: Any, texts: Sequence[str], max_len: int = 128, pad_to: int | None = None, pairs: bool = False, token_types: bool = False
+) -> TokenBatch:
     """Tokenize with special tokens, truncate to ``max_len``; pad to the longest text or to ``pad_to``.
 
     The tokenizer is configured in place (truncation to ``max_len``, its own padding off:
     ``tokenizer.json`` files often pad to a fixed length, which would hide ``pad_to``). With
     ``pairs`` each text is ``text_a<TAB>text_b``, encoded as a pair (a cross-encoder's input).
+    ``token_types``: the batch carries the tokenizer's ``type_ids`` as ``token_type_ids`` (0 at pads, and all 0 for
+    single texts), for an encoder that takes them.
     """
     if not texts:
         raise DataError("expected at least one text to tokenize, got none")
@@ -120,11 +144,14 @@ def tokenize(tokenizer: Any, texts: Sequence[str], max_len: int = 128, pad_to: i
     length = pad_to or max(len(e.ids) for e in encodings)
     ids = np.full((len(texts), length), pad_id(tokenizer), dtype=np.int64)
     mask = np.zeros((len(texts), length), dtype=np.int64)
+    types = np.zeros((len(texts), length), dtype=np.int64) if token_types else None
     for i, enc in enumerate(encodings):
         n = min(len(enc.ids), length)
         ids[i, :n] = enc.ids[:n]
         mask[i, :n] = 1
-    return TokenBatch(ids, mask, list(texts))
+        if types is not None:
+            types[i, :n] = enc.type_ids[:n]
+    return TokenBatch(ids, mask, list(texts), types)
 
 
 def text_token_splits(

@@ -20,10 +20,13 @@ differs between the families (``attn_export.checkpoint.families`` fills it from 
 - the model's sentence pooling (``attn_export.layers.pooling``) and optional task head
   (``attn_export.layers.heads``).
 
-Its ``forward(input_ids, attention_mask)`` is the exported interface (``docs/encoder.md``):
-int64 (B, S) inputs, 1 = real token; outputs ``last_hidden_state`` (B, S, D),
-``sentence_embedding`` (B, D') and, with a head, ``logits``. ``token_type_ids`` is an optional
-eager-only third argument (single sentences are type 0, which is what the export computes).
+Its ``forward(input_ids, attention_mask[, token_type_ids])`` is the exported interface
+(``docs/encoder.md``): int64 (B, S) inputs, 1 = real token; outputs ``last_hidden_state`` (B, S, D),
+``sentence_embedding`` (B, D') and, with a head, ``logits``. ``input_names`` says which inputs an
+encoder takes (``encoder_input_names``, the one place that decides): ``input_ids`` and
+``attention_mask``, and ``token_type_ids`` only once ``use_token_types_()`` was called (a
+cross-encoder over ``[CLS] A [SEP] B [SEP]`` pairs whose B is type 1). Without it every token is
+type 0, what single sentences (and RoBERTa-style pairs) are, and the export takes two inputs.
 """
 
 from __future__ import annotations
@@ -42,16 +45,28 @@ from attn_export.layers.registry import MaskedLayer
 from attn_export.layers.transformer import Fp32LayerNorm, TransformerLayer
 
 __all__ = [
+    "ENCODER_INPUTS",
+    "TOKEN_TYPE_INPUT",
     "ACTIVATIONS",
     "POSITION_STYLES",
     "BertEmbeddings",
     "EncoderConfig",
     "SentenceEncoder",
     "activation_module",
+    "encoder_input_names",
     "parse_layers",
 ]
 
 log = logging.getLogger(__name__)
+
+ENCODER_INPUTS: tuple[str, ...] = ("input_ids", "attention_mask")  # every encoder's inputs, int64 (B, S)
+TOKEN_TYPE_INPUT = "token_type_ids"  # int64 (B, S), 0 = segment A, 1 = segment B: only a typed-pair encoder's
+
+
+def encoder_input_names(token_types: bool = False) -> tuple[str, ...]:
+    """The exported encoder's input names, in graph order: the one place that decides them (feeds, exports,
+    runners and profiles all read this). ``token_types``: the encoder takes ``token_type_ids`` as a third input."""
+    return (*ENCODER_INPUTS, TOKEN_TYPE_INPUT) if token_types else ENCODER_INPUTS
 
 
 def activation_module(name: str) -> nn.Module:
@@ -95,32 +110,28 @@ class BertEmbeddings(nn.Module):
         real = input_ids.ne(self.pad_token_id).to(torch.float32)  # (B, S)
         return (torch.cumsum(real, dim=1) * real).long() + self.pad_token_id  # (B, S)
 
-    def embed(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """LayerNorm(word[ids] + token_type[0] + position[positions]) (projected when factorised); ``positions`` broadcasts against ``ids``.
+    def embed(self, ids: torch.Tensor, positions: torch.Tensor, types: torch.Tensor | None = None) -> torch.Tensor:
+        """LayerNorm(word[ids] + token_type[types or 0] + position[positions]) (projected when factorised);
+        ``positions`` broadcasts against ``ids``, ``types`` (None: all type 0) has ``ids``' shape.
 
         The packed form (``layers.packed``) passes the real tokens (T,) with each one's own
-        position id (T,), read from ``position_ids`` of the padded batch.
+        position id (T,), read from ``position_ids`` of the padded batch, and its own token type (T,).
+        Same sum and order as transformers' ``BertEmbeddings.forward`` (models/bert/modeling_bert.py).
         """
         x = self.word_embeddings(ids)  # (..., E)
         if self.token_type_embeddings is not None:
-            x = x + self.token_type_embeddings.weight[0]
+            x = x + (self.token_type_embeddings.weight[0] if types is None else self.token_type_embeddings(types))  # (E,) or (..., E)
         x = self.norm(x + self.position_embeddings(positions))  # same order as BERT and RoBERTa
         return x if self.project is None else self.project(x)  # (..., D)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        x = self.word_embeddings(input_ids)  # (B, S, E)
-        if self.token_type_embeddings is not None:
-            types = self.token_type_embeddings.weight[0] if token_type_ids is None else self.token_type_embeddings(token_type_ids)
-            x = x + types  # (B, S, E) + (E,) or (B, S, E)
-        x = x + self.position_embeddings(self.position_ids(input_ids))  # same order as BERT and RoBERTa
-        x = self.norm(x)
-        return x if self.project is None else self.project(x)  # (B, S, D)
+        return self.embed(input_ids, self.position_ids(input_ids), token_type_ids)  # (B, S, D)
 
 
 class SentenceEncoder(nn.Module):
     """Embeddings -> N x TransformerLayer (post-norm) -> (last_hidden_state, sentence_embedding[, logits])."""
 
-    input_names: tuple[str, ...] = ("input_ids", "attention_mask")
+    input_names: tuple[str, ...] = ENCODER_INPUTS  # with token_type_ids after use_token_types_()
     output_names: tuple[str, ...] = ("last_hidden_state", "sentence_embedding")
 
     def __init__(self, config: EncoderConfig) -> None:
@@ -160,6 +171,19 @@ class SentenceEncoder(nn.Module):
     @property
     def d_model(self) -> int:
         return self.config.hidden_size
+
+    @property
+    def takes_token_types(self) -> bool:
+        return TOKEN_TYPE_INPUT in self.input_names
+
+    def use_token_types_(self) -> SentenceEncoder:
+        """Take ``token_type_ids`` as a third input (export, runners, feeds): a cross-encoder fed ``[CLS] A [SEP] B [SEP]``
+        pairs whose B is type 1. In place (copies made with ``copy.deepcopy`` keep it); refused without a type-1 embedding."""
+        if self.config.type_vocab_size < 2:
+            raise ConfigError(f"expected a token-type embedding with type 1 (type_vocab_size >= 2) for token_type_ids, got type_vocab_size "
+                              f"{self.config.type_vocab_size}; feed this model single texts or pairs its tokenizer types all 0")  # fmt: skip
+        self.input_names = encoder_input_names(token_types=True)
+        return self
 
     def outputs(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The last layer's hidden states (B, S, D) -> (hidden, sentence_embedding[, logits])."""

@@ -3,11 +3,12 @@
 Why: real text in batches is ragged. On the corpus' test split in batches of 8, padded to
 each batch's longest text, 23% of the token slots are padding; in a fixed (8, 128) input,
 80%. The padded model runs every GEMM, LayerNorm and GELU on those slots. This form keeps
-the encoder's interface (``input_ids``/``attention_mask`` (B, S) in, ``last_hidden_state``
-(B, S, D) and ``sentence_embedding`` (B, D) out) and, inside:
+the encoder's interface (``input_ids``/``attention_mask`` (B, S) in, and ``token_type_ids``
+when the encoder takes it; ``last_hidden_state`` (B, S, D) and ``sentence_embedding`` (B, D) out)
+and, inside:
 
 1. gathers the T real tokens once (``PackedIndex``: NonZero on the mask) and embeds them
-   with their own positions, so the model is the padded one on any padding pattern;
+   with their own positions (and token types), so the model is the padded one on any padding pattern;
 2. runs Q/K/V, O, FFN, LayerNorm and GELU on (T + 1, D) rows: the real tokens plus one
    spare row, a copy of the first real token, which keeps every tensor non-empty when a
    batch has no real token and never puts a padding token into activation ranges;
@@ -173,7 +174,6 @@ def _compact_math(
 class PackedEncoder(nn.Module):
     """``SentenceEncoder`` run on its real tokens only; same weights (shared), same interface."""
 
-    input_names: tuple[str, ...] = SentenceEncoder.input_names
     output_names: tuple[str, ...] = SentenceEncoder.output_names
 
     def __init__(self, encoder: SentenceEncoder) -> None:
@@ -198,17 +198,24 @@ class PackedEncoder(nn.Module):
         return self.encoder.config
 
     @property
+    def input_names(self) -> tuple[str, ...]:
+        return self.encoder.input_names  # with token_type_ids when the encoder takes them
+
+    @property
     def d_model(self) -> int:
         return self.encoder.d_model
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, ...]:
         b, s = input_ids.shape
         index = PackedIndex.from_mask(attention_mask)
         ids = _with_spare(input_ids.reshape(-1).index_select(0, index.rows))  # (T+1,)
+        types = None if token_type_ids is None else _with_spare(token_type_ids.reshape(-1).index_select(0, index.rows))  # (T+1,)
         emb = self.encoder.embeddings
         positions = emb.position_ids(input_ids)  # (S,) arange, or (B, S) RoBERTa positions from the pads in the ids
         pos = index.pos if positions.dim() == 1 else positions.reshape(-1).index_select(0, index.rows)  # (T,)
-        x = emb.embed(ids, _with_spare(pos))  # (T+1, D)
+        x = emb.embed(ids, _with_spare(pos), types)  # (T+1, D)
         bias = None
         if self.encoder.position_bias is not None:  # relative distances between the padded grid's positions (transformers' arange)
             slot_pos = _with_spare(index.pos).index_select(0, index.slot.reshape(-1)).view_as(index.slot)  # (B, W)

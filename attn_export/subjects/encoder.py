@@ -1,6 +1,7 @@
 """A pretrained checkpoint as the pipeline's subject: the user's model is the reference, the user's texts the data.
 
-The subject is the whole encoder: inputs ``input_ids``/``attention_mask``, outputs
+The subject is the whole encoder: inputs ``input_ids``/``attention_mask`` (and ``token_type_ids`` for a
+cross-encoder whose tokenizer types a pair's second text 1: ``_token_types``), outputs
 ``last_hidden_state``/``sentence_embedding`` (and ``logits`` with a task head;
 ``docs/encoder.md``). It is judged on what its users read (``JUDGED_OUTPUT``): a bare encoder on
 its sentence embeddings, a head on its logits alone (per real token for a token head), never on
@@ -66,13 +67,14 @@ class EncoderSubject(BaseSubject):
             set_attention_impl_(self.encoder, cfg.attention_impl)
         max_tokens = min(conf.max_tokens, self.reference.max_seq_length or conf.max_tokens)  # encode never feeds more
         self.data = TextData.build(cfg, self.tokenizer, max_tokens, self.prompt, self.max_len, reads_pairs=conf.head is not None and conf.head.task == "sequence")
-        if self.data.pairs:
-            _check_pair_types(self.tokenizer, str(cfg.calib))
+        if self.data.token_types:
+            self.text_notes.append(_token_types(self.encoder, str(cfg.calib)))
         if self.data.split_note and "dropped" in self.data.split_note:
             self.text_notes.append(f"--calib {self.data.split_note}")
         self.tokens = self.data.tokens
         lat_texts = [self.tokens["report"].texts[i % len(self.tokens["report"])] for i in range(cfg.batch)]
-        self._latency_tokens = tokenize(self.tokenizer, lat_texts, cfg.seq_len, pad_to=cfg.seq_len, pairs=self.data.pairs)
+        self._latency_tokens = tokenize(self.tokenizer, lat_texts, cfg.seq_len, pad_to=cfg.seq_len, pairs=self.data.pairs,
+                                        token_types=self.data.token_types)  # fmt: skip
         self._feeds: dict[str, list[Feed]] = {}
         self._references: dict[str, list[Any]] = {}
         self._distill_tokens: Any = None
@@ -129,9 +131,7 @@ class EncoderSubject(BaseSubject):
 
     @property
     def input_names(self) -> list[str]:
-        from attn_export.checkpoint.export import ENCODER_INPUT_NAMES
-
-        return list(ENCODER_INPUT_NAMES)
+        return list(self.encoder.input_names)  # input_ids, attention_mask[, token_type_ids]
 
     @property
     def output_names(self) -> list[str]:
@@ -185,7 +185,7 @@ class EncoderSubject(BaseSubject):
                 self._distill_tokens = self.tokens["train"]
             else:
                 texts = list(load_text_corpus(self.cfg.resolved_languages).calib)
-                self._distill_tokens = tokenize(self.tokenizer, self.prompt.apply(texts), self.max_len)
+                self._distill_tokens = tokenize(self.tokenizer, self.prompt.apply(texts), self.max_len, token_types=self.data.token_types)
         return self._distill_tokens
 
     def module_slots(self, student: nn.Module) -> list[ModuleSlot]:
@@ -229,9 +229,13 @@ class EncoderSubject(BaseSubject):
         return next(e.tokens for e in self.data.extra if e.name == name)
 
     def reference_outputs(self, name: str) -> list[Any]:
-        """The user's model's outputs (``checkpoint.reference.ReferenceOutputs``) on set ``name``, batch by batch, computed once."""
+        """The user's model's outputs (``checkpoint.reference.ReferenceOutputs``) on set ``name``, batch by batch, computed once
+        (with the batch's token types when the encoder takes them: transformers reads all type 0 without)."""
+        from attn_export.layers.encoder import TOKEN_TYPE_INPUT
+
         if name not in self._references:
-            self._references[name] = [self.reference(f["input_ids"], f["attention_mask"]) for f in self._set(name).feeds(FEED_BATCH, trim=True)]
+            self._references[name] = [self.reference(f["input_ids"], f["attention_mask"], f.get(TOKEN_TYPE_INPUT))
+                                      for f in self._set(name).feeds(FEED_BATCH, trim=True)]  # fmt: skip
         return self._references[name]
 
     def reference_embeddings(self, split: str) -> np.ndarray:
@@ -340,14 +344,19 @@ class EncoderSubject(BaseSubject):
         return Judgement(accuracy=acc, passed=not violations, tolerance=tolerance, score=score, violations=violations, details=details)
 
 
-def _check_pair_types(tokenizer: Any, calib: str) -> None:
-    """A pair whose second text the tokenizer gives token type 1 (BERT's ``[SEP]`` segments) needs ``token_type_ids``, which the
-    exported model does not take: refused in one line (RoBERTa/XLM-R rerankers, all type 0, are read as pairs)."""
+def _token_types(encoder: Any, calib: str) -> str:
+    """A pair whose second text the tokenizer gives token type 1 (BERT's ``[CLS] A [SEP] B [SEP]``) needs ``token_type_ids``: the
+    encoder takes them as a third input (``SentenceEncoder.use_token_types_``) and the report says so. A model without a
+    type-1 embedding (``type_vocab_size`` < 2) cannot tell A from B as its tokenizer asks: refused in one line."""
     from attn_export.errors import DataError
 
-    if any(tokenizer.encode("a", "b").type_ids):
-        raise DataError(f"--calib {calib} holds text pairs, which this tokenizer encodes with token types 0/1; the exported model takes no "
-                        "token_type_ids yet: use a cross-encoder whose pairs are all type 0 (RoBERTa, XLM-RoBERTa), or one text per line")  # fmt: skip
+    size = encoder.config.type_vocab_size
+    if size < 2:
+        raise DataError(f"--calib {calib} holds text pairs, which this tokenizer encodes with token types 0/1, but the model has no type-1 "
+                        f"embedding (type_vocab_size {size}); use the model's own tokenizer (its pairs all type 0), or one text per line")  # fmt: skip
+    encoder.use_token_types_()
+    return (f"--calib {calib}: text pairs typed 0 (first text) and 1 (second), as the tokenizer encodes them: the exported model takes "
+            "a third input, token_type_ids int64 (batch, seq)")  # fmt: skip
 
 
 def _text_settings(cfg: Any, path: Path, reference: Any, tokenizer: Any) -> tuple[Any, int, list[str]]:

@@ -109,11 +109,10 @@ class EncoderLayerSubject(EncoderSubject):
     def encoder_runner(self, candidate: Runner) -> Runner:
         """The eager encoder with layer N replaced by ``candidate``: the layer artifact in context."""
         from attn_export.checkpoint.evaluate import RunnerLayer, SplicedEncoder
-        from attn_export.checkpoint.export import ENCODER_INPUT_NAMES
         from attn_export.runtime import EagerRunner
 
         spliced = SplicedEncoder(self.encoder, self.index, RunnerLayer(candidate)).eval()
-        return EagerRunner(spliced, ENCODER_INPUT_NAMES, list(self.encoder.output_names))
+        return EagerRunner(spliced, list(spliced.input_names), list(self.encoder.output_names))
 
     def select_error(self, candidate: Runner, limit: int) -> float:
         """The layer output's relative L2 on the real inputs of the first ``limit`` select texts (its own error, without the splice)."""

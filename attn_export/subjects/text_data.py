@@ -162,21 +162,25 @@ class TextData:
     extra: list[JudgedSet] = field(default_factory=list)
     split_note: str = ""
     pairs: bool = False  # the user's texts are query<TAB>candidate pairs (a cross-encoder's), split by query
+    token_types: bool = False  # the tokenizer types a pair's second text 1: every set carries token_type_ids
 
     @classmethod
     def build(cls, cfg: Any, tokenizer: Any, max_tokens: int, prompt: Any = None, max_len: int | None = None, reads_pairs: bool = False) -> TextData:
         """The three roles' tokens; ``prompt`` (``checkpoint.prompts.TextPrompt``) is prepended to every text and
         ``max_len`` (default ``--max-len``) is the effective token limit, as ``SentenceTransformer.encode`` tokenizes.
-        ``reads_pairs`` (a sequence head): ``--calib`` lines with a TAB are ``text_a<TAB>text_b`` pairs, encoded as pairs."""
+        ``reads_pairs`` (a sequence head): ``--calib`` lines with a TAB are ``text_a<TAB>text_b`` pairs, encoded as pairs;
+        when the tokenizer types a pair's second text 1 (``checkpoint.text.pair_token_types``), every set (the shipped
+        corpus's single texts too, all type 0) carries ``token_type_ids``: the encoder then takes three inputs."""
         from attn_export.checkpoint.corpus import load_text_corpus, split_user_texts
         from attn_export.checkpoint.prompts import TextPrompt
-        from attn_export.checkpoint.text import tokenize
+        from attn_export.checkpoint.text import pair_token_types, tokenize
 
         prompt = prompt or TextPrompt()
         max_len = max_len or cfg.resolved_max_len
+        types = False  # set once the pairs are known, before any set is tokenized
 
         def tok(texts: list[str], pairs: bool = False) -> Any:
-            return tokenize(tokenizer, prompt.apply(texts), max_len, pairs=pairs)
+            return tokenize(tokenizer, prompt.apply(texts), max_len, pairs=pairs, token_types=types)
 
         corpus = load_text_corpus(cfg.resolved_languages, max_per_split=cfg.resolved_max_texts)
         pairs = False
@@ -184,13 +188,14 @@ class TextData:
             name = Path(cfg.calib).name
             lines = read_text_file(cfg.calib)
             pairs = reads_pairs and pair_lines(lines, name)
+            types = pairs and pair_token_types(tokenizer)
             user, counted = usable_user_texts(tokenizer, lines, prompt, max_len, name, pairs)
             train, select, report = split_by_query(user) if pairs else split_user_texts(user)
             cap = cfg.resolved_max_texts
             train, select, report = train[:cap], select[:cap], report[:cap]
             what = "query/candidate pairs split by query" if pairs else "texts split"
             data = cls({r: tok(t, pairs) for r, t in (("train", train), ("select", select), ("report", report))},
-                       str(cfg.calib), str(cfg.calib), pairs=pairs,
+                       str(cfg.calib), str(cfg.calib), pairs=pairs, token_types=types,
                        split_note=f"{name}: {counted + '; ' if counted else ''}{len(user)} {what} 60/20/20 by content hash into "
                                   f"{len(train)} train / {len(select)} select / {len(report)} report")  # fmt: skip
             data.extra.append(JudgedSet("shipped corpus test split", tok(list(corpus.test)),
@@ -200,11 +205,11 @@ class TextData:
                        corpus.source, corpus.source)  # fmt: skip
         longest = int(np.asarray(data.tokens["report"].attention_mask).sum(axis=1).max())
         if cfg.seq_len > longest and longest < max_tokens:
-            data.extra.append(_long_texts(tokenizer, list(corpus.test), min(cfg.seq_len, max_tokens), longest, prompt))  # held-out only
+            data.extra.append(_long_texts(tokenizer, list(corpus.test), min(cfg.seq_len, max_tokens), longest, prompt, types))  # held-out only
         return data
 
 
-def _long_texts(tokenizer: Any, texts: list[str], length: int, longest: int, prompt: Any) -> JudgedSet:
+def _long_texts(tokenizer: Any, texts: list[str], length: int, longest: int, prompt: Any, token_types: bool = False) -> JudgedSet:
     """Corpus texts joined, whole, until each reaches ``length`` tokens (``--seq-len``): the engine's length profile."""
     from attn_export.checkpoint.text import tokenize
 
@@ -219,7 +224,7 @@ def _long_texts(tokenizer: Any, texts: list[str], length: int, longest: int, pro
                 break
     if len(joined) < 2:
         raise DataError(f"the corpus is too short to build texts of {length} tokens for --seq-len; lower --seq-len")
-    tokens = tokenize(tokenizer, prompt.apply(joined), length)
+    tokens = tokenize(tokenizer, prompt.apply(joined), length, token_types=token_types)
     return JudgedSet(f"long texts filling {length} tokens", tokens,
                      f"--seq-len {length} exceeds the longest report text ({longest} tokens): {len(joined)} texts of whole corpus sentences "
                      f"joined to {length} tokens")  # fmt: skip

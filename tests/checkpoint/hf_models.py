@@ -33,6 +33,7 @@ MODELS: dict[str, tuple[str, str, dict]] = {
     "distilbert-seq": ("DistilBertConfig", "DistilBertForSequenceClassification", {**DISTIL_SIZES, "num_labels": 2}),
     "electra-seq": ("ElectraConfig", "ElectraForSequenceClassification", {**SIZES, "embedding_size": 16, "num_labels": 4}),
     "bert-token": ("BertConfig", "BertForTokenClassification", {**SIZES, "num_labels": 5}),
+    "bert-rerank": ("BertConfig", "BertForSequenceClassification", {**SIZES, "num_labels": 1}),  # a [CLS] A [SEP] B [SEP] cross-encoder
     "xlm-roberta-rerank": ("XLMRobertaConfig", "XLMRobertaForSequenceClassification", {**SIZES, **ROBERTA_LIKE, "num_labels": 1}),  # a cross-encoder
     "xlm-roberta-token": ("XLMRobertaConfig", "XLMRobertaForTokenClassification", {**SIZES, **ROBERTA_LIKE, "num_labels": 5}),
 }

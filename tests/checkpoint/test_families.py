@@ -98,7 +98,9 @@ def test_fidelity_check_passes_and_records_the_numbers(saved, name):
     if ours.config.head is not None:
         assert result.outputs["logits"].label_agreement == 1.0
     longest = min(64, ours.config.max_tokens)  # RoBERTa's 64 positions hold 62 tokens
-    assert result.to_dict()["outputs"]["last_hidden_state"]["rows"] == 16 + 11 + 5 + 1 + longest + 32 + 2
+    typed = ours.config.type_vocab_size >= 2  # a type-1 embedding: the 4x16 ids again, typed 0/1
+    assert ("random 4x16 typed 0/1" in result.probes) == typed
+    assert result.to_dict()["outputs"]["last_hidden_state"]["rows"] == 16 + 11 + 5 + 1 + longest + 32 + 2 + typed * (16 + 11 + 5 + 1)
 
 
 def test_fidelity_refuses_a_broken_reimplementation(saved):

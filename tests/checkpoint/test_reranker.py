@@ -94,15 +94,19 @@ def test_a_reranker_is_judged_on_the_order_of_each_querys_candidates(subject: An
     assert reversed_.details["logits"]["rank"]["pair_order_agreement"] < 0.1 and not reversed_.passed
 
 
-def test_pairs_with_token_types_0_1_are_refused_in_one_line(tmp_path: Path) -> None:
-    from attn_export.subjects.encoder import EncoderSubject
+def test_pairs_typed_0_1_for_a_model_without_a_type_1_embedding_exit_2_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """XLM-R has one token type (type_vocab_size 1): a tokenizer that types B as 1 asks for a row the model lacks; refused
+    before any work (a BERT cross-encoder, type_vocab_size 2, takes token_type_ids: tests/checkpoint/test_cross_encoder_pairs.py)."""
+    from attn_export.cli import main
 
     folder = save(build("xlm-roberta-rerank"), tmp_path / "typed")
     _pair_tokenizer(folder, types=(0, 1))
-    cfg = RunConfig(checkpoint=str(folder), calib=_pairs_file(tmp_path / "pairs.txt"), quantize="int8", out=tmp_path / "out", **RUN)
-    with pytest.raises(DataError, match=r"encodes with token types 0/1; the exported model takes no token_type_ids yet") as info:
-        EncoderSubject(cfg)
-    assert "\n" not in str(info.value)
+    capsys.readouterr()  # transformers' own save bar, not the CLI's
+    code = main(["--checkpoint", str(folder), "--calib", str(_pairs_file(tmp_path / "pairs.txt")), "--quantize", "int8", "--out", str(tmp_path / "out"),
+                 "--max-len", "32", "--seq-len", "16", "--max-texts", "24", "--quiet"])  # fmt: skip
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and len(err) == 1, err
+    assert "encodes with token types 0/1, but the model has no type-1 embedding (type_vocab_size 1)" in err[0]
 
 
 def test_a_reranker_int8_run_end_to_end_reports_rank_agreement(reranker: Path, tmp_path: Path) -> None:
