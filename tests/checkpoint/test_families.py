@@ -274,7 +274,7 @@ def test_every_family_file_declares_known_fields_and_every_shape_field():
 
     shape = {"vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size", "max_position_embeddings",
              "type_vocab_size", "layer_norm_eps", "hidden_act", "pad_token_id"}  # fmt: skip
-    assert {f.name for f in FAMILIES} == {"albert", "bert", "distilbert", "electra", "mpnet", "roberta"}
+    assert {f.name for f in FAMILIES} == {"albert", "bert", "distilbert", "electra", "modernbert", "mpnet", "roberta"}
     for family in FAMILIES:
         keys = family.config_keys
         assert set(keys.names) <= set(ENCODER_FIELDS) and set(keys.defaults) <= set(keys.names), family.name
