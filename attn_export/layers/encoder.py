@@ -122,7 +122,7 @@ class BertEmbeddings(nn.Module):
 
 
 class SentenceEncoder(nn.Module):
-    """Embeddings -> N x TransformerLayer (post-norm) -> (last_hidden_state, sentence_embedding[, logits])."""
+    """Embeddings -> N x TransformerLayer (post-norm) or PreNormLayer (+ final norm) -> (last_hidden_state, sentence_embedding[, logits])."""
 
     input_names: tuple[str, ...] = ("input_ids", "attention_mask")
     output_names: tuple[str, ...] = ("last_hidden_state", "sentence_embedding")
