@@ -35,7 +35,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from attn_export.errors import CheckpointError, ConfigError
-from attn_export.layers.encoder_config import ACTIVATIONS, HEAD_ACTIVATIONS, LAYER_KINDS, POSITION_STYLES, EncoderConfig, HeadConfig
+from attn_export.layers.encoder_config import (
+    ACTIVATIONS,
+    HEAD_ACTIVATIONS,
+    LAYER_KINDS,
+    POSITION_STYLES,
+    EncoderConfig,
+    HeadConfig,
+)
 
 __all__ = [
     "CONFIG_FIX",
