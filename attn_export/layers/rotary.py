@@ -46,8 +46,10 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 class RotaryEmbedding(nn.Module):
     """Rotates projected q and k (..., L, H * Dh) by their positions with one base ``theta``.
 
-    ``inv_freq`` is a non-persistent buffer (transformers does not save it either): a checkpoint
-    has no key for it, and the export holds it as one small constant.
+    ``inv_freq`` is computed where it is used, in float32, not held as a buffer: a checkpoint has
+    no key for it (transformers does not save it either), the export folds it into one float32
+    constant, and casting the model to fp16 cannot round it (an fp16 inv_freq is off by ~5e-4
+    relative, which at position 8192 turns an angle by radians).
     """
 
     def __init__(self, head_dim: int, theta: float) -> None:
@@ -58,12 +60,14 @@ class RotaryEmbedding(nn.Module):
             raise ConfigError(f"expected a positive rotary theta, got {theta!r}; use the config's rope_theta")
         self.head_dim = head_dim
         self.theta = float(theta)
-        inv_freq = 1.0 / (self.theta ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))  # (Dh/2,)
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def inv_freq(self, device: torch.device | None = None) -> torch.Tensor:
+        """1 / theta ** (arange(0, Dh, 2) / Dh), (Dh/2,) float32: ``compute_default_rope_parameters``."""
+        return 1.0 / (self.theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float, device=device) / self.head_dim))
 
     def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """positions (..., L) integer -> cos, sin (..., L, Dh), float32."""
-        freqs = positions[..., None].float() * self.inv_freq.float()  # (..., L, Dh/2)
+        freqs = positions[..., None].float() * self.inv_freq(positions.device)  # (..., L, Dh/2)
         emb = torch.cat((freqs, freqs), dim=-1)  # (..., L, Dh)
         return emb.cos(), emb.sin()
 

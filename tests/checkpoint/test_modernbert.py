@@ -100,6 +100,15 @@ def test_rotary_is_transformers_rotary():
         assert torch.equal(got_q, flat(ref_q)) and torch.equal(got_k, flat(ref_k)), kind
 
 
+def test_rotary_angles_survive_a_half_precision_model():
+    """An fp16 export casts the model: the rotary frequencies must stay float32, or an angle at position 8000 is off by radians."""
+    positions = torch.arange(8000, 8192)
+    half = torch.nn.Sequential(RotaryEmbedding(64, 160_000.0)).half()[0]
+    cos, sin = half.cos_sin(positions)
+    ref_cos, ref_sin = RotaryEmbedding(64, 160_000.0).cos_sin(positions)
+    assert cos.dtype == torch.float32 and torch.equal(cos, ref_cos) and torch.equal(sin, ref_sin)
+
+
 @pytest.mark.parametrize("name", list(MODELS))
 def test_eager_matches_transformers(saved, name):
     hf, folder = saved(name)
