@@ -90,6 +90,8 @@ def read_bert_config(checkpoint_dir: str | os.PathLike[str]) -> EncoderConfig:
 
 def encoder_parameter_count(config: EncoderConfig) -> int:
     """Parameters of the ``SentenceEncoder`` a config describes, computed without building it."""
+    if config.layer_kind == "pre-norm-glu":
+        return _pre_norm_parameter_count(config)
     h, i, n, e = config.hidden_size, config.intermediate_size, config.num_hidden_layers, config.embedding_dim
     embeddings = (config.vocab_size + config.max_position_embeddings + config.type_vocab_size) * e + 2 * e  # + LayerNorm
     if config.embedding_size is not None:
@@ -102,3 +104,18 @@ def encoder_parameter_count(config: EncoderConfig) -> int:
         labels = config.head.num_labels
         head = h * labels + labels + (h * h + h if config.head.task == "sequence" else 0)
     return embeddings + bias_table + n * layer + head
+
+
+def _pre_norm_parameter_count(config: EncoderConfig) -> int:
+    """ModernBERT's (``layers.prenorm``): token embeddings + norm, fused QKV, O, GeGLU in (2I) and out, two norms per
+    layer but layer 0's one, a final norm; biases only where the config has them; the head's dense, norm and out."""
+    h, i, n = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    norm = h * (2 if config.norm_bias else 1)
+    attn = 4 * h * h + (4 * h if config.attention_bias else 0)
+    mlp = 3 * h * i + (2 * i + h if config.mlp_bias else 0)
+    head = 0
+    if config.head is not None:
+        labels = config.head.num_labels
+        head = h * labels + labels + h * h + (h if config.head.dense_bias else 0) + (norm if config.head.norm else 0)
+    # embeddings + their norm; n layers of two norms each, less layer 0's attn_norm, plus the final norm: n * 2 norms
+    return config.vocab_size * h + norm + n * (attn + mlp + 2 * norm) + head

@@ -14,6 +14,7 @@ _WHERE = {
     "AttentionProjections": "projections", "fuse_qkv_": "projections", "set_attention_form_": "projections",
     "set_attention_impl_": "projections", "LAYERS": "registry", "MaskedLayer": "registry", "build_layer": "registry",
     "SelfAttention": "self_attention", "Fp32LayerNorm": "transformer", "TransformerLayer": "transformer",
+    "PreNormLayer": "prenorm", "RotaryEmbedding": "rotary",
 }  # fmt: skip
 __all__ = sorted(_WHERE)
 __getattr__, __dir__ = lazy_exports(__name__, _WHERE)

@@ -17,6 +17,9 @@ differs between the families (``attn_export.checkpoint.families`` fills it from 
 - with ``relative_attention_buckets`` (MPNet), one relative position bias table
   (``layers.position_bias``) shared by every layer: the bias is computed once per forward
   from ``arange(S)`` and added to every layer's attention scores;
+- with ``layer_kind`` ``"pre-norm-glu"`` (ModernBERT), token-only embeddings, pre-norm GeGLU
+  layers (``layers.prenorm``) with rotary positions (``layers.rotary``: one base for global,
+  one for local layers) and a local window on ``local_layers``, then a final LayerNorm;
 - the model's sentence pooling (``attn_export.layers.pooling``) and optional task head
   (``attn_export.layers.heads``).
 
@@ -41,7 +44,9 @@ from attn_export.layers.encoder_config import ACTIVATIONS, POSITION_STYLES, Enco
 from attn_export.layers.heads import build_head
 from attn_export.layers.pooling import SentencePooling
 from attn_export.layers.position_bias import RelativePositionBias
+from attn_export.layers.prenorm import PreNormLayer, TokenEmbeddings
 from attn_export.layers.registry import MaskedLayer
+from attn_export.layers.rotary import RotaryEmbedding
 from attn_export.layers.transformer import Fp32LayerNorm, TransformerLayer
 
 __all__ = [
@@ -129,7 +134,7 @@ class BertEmbeddings(nn.Module):
 
 
 class SentenceEncoder(nn.Module):
-    """Embeddings -> N x TransformerLayer (post-norm) -> (last_hidden_state, sentence_embedding[, logits])."""
+    """Embeddings -> N x TransformerLayer (post-norm) or PreNormLayer (+ final norm) -> (last_hidden_state, sentence_embedding[, logits])."""
 
     input_names: tuple[str, ...] = ENCODER_INPUTS  # with token_type_ids after use_token_types_()
     output_names: tuple[str, ...] = ("last_hidden_state", "sentence_embedding")
@@ -137,7 +142,7 @@ class SentenceEncoder(nn.Module):
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__()
         self.config = config
-        self.embeddings = BertEmbeddings(config)
+        self.embeddings: nn.Module = TokenEmbeddings(config) if config.layer_kind == "pre-norm-glu" else BertEmbeddings(config)
         # dropout 0: this model is for inference and for compression/distillation, where
         # the checkpoint's training-time dropout would only add noise to the student.
         distinct = 1 if config.shared_layers else config.num_hidden_layers
@@ -147,7 +152,7 @@ class SentenceEncoder(nn.Module):
             if config.relative_attention_buckets
             else None
         )
-        weights = [
+        weights: list[nn.Module] = _pre_norm_layers(config, self.position_bias) if config.layer_kind == "pre-norm-glu" else [
             TransformerLayer(
                 config.hidden_size,
                 config.num_attention_heads,
@@ -160,11 +165,16 @@ class SentenceEncoder(nn.Module):
             for _ in range(distinct)
         ]
         for layer in weights:  # TransformerLayer knows relu/gelu; the families also need the tanh GELU and SiLU
-            layer.act = activation_module(config.hidden_act)
+            if isinstance(layer, TransformerLayer):
+                layer.act = activation_module(config.hidden_act)
         # depth i runs weights[i] or, shared across depth, weights[0]: the same module object at every index
         self.layers = nn.ModuleList(weights[i % distinct] for i in range(config.num_hidden_layers))
+        # pre-norm layers leave the residual stream un-normalised: a final LayerNorm (ModernBERT's final_norm)
+        self.final_norm = (
+            Fp32LayerNorm(config.hidden_size, eps=config.layer_norm_eps, bias=config.norm_bias) if config.layer_kind == "pre-norm-glu" else None
+        )
         self.pooling = SentencePooling(config.pooling)
-        self.head = build_head(config.head, config.hidden_size)
+        self.head = build_head(config.head, config.hidden_size, eps=config.layer_norm_eps, norm_bias=config.norm_bias)
         if config.head is not None:
             self.output_names = (*SentenceEncoder.output_names, "logits")
 
@@ -190,7 +200,7 @@ class SentenceEncoder(nn.Module):
         emb = self.pooling(hidden, attention_mask)  # (B, D'), float32
         if self.head is None:
             return hidden, emb
-        return hidden, emb, self.head(hidden)
+        return hidden, emb, self.head(hidden, attention_mask)
 
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
@@ -199,6 +209,8 @@ class SentenceEncoder(nn.Module):
         bias = None if self.position_bias is None else self.position_bias.for_length(input_ids.shape[1], input_ids.device)  # (1, H, S, S)
         for layer in self.layers:
             h = layer(h, attention_mask, bias)  # (B, S, D); attention_mask (B, S), 1 = keep
+        if self.final_norm is not None:
+            h = self.final_norm(h)
         return self.outputs(h, attention_mask)
 
     def subject(self, layers: str | int) -> nn.Module:
@@ -211,3 +223,25 @@ class SentenceEncoder(nn.Module):
         if index is None:
             return self
         return MaskedLayer(self.layers[index], "padding").eval()
+
+
+def _pre_norm_layers(config: EncoderConfig, position_bias: RelativePositionBias | None) -> list[nn.Module]:
+    """ModernBERT's layers (``layers.prenorm``): layer 0 without attn_norm; local layers windowed, each kind with its rotary base.
+
+    One ``RotaryEmbedding`` per base, shared by the layers that use it (it holds no weights).
+    """
+    if config.shared_layers:
+        raise ConfigError("expected distinct layers for pre-norm-glu layers, got shared_layers; no pre-norm family shares its layers")
+    rotary = {
+        kind: RotaryEmbedding(config.head_dim, theta) if config.positions == "rotary" else None
+        for kind, theta in (("global", config.rope_theta), ("local", config.local_rope_theta))
+    }
+    layers: list[nn.Module] = []
+    for i in range(config.num_hidden_layers):
+        window = config.window_of(i)
+        layers.append(PreNormLayer(
+            config.hidden_size, config.num_attention_heads, config.intermediate_size, activation_module(config.hidden_act),
+            first=i == 0, eps=config.layer_norm_eps, window=window, rotary=rotary["global" if window is None else "local"],
+            attention_bias=config.attention_bias, mlp_bias=config.mlp_bias, norm_bias=config.norm_bias, position_bias=position_bias,
+        ))  # fmt: skip
+    return layers

@@ -19,7 +19,9 @@ from attn_export.vocab.choices import POOLING_MODES
 __all__ = [
     "ACTIVATIONS",
     "HEAD_ACTIVATIONS",
+    "HEAD_POOLINGS",
     "JUDGED_OUTPUT",
+    "LAYER_KINDS",
     "POSITION_STYLES",
     "TASKS",
     "EncoderConfig",
@@ -34,11 +36,18 @@ log = logging.getLogger(__name__)
 # "gelu" is the exact erf form; "gelu_new" and "gelu_pytorch_tanh" are the tanh approximation,
 # exported as such (one ONNX Gelu with approximate="tanh" from opset 20); "swish" is SiLU.
 ACTIVATIONS: tuple[str, ...] = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
-POSITION_STYLES: tuple[str, ...] = ("absolute", "padded")
+# "rotary": no position table; q and k are rotated by their positions in every layer (layers.rotary: ModernBERT)
+POSITION_STYLES: tuple[str, ...] = ("absolute", "padded", "rotary")
+# "post-norm": BERT's LN(x + Attn(x)), LN(h + FFN(h)) (layers.transformer); "pre-norm-glu": x + Attn(LN(x)),
+# h + GeGLU(LN(h)), a final LayerNorm after the last layer (layers.prenorm: ModernBERT)
+LAYER_KINDS: tuple[str, ...] = ("post-norm", "pre-norm-glu")
 # The activation between a sequence head's dense layer and its output (layers.heads builds each); a family
 # (``checkpoint/families/<name>.py``) says which its ``...ForSequenceClassification`` uses. Token heads are linear.
 HEAD_ACTIVATIONS: tuple[str, ...] = ("tanh", "gelu", "relu")
 TASKS: tuple[str, ...] = ("sequence", "token")
+# What a sequence head reads: "cls" the first slot (hidden[:, 0], as every ...ForSequenceClassification), "mean" the
+# mean over real tokens (ModernBERT's classifier_pooling "mean")
+HEAD_POOLINGS: tuple[str, ...] = ("cls", "mean")
 # What a model's users read, so the one output a checkpoint is judged on (None: no head). A bare encoder's users
 # read its sentence embedding (cosine, nearest neighbours); a head's read its logits (label agreement and logit
 # cosine, per real token for a token head), never the mean-pooled embedding its body also exports.
@@ -77,27 +86,39 @@ class PoolingConfig:
 class HeadConfig:
     """``task``: ``"sequence"`` (logits (B, L)) or ``"token"`` (logits (B, S, L)); ``style``: whose head (the
     family's name, ``"linear"`` for a token head), for the report; ``activation``: a sequence head's, in
-    ``HEAD_ACTIVATIONS`` (None for a token head, which is one Linear)."""
+    ``HEAD_ACTIVATIONS`` (None for a token head, which is one Linear).
+
+    ``norm``: a LayerNorm after the activation, and on a token head dense -> activation -> norm before
+    the output Linear too (ModernBERT's ``ModernBertPredictionHead``); ``pooling``: what a sequence head
+    reads (``HEAD_POOLINGS``); ``dense_bias``: whether the dense layer has a bias."""
 
     task: str
     style: str
     num_labels: int
     activation: str | None = None
+    pooling: str = "cls"
+    norm: bool = False
+    dense_bias: bool = True
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
             raise ConfigError(f"expected a head task in {', '.join(TASKS)}, got {self.task!r}")
         if not isinstance(self.style, str) or not self.style:
             raise ConfigError(f"expected a head style (whose head it is), got {self.style!r}")
-        if self.task == "token" and self.activation is not None:
+        if self.task == "token" and self.activation is not None and not self.norm:
             raise ConfigError(f"expected no activation for a token head (one Linear), got {self.activation!r}")
-        if self.task == "sequence" and self.activation not in HEAD_ACTIVATIONS:
+        if (self.task == "sequence" or self.norm) and self.activation not in HEAD_ACTIVATIONS:
             raise ConfigError(f"expected a sequence head activation in {', '.join(HEAD_ACTIVATIONS)}, got {self.activation!r}")
+        if self.pooling not in HEAD_POOLINGS:
+            raise ConfigError(f"expected a head pooling in {', '.join(HEAD_POOLINGS)}, got {self.pooling!r}")
         if not isinstance(self.num_labels, int) or self.num_labels < 1:
             raise ConfigError(f"expected num_labels >= 1, got {self.num_labels!r}")
 
     def to_dict(self) -> dict[str, object]:
-        return {"task": self.task, "style": self.style, "num_labels": self.num_labels, "activation": self.activation}
+        out: dict[str, object] = {"task": self.task, "style": self.style, "num_labels": self.num_labels, "activation": self.activation}
+        if self.norm or self.pooling != "cls" or not self.dense_bias:  # only where a family's head has them (ModernBERT)
+            out.update(pooling=self.pooling, norm=self.norm, dense_bias=self.dense_bias)
+        return out
 
 
 @dataclass(frozen=True)
@@ -109,6 +130,12 @@ class EncoderConfig:
     None means tables ``hidden_size`` wide and no projection; ``shared_layers`` means one layer's
     weights run at every depth (ALBERT); ``relative_attention_buckets`` > 0 means a relative position
     bias added to every layer's scores (MPNet); ``family`` is the checkpoint's ``model_type``.
+
+    Pre-norm rotary encoders (ModernBERT) set ``layer_kind`` ``"pre-norm-glu"`` and ``positions``
+    ``"rotary"``: ``rope_theta`` is the rotary base of global layers, ``local_rope_theta`` that of
+    the ``local_layers``, which attend within ``|i - j| <= local_attention // 2`` (transformers'
+    ``sliding_window``); ``attention_bias`` / ``mlp_bias`` / ``norm_bias`` say which Linears and
+    LayerNorms have a bias (all do in the post-norm families).
     """
 
     vocab_size: int = 30522
@@ -129,6 +156,15 @@ class EncoderConfig:
     relative_attention_max_distance: int = 128
     pooling: PoolingConfig = field(default_factory=PoolingConfig)
     head: HeadConfig | None = None
+    # pre-norm rotary encoders (ModernBERT: layers.prenorm, layers.rotary); the defaults are the post-norm families'
+    layer_kind: str = "post-norm"  # LAYER_KINDS
+    rope_theta: float = 0.0  # > 0 with positions "rotary": the rotary base of global layers
+    local_rope_theta: float = 0.0  # the rotary base of local layers
+    local_attention: int = 0  # the local layers' total window: they attend within |i - j| <= local_attention // 2
+    local_layers: tuple[int, ...] = ()  # which layers are local (windowed); the others are global
+    attention_bias: bool = True
+    mlp_bias: bool = True
+    norm_bias: bool = True
 
     def __post_init__(self) -> None:
         sizes = {
@@ -159,10 +195,28 @@ class EncoderConfig:
             raise ConfigError(f"expected 0 < layer_norm_eps < 1, got {self.layer_norm_eps}")
         if self.positions not in POSITION_STYLES:
             raise ConfigError(f"expected positions in {', '.join(POSITION_STYLES)}, got {self.positions!r}")
+        self._check_rotary_layers()
         if self.max_tokens < 1:
             raise ConfigError(
                 f"expected max_position_embeddings > pad_token_id + 1 for {self.positions} positions, got {self.max_position_embeddings} and pad {self.pad_token_id}"
             )
+
+    def _check_rotary_layers(self) -> None:
+        if self.layer_kind not in LAYER_KINDS:
+            raise ConfigError(f"expected layer_kind in {', '.join(LAYER_KINDS)}, got {self.layer_kind!r}")
+        if (self.positions == "rotary") != (self.rope_theta > 0):
+            raise ConfigError(f"expected rope_theta > 0 exactly with rotary positions, got positions {self.positions!r} and rope_theta {self.rope_theta!r}")
+        if self.local_layers and not (self.local_rope_theta > 0 or self.positions != "rotary"):
+            raise ConfigError(f"expected local_rope_theta > 0 for local layers with rotary positions, got {self.local_rope_theta!r}")
+        if self.local_layers and self.local_attention < 2:
+            raise ConfigError(f"expected local_attention >= 2 (a window of |i - j| <= local_attention // 2) with local layers, got {self.local_attention!r}")
+        bad = [i for i in self.local_layers if not 0 <= i < self.num_hidden_layers]
+        if bad:
+            raise ConfigError(f"expected local layer indices in 0..{self.num_hidden_layers - 1}, got {bad[0]}")
+
+    def window_of(self, index: int) -> int | None:
+        """Layer ``index``'s local window w (it attends within |i - j| <= w), or None for a global layer."""
+        return self.local_attention // 2 if index in self.local_layers else None
 
     @property
     def head_dim(self) -> int:

@@ -19,7 +19,10 @@ and, inside:
    explicit math below, with the scores and softmax in float32. A model with a score bias
    (MPNet's relative positions, ``layers.position_bias``) gets it over the compact slots,
    computed once from each slot's position in the padded grid, as MultiHeadAttention's
-   ``attention_bias`` (``export.passes.mask_free_attention`` then leaves that node alone);
+   ``attention_bias`` (``export.passes.mask_free_attention`` then leaves that node alone).
+   A local (windowed) layer gets its window the same way, over the slots' positions
+   (|pos_i - pos_j| <= w, so any padding pattern windows as the padded grid does), and a
+   rotary layer (``layers.rotary``) rotates each row's q and k by that token's own position;
 4. scatters the rows back to (B, S, D), zeros at padded positions (the padded model's
    values there are whatever padding tokens compute, which no consumer reads), and pools
    that tensor (and runs the task head) with the padded encoder's own ``outputs``.
@@ -48,6 +51,7 @@ from torch import nn
 from attn_export.errors import ConfigError
 from attn_export.layers.encoder import EncoderConfig, SentenceEncoder
 from attn_export.layers.masks import keep_to_bias
+from attn_export.layers.prenorm import PreNormLayer
 from attn_export.layers.self_attention import SelfAttention
 from attn_export.layers.transformer import TransformerLayer
 
@@ -148,6 +152,14 @@ def packed_attention(
     return out.reshape(b * w, d).index_select(0, index.back)  # (T+1, D)
 
 
+def _window_bias(slot_pos: torch.Tensor, window: int, bias: torch.Tensor | None) -> torch.Tensor:
+    """A local window over the compact slots, |pos_i - pos_j| <= w by their grid positions (B, W), as an additive
+    float32 score bias (B, 1 or H, W, W), joined to the model's own score bias when it has one."""
+    keep = (slot_pos[:, :, None] - slot_pos[:, None, :]).abs() <= window  # (B, W, W)
+    out = keep_to_bias(keep, torch.float32)[:, None]  # (B, 1, W, W)
+    return out if bias is None else bias.float() + out
+
+
 def _compact_math(
     qb: torch.Tensor, kb: torch.Tensor, vb: torch.Tensor, counts: torch.Tensor, heads: int, sdpa: bool = False,
     bias: torch.Tensor | None = None,
@@ -180,14 +192,9 @@ class PackedEncoder(nn.Module):
         super().__init__()
         for i, layer in enumerate(encoder.layers):
             attn = getattr(layer, "self_attn", None)
-            if (
-                not isinstance(layer, TransformerLayer)
-                or not isinstance(attn, SelfAttention)
-                or attn.causal
-                or attn.window is not None
-            ):
+            if not isinstance(layer, (TransformerLayer, PreNormLayer)) or not isinstance(attn, SelfAttention) or attn.causal:
                 raise ConfigError(
-                    f"expected post-norm TransformerLayers with global self-attention for the packed encoder form, "
+                    f"expected encoder layers with bidirectional self-attention for the packed encoder form, "
                     f'got {type(layer).__name__} at layer {i}; export the padded form (ExportSpec(encoder_form="padded"))'
                 )
         self.encoder = encoder
@@ -216,21 +223,32 @@ class PackedEncoder(nn.Module):
         positions = emb.position_ids(input_ids)  # (S,) arange, or (B, S) RoBERTa positions from the pads in the ids
         pos = index.pos if positions.dim() == 1 else positions.reshape(-1).index_select(0, index.rows)  # (T,)
         x = emb.embed(ids, _with_spare(pos), types)  # (T+1, D)
+        row_pos = _with_spare(pos)  # (T+1,): each row's position, what rotary layers rotate by
+        slot_pos = _with_spare(index.pos).index_select(0, index.slot.reshape(-1)).view_as(index.slot)  # (B, W) grid positions
         bias = None
         if self.encoder.position_bias is not None:  # relative distances between the padded grid's positions (transformers' arange)
-            slot_pos = _with_spare(index.pos).index_select(0, index.slot.reshape(-1)).view_as(index.slot)  # (B, W)
             bias = self.encoder.position_bias(slot_pos)  # (B, H, W, W), computed once for every layer
+        windowed: dict[int, torch.Tensor | None] = {}  # window -> the score bias of a local layer, computed once per window
         for layer in self.encoder.layers:
-            x = self._layer(layer, x, index, bias)  # (T+1, D)
+            w = layer.self_attn.window
+            if w is not None and w not in windowed:
+                windowed[w] = _window_bias(slot_pos, w, bias)
+            x = self._layer(layer, x, index, bias if w is None else windowed[w], row_pos)  # (T+1, D)
         t = index.rows.shape[0]
         h = x[:t]  # (T, D): the spare row is dropped
+        if self.encoder.final_norm is not None:
+            h = self.encoder.final_norm(h)
         d = h.shape[-1]
         hidden = h.new_zeros(b * s, d).index_copy(0, index.rows, h).view(b, s, d)  # (B, S, D), zeros at padding
         return self.encoder.outputs(hidden, attention_mask)  # the encoder's own pooling (and head) on the scattered states
 
     @staticmethod
-    def _layer(layer: TransformerLayer, x: torch.Tensor, index: PackedIndex, bias: torch.Tensor | None) -> torch.Tensor:
+    def _layer(
+        layer: TransformerLayer | PreNormLayer, x: torch.Tensor, index: PackedIndex, bias: torch.Tensor | None, row_pos: torch.Tensor
+    ) -> torch.Tensor:
         att = layer.self_attn
-        q, k, v = att.project(x, x, x)  # (T+1, D) each
+        h = layer.attention_input(x)  # post-norm: x; pre-norm: attn_norm(x)
+        q, k, v = att.project(h, h, h)  # (T+1, D) each
+        q, k = att.positioned(q, k, row_pos)  # rotary layers: each row by its own token's position
         ctx = packed_attention(q, k, v, index, att.heads, form=att.attention_form, impl=att.attention_impl, bias=bias)  # (T+1, D)
         return layer.after_attention(x, att.w_o(att.dropout(ctx)))  # (T+1, D)

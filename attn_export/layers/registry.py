@@ -17,6 +17,7 @@ from attn_export.layers.block_sparse import BlockSparseAttention
 from attn_export.layers.linear_attention import LinearAttention
 from attn_export.layers.masks import AttentionMask
 from attn_export.layers.mha import MultiHeadAttention
+from attn_export.layers.prenorm import PreNormLayer
 from attn_export.layers.self_attention import SelfAttention
 from attn_export.layers.transformer import TransformerLayer
 from attn_export.vocab.choices import LAYER_MASKS, LAYER_NAMES, check_heads
@@ -109,7 +110,7 @@ class MaskedLayer(nn.Module):
             )
             out, _ = layer(x, x, x, mask=m, need_weights=False)
             return out
-        if isinstance(layer, TransformerLayer):
+        if isinstance(layer, (TransformerLayer, PreNormLayer)):  # post-norm or pre-norm encoder layers
             return layer(x, key_padding_mask)
         out, _ = layer(x, key_padding_mask, need_weights=False)
         return out

@@ -75,6 +75,10 @@ class TransformerLayer(nn.Module):
         attn, _ = self.self_attn(x, key_padding_mask, need_weights=False, bias=position_bias)  # (B, L, D)
         return self.after_attention(x, attn)
 
+    def attention_input(self, x: torch.Tensor) -> torch.Tensor:
+        """What the attention projects: the input itself (post-norm; ``layers.prenorm`` normalises it first)."""
+        return x
+
     def after_attention(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
         """Residual + norm around the attention output, then the FFN block; any leading shape.
 

@@ -74,6 +74,11 @@ ENCODER_FIELDS: dict[str, Any] = {
     "pad_token_id": NonNegInt | None,
     "embedding_size": Annotated[int, Field(ge=1, le=16_384)],
     "relative_attention_buckets": Annotated[int, Field(ge=4, le=1024)],
+    # pre-norm rotary families (ModernBERT)
+    "local_attention": Annotated[int, Field(ge=2, le=131_072)],
+    "attention_bias": bool,
+    "mlp_bias": bool,
+    "norm_bias": bool,
 }
 
 

@@ -299,8 +299,29 @@ def test_packed_form_refuses_what_it_cannot_run(encoder: SentenceEncoder) -> Non
         ExportSpec(encoder_form="ragged")
     causal = SentenceEncoder(CONFIG)
     causal.layers[0] = TransformerLayer(CONFIG.hidden_size, CONFIG.num_attention_heads, d_ffn=CONFIG.intermediate_size, causal=True)
-    with pytest.raises(ConfigError, match="global self-attention"):
+    with pytest.raises(ConfigError, match="bidirectional self-attention"):
         PackedEncoder(causal)
+
+
+def test_a_local_window_is_applied_over_the_slots_positions(encoder: SentenceEncoder) -> None:
+    """A windowed layer in the packed form windows by grid positions (|pos_i - pos_j| <= w), so it equals the padded
+    model on every padding pattern, holes included; without that window it would not."""
+    windowed = SentenceEncoder(CONFIG).eval()
+    windowed.load_state_dict(encoder.state_dict())
+    for layer in windowed.layers:
+        layer.self_attn.window = 2
+    packed = PackedEncoder(windowed).eval()
+    worst = 0.0
+    for name, mask in MASKS.items():
+        ids, m = torch.from_numpy(_ids(mask)), torch.from_numpy(mask)
+        with torch.no_grad():
+            ref_h, ref_e = windowed(ids, m)
+            h, e = packed(ids, m)
+            global_h, _ = encoder(ids, m)
+        keep = m.bool()
+        _check(name, h.numpy(), e.numpy(), ref_h.numpy(), ref_e.numpy(), mask)
+        worst = max(worst, float((global_h[keep] - ref_h[keep]).abs().max())) if keep.any() else worst
+    assert worst > 100 * ATOL_HIDDEN, f"the window changed nothing (max abs {worst:.2e}): the test could not fail"
 
 
 def test_fp16_packed_export_equals_the_padded_fp16_export(encoder: SentenceEncoder, tmp_path: Path) -> None:

@@ -34,6 +34,10 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
     "electra": ("ElectraConfig", "ElectraModel", {**_BERT_SIZES, "embedding_size": 16}),
     "albert": ("AlbertConfig", "AlbertModel", {**_BERT_SIZES, "embedding_size": 16}),  # one layer's weights at every depth
     "mpnet": ("MPNetConfig", "MPNetModel", {**_BERT_SIZES, "pad_token_id": 1}),  # a relative position bias in every layer
+    # pre-norm GeGLU, rotary; layer 1 local (a window of 8 at --seq-len 128); the special ids inside the small vocabulary;
+    # Linear biases on (released checkpoints have none) so the case keeps its trigger, a zero bias shared across layers
+    "modernbert": ("ModernBertConfig", "ModernBertModel", {**_BERT_SIZES, "pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 3, "cls_token_id": 2,
+                                                           "sep_token_id": 3, "local_attention": 16, "attention_bias": True, "mlp_bias": True}),
 }
 POSITIONS = 160  # the default --seq-len 128 fits, RoBERTa's pad + 1 offset included
 FAST = ["--repeats", "1", "--warmup", "0", "--threads", "1", "--max-texts", "16", "--quiet"]

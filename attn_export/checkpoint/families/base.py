@@ -14,7 +14,11 @@ per-architecture ``OnnxConfig`` owns every fact of an architecture:
 - its weight names: embeddings, layers, the prefix its task models save the encoder under
   (``roberta.``), the keys ``AutoModel`` drops (pooler, pretraining heads);
 - its heads: the module names of its sequence- and token-classification heads and the
-  sequence head's activation;
+  sequence head's activation; a family whose heads are read from config.json (ModernBERT's
+  ``classifier_pooling``, ``classifier_activation``) names those keys (``head_keys``);
+- fields a config.json spreads over keys that are not one field each (ModernBERT's
+  ``layer_types`` / ``global_attn_every_n_layers``, ``rope_parameters``): a ``derive`` function
+  of the family's file;
 - the fidelity bar its re-implementation is held to against transformers (``FidelityBar``).
 
 The loader (``attn_export.checkpoint.loader``) does the rest the same way for every family.
@@ -26,12 +30,19 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from attn_export.errors import CheckpointError, ConfigError
-from attn_export.layers.encoder_config import ACTIVATIONS, HEAD_ACTIVATIONS, POSITION_STYLES, EncoderConfig, HeadConfig
+from attn_export.layers.encoder_config import (
+    ACTIVATIONS,
+    HEAD_ACTIVATIONS,
+    LAYER_KINDS,
+    POSITION_STYLES,
+    EncoderConfig,
+    HeadConfig,
+)
 
 __all__ = [
     "CONFIG_FIX",
@@ -141,10 +152,17 @@ class Family:
     dropped: tuple[str, ...] = ()  # key prefixes AutoModel drops: pretraining heads, the pooler of a bare encoder
     layer_template: str = "encoder.layer.{index}.{part}"  # for messages: the HF name of a missing key
     fidelity: FidelityBar = field(default_factory=FidelityBar)
+    # pre-norm rotary families (ModernBERT): EncoderConfig fields computed from config.json (raw config, path -> fields),
+    # and head facts read from it (HeadConfig field -> (config.json key, transformers' default)); head_norm: a
+    # LayerNorm after the head's activation, on both tasks' heads (ModernBertPredictionHead)
+    derive: Callable[[Mapping[str, Any], str], Mapping[str, Any]] | None = None
+    head_keys: Mapping[str, tuple[str, Any]] = field(default_factory=dict)
+    head_norm: bool = False
+    layer_kind: str = "post-norm"
 
     def __post_init__(self) -> None:
         checks = {"positions": (self.positions, POSITION_STYLES), "projection": (self.projection, PROJECTIONS),
-                  "sequence_activation": (self.sequence_activation, HEAD_ACTIVATIONS)}  # fmt: skip
+                  "sequence_activation": (self.sequence_activation, HEAD_ACTIVATIONS), "layer_kind": (self.layer_kind, LAYER_KINDS)}  # fmt: skip
         for what, (value, allowed) in checks.items():
             if value not in allowed:
                 raise ConfigError(f"family {self.name}: expected {what} in {', '.join(allowed)}, got {value!r}")
@@ -157,6 +175,8 @@ class Family:
         keys = self.config_keys
         cfg = validate(encoder_config_schema(self.name, keys.names, keys.defaults), dict(config), path, CONFIG_FIX, error=CheckpointError)
         values: dict[str, Any] = {**keys.fixed, **{f: getattr(cfg, f) for f in keys.names}}
+        if self.derive is not None:
+            values.update(self.derive(config, path))
         if values["hidden_act"] not in ACTIVATIONS:
             raise CheckpointError(f"{path}: {keys.key('hidden_act')}: expected one of {', '.join(ACTIVATIONS)}, got {values['hidden_act']!r}; {CONFIG_FIX}")
         if values.get("pad_token_id") is None and self.positions == "padded":  # positions count from the pad id
@@ -171,6 +191,7 @@ class Family:
                 positions=self.positions,
                 embedding_size=width if factorised else None,
                 shared_layers=self.shared_layers,
+                layer_kind=self.layer_kind,
             )
         except ConfigError as err:
             raise CheckpointError(f"{path}: {err}") from err
@@ -255,6 +276,14 @@ def detect_head(family: Family, config: Mapping[str, Any], shapes: Mapping[str, 
         raise CheckpointError(
             f"{path}: id2label: expected {num_labels} labels (the rows of {out}.weight), got {len(labels)}; use the config that matches the weights"
         )
-    if task == "sequence":
-        return HeadConfig(task=task, style=family.name, num_labels=num_labels, activation=family.sequence_activation)
+    read = {name: config.get(key, default) for name, (key, default) in family.head_keys.items()}  # e.g. ModernBERT's classifier_pooling
+    try:
+        if task == "sequence":
+            return HeadConfig(task=task, style=family.name, num_labels=num_labels, **{"activation": family.sequence_activation, **read, "norm": family.head_norm})
+        if family.head_norm:  # dense -> activation -> norm on every token before the classifier
+            token = {k: v for k, v in read.items() if k != "pooling"}
+            return HeadConfig(task=task, style=family.name, num_labels=num_labels, **{"activation": family.sequence_activation, **token, "norm": True})
+    except ConfigError as err:
+        keys = ", ".join(key for key, _ in family.head_keys.values())
+        raise CheckpointError(f"{path}: {err} (read from {keys}); {CONFIG_FIX}") from err
     return HeadConfig(task=task, style="linear", num_labels=num_labels)
