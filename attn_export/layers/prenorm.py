@@ -119,8 +119,9 @@ class TokenEmbeddings(nn.Module):
         """(B, S) ids -> (S,) ``arange``: transformers' default ``position_ids``, whatever the padding."""
         return torch.arange(input_ids.shape[1], device=input_ids.device)
 
-    def embed(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """LayerNorm(word[ids]); ``positions`` is unused here (rotary positions live in the attention)."""
+    def embed(self, ids: torch.Tensor, positions: torch.Tensor, types: torch.Tensor | None = None) -> torch.Tensor:
+        """LayerNorm(word[ids]); ``positions`` is unused here (rotary positions live in the attention), and so are
+        ``types`` (no token-type table: ``use_token_types_`` refuses such a model before any type reaches it)."""
         return self.norm(self.word_embeddings(ids))
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
