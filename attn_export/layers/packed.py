@@ -45,6 +45,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attn_export.errors import ConfigError
+from attn_export.layers.disentangled import DisentangledSelfAttention
 from attn_export.layers.encoder import EncoderConfig, SentenceEncoder
 from attn_export.layers.masks import keep_to_bias
 from attn_export.layers.self_attention import SelfAttention
@@ -100,6 +101,12 @@ class PackedIndex:
     @property
     def width(self) -> int:
         return self.slot.shape[1]
+
+
+def _scatter(x: torch.Tensor, index: PackedIndex, b: int, s: int) -> torch.Tensor:
+    """Packed rows (T+1, D) -> the padded grid (B, S, D), zeros at padding (the spare row is dropped)."""
+    t, d = index.rows.shape[0], x.shape[-1]
+    return x.new_zeros(b * s, d).index_copy(0, index.rows, x[:t]).view(b, s, d)
 
 
 def _with_spare(x: torch.Tensor) -> torch.Tensor:
@@ -210,20 +217,28 @@ class PackedEncoder(nn.Module):
         pos = index.pos if positions.dim() == 1 else positions.reshape(-1).index_select(0, index.rows)  # (T,)
         x = emb.embed(ids, _with_spare(pos))  # (T+1, D)
         bias = None
-        if self.encoder.position_bias is not None:  # relative distances between the padded grid's positions (transformers' arange)
+        # relative distances between the padded grid's positions (transformers' arange)
+        slot_pos = None
+        if self.encoder.position_bias is not None or self.encoder.relative is not None:
             slot_pos = _with_spare(index.pos).index_select(0, index.slot.reshape(-1)).view_as(index.slot)  # (B, W)
+        if self.encoder.position_bias is not None:
             bias = self.encoder.position_bias(slot_pos)  # (B, H, W, W), computed once for every layer
-        for layer in self.encoder.layers:
-            x = self._layer(layer, x, index, bias)  # (T+1, D)
-        t = index.rows.shape[0]
-        h = x[:t]  # (T, D): the spare row is dropped
-        d = h.shape[-1]
-        hidden = h.new_zeros(b * s, d).index_copy(0, index.rows, h).view(b, s, d)  # (B, S, D), zeros at padding
+        embedded = x
+        for i, layer in enumerate(self.encoder.layers):
+            x = self._layer(layer, x, index, bias, slot_pos)  # (T+1, D)
+            if i == 0 and self.encoder.conv is not None:  # DeBERTa-v2's ConvLayer reads neighbours in the padded grid
+                grid = self.encoder.conv(_scatter(embedded, index, b, s), _scatter(x, index, b, s), attention_mask)  # (B, S, D)
+                x = grid.reshape(b * s, -1).index_select(0, _with_spare(index.rows))  # (T+1, D): the spare row reads the first real token
+        hidden = _scatter(x, index, b, s)  # (B, S, D), zeros at padding: the spare row is dropped
         return self.encoder.outputs(hidden, attention_mask)  # the encoder's own pooling (and head) on the scattered states
 
     @staticmethod
-    def _layer(layer: TransformerLayer, x: torch.Tensor, index: PackedIndex, bias: torch.Tensor | None) -> torch.Tensor:
+    def _layer(layer: TransformerLayer, x: torch.Tensor, index: PackedIndex, bias: torch.Tensor | None, slot_pos: torch.Tensor | None) -> torch.Tensor:
         att = layer.self_attn
         q, k, v = att.project(x, x, x)  # (T+1, D) each
+        if isinstance(att, DisentangledSelfAttention):  # DeBERTa: content-dependent terms over the compact slots, then q pre-scaled
+            term = None if slot_pos is None else att.score_bias(F.embedding(index.slot, q), F.embedding(index.slot, k), slot_pos)  # (B, H, W, W)
+            bias = bias if term is None else term if bias is None else bias + term
+            q = q if att.scale_factor == 1 else q * att.q_scale
         ctx = packed_attention(q, k, v, index, att.heads, form=att.attention_form, impl=att.attention_impl, bias=bias)  # (T+1, D)
         return layer.after_attention(x, att.w_o(att.dropout(ctx)))  # (T+1, D)
