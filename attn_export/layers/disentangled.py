@@ -103,8 +103,9 @@ class DisentangledSelfAttention(SelfAttention):
         return 1.0 / math.sqrt(self.scale_factor)
 
     def _table_qk(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The shared table through this layer's own query and key projections (``share_att_key``): (2 * span, D) each."""
-        table = self.relative.table()  # type: ignore[union-attr]
+        """The shared table through this layer's own query and key projections (``share_att_key``): (1, 2 * span, D) each."""
+        # (1, 2A, D): the tokens' own (B, L, D) MatMul pattern, so the export reads the weight it already holds
+        table = self.relative.table().unsqueeze(0)  # type: ignore[union-attr]
         if self.is_qkv_fused:
             pq, pk, _ = self.project(table, table, table)
             return pq, pk
@@ -116,16 +117,16 @@ class DisentangledSelfAttention(SelfAttention):
             return None
         b, length, _ = q.shape
         rel = self.relative.relative(positions)  # (1 or B, L, L)
-        pq, pk = self._table_qk()  # (2A, D)
+        pq, pk = self._table_qk()  # (1, 2A, D)
         scale = 1.0 / math.sqrt(self.head_dim * self.scale_factor)
         shape = (b, self.heads, length, length)
         bias: torch.Tensor | None = None
         if "c2p" in self.terms:
-            c2p = (split_heads(q * scale, self.heads) @ split_heads(pk.unsqueeze(0), self.heads).transpose(-1, -2)).float()  # (B, H, L, 2A)
+            c2p = (split_heads(q * scale, self.heads) @ split_heads(pk, self.heads).transpose(-1, -2)).float()  # (B, H, L, 2A)
             index = torch.clamp(rel + self.span, 0, 2 * self.span - 1).unsqueeze(1).expand(shape)  # (B, H, Lq, Lk)
             bias = torch.gather(c2p, -1, index)
         if "p2c" in self.terms:
-            p2c = (split_heads(k * scale, self.heads) @ split_heads(pq.unsqueeze(0), self.heads).transpose(-1, -2)).float()  # (B, H, Lk, 2A)
+            p2c = (split_heads(k * scale, self.heads) @ split_heads(pq, self.heads).transpose(-1, -2)).float()  # (B, H, Lk, 2A)
             index = torch.clamp(-rel + self.span, 0, 2 * self.span - 1).unsqueeze(1).expand(shape)  # transformers' p2c_pos
             term = torch.gather(p2c, -1, index).transpose(-1, -2)  # (B, H, Lq, Lk)
             bias = term if bias is None else bias + term

@@ -17,6 +17,11 @@ differs between the families (``attn_export.checkpoint.families`` fills it from 
 - with ``relative_attention_buckets`` (MPNet), one relative position bias table
   (``layers.position_bias``) shared by every layer: the bias is computed once per forward
   from ``arange(S)`` and added to every layer's attention scores;
+- with ``disentangled`` (DeBERTa-v2/v3), every layer's attention is ``DisentangledSelfAttention``
+  (``layers.disentangled``) over one shared ``RelativeEmbeddings`` table (``relative``), the
+  embeddings are projected then normed (``norm_after_projection``, a bias-free ``embed_proj``) or
+  have no position table (positions ``"none"``), and with ``conv_kernel_size`` a ``TokenConv``
+  (``layers.token_conv``) runs after layer 0;
 - the model's sentence pooling (``attn_export.layers.pooling``) and optional task head
   (``attn_export.layers.heads``).
 

@@ -18,7 +18,11 @@ the encoder's interface (``input_ids``/``attention_mask`` (B, S) in, ``last_hidd
    explicit math below, with the scores and softmax in float32. A model with a score bias
    (MPNet's relative positions, ``layers.position_bias``) gets it over the compact slots,
    computed once from each slot's position in the padded grid, as MultiHeadAttention's
-   ``attention_bias`` (``export.passes.mask_free_attention`` then leaves that node alone);
+   ``attention_bias`` (``export.passes.mask_free_attention`` then leaves that node alone).
+   DeBERTa's disentangled terms (``layers.disentangled``) depend on q and k: each layer computes
+   them over the compact slots from the gathered q and k and adds them to that bias; DeBERTa-v2's
+   token convolution after layer 0 (``layers.token_conv``) runs once on the rows scattered to the
+   (B, S, D) grid, so a token's neighbours are the padded model's;
 4. scatters the rows back to (B, S, D), zeros at padded positions (the padded model's
    values there are whatever padding tokens compute, which no consumer reads), and pools
    that tensor (and runs the task head) with the padded encoder's own ``outputs``.

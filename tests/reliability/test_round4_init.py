@@ -34,6 +34,8 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
     "electra": ("ElectraConfig", "ElectraModel", {**_BERT_SIZES, "embedding_size": 16}),
     "albert": ("AlbertConfig", "AlbertModel", {**_BERT_SIZES, "embedding_size": 16}),  # one layer's weights at every depth
     "mpnet": ("MPNetConfig", "MPNetModel", {**_BERT_SIZES, "pad_token_id": 1}),  # a relative position bias in every layer
+    "deberta-v2": ("DebertaV2Config", "DebertaV2Model", {**_BERT_SIZES, "relative_attention": True, "position_buckets": 16, "max_relative_positions": 64,
+                   "pos_att_type": "p2c|c2p", "norm_rel_ebd": "layer_norm", "share_att_key": True, "position_biased_input": False}),  # v3: disentangled attention
 }
 POSITIONS = 160  # the default --seq-len 128 fits, RoBERTa's pad + 1 offset included
 FAST = ["--repeats", "1", "--warmup", "0", "--threads", "1", "--max-texts", "16", "--quiet"]
