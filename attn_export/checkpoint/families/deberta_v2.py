@@ -95,6 +95,11 @@ def _refuse(path: str, key: str, value: Any, why: str) -> CheckpointError:
 class DebertaV2Family(Family):
     """``Family`` plus the DeBERTa-v2 keys no other family has (read and refused in ``read_config``)."""
 
+    @property
+    def own_keys(self) -> tuple[str, ...]:
+        """The config.json keys read here rather than through ``config_keys`` (``type_vocab_size`` 0 is valid here)."""
+        return tuple(_DEBERTA_KEYS)
+
     def read_config(self, config: Mapping[str, Any], path: str) -> EncoderConfig:
         base = super().read_config(config, path)
         h, head_dim = base.hidden_size, base.head_dim
