@@ -233,3 +233,20 @@ def test_what_is_not_reproduced_is_refused_by_name_before_the_weights(tmp_path, 
     with pytest.raises(CheckpointError, match=named) as info:
         load_bert_checkpoint(folder)
     assert "\n" not in str(info.value)
+
+
+def test_an_unused_position_table_is_dropped_as_transformers_drops_it(saved, tmp_path):
+    """v3 checkpoints keep ``embeddings.position_embeddings`` that ``position_biased_input: false`` leaves unused
+    (``_keys_to_ignore_on_load_unexpected``): dropped, not refused; the model is unchanged."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    hf, folder = saved("v3")
+    shutil.copy(folder / "config.json", tmp_path / "config.json")
+    tensors = load_file(str(folder / "model.safetensors"))
+    save_file({**tensors, "embeddings.position_embeddings.weight": torch.randn(96, 32)}, str(tmp_path / "model.safetensors"))
+    ours = load_bert_checkpoint(tmp_path)
+    assert ours.embeddings.position_embeddings is None
+    ids, mask = probe(PAD, lengths=LENGTHS)
+    _close(hf_forward(hf, ids, mask)[0], ours_forward(ours, ids, mask)[0], mask, "with an unused position table")

@@ -165,4 +165,5 @@ FAMILY = DebertaV2Family(
     sequence_activation="gelu",
     sequence_head={"pooler.dense": "head.dense", "classifier": "head.out"},
     dropped=("lm_predictions.", "cls.", "lm_head.", "mask_predictions."),  # DebertaV2ForMaskedLM's heads (legacy and not)
+    ignore_unexpected=("position_embeddings",),  # DebertaV2PreTrainedModel's: v3 checkpoints hold a table position_biased_input false leaves unused
 )
