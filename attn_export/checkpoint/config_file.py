@@ -93,9 +93,15 @@ def encoder_parameter_count(config: EncoderConfig) -> int:
     if config.layer_kind == "pre-norm-glu":
         return _pre_norm_parameter_count(config)
     h, i, n, e = config.hidden_size, config.intermediate_size, config.num_hidden_layers, config.embedding_dim
-    embeddings = (config.vocab_size + config.max_position_embeddings + config.type_vocab_size) * e + 2 * e  # + LayerNorm
+    positions = 0 if config.positions == "none" else config.max_position_embeddings
+    embeddings = (config.vocab_size + positions + config.type_vocab_size) * e + 2 * (h if config.norm_after_projection else e)  # + LayerNorm
     if config.embedding_size is not None:
-        embeddings += e * h + h  # the factorised embeddings' projection (ELECTRA, ALBERT)
+        embeddings += e * h + (h if config.projection_bias else 0)  # the factorised embeddings' projection (ELECTRA, ALBERT, DeBERTa)
+    dis = config.disentangled
+    if dis is not None:  # DeBERTa-v2's relative embeddings (2 * span rows) and their LayerNorm (built even without the table)
+        embeddings += (2 * dis.span * h if dis.relative else 0) + (2 * h if dis.norm else 0)
+    if config.conv_kernel_size:  # DeBERTa-v2's ConvLayer: Conv1d and LayerNorm
+        embeddings += h * (h // config.conv_groups) * config.conv_kernel_size + h + 2 * h
     layer = 4 * (h * h + h) + (h * i + i) + (i * h + h) + 2 * 2 * h  # q, k, v, o; FFN in, out; two LayerNorms
     n = 1 if config.shared_layers else n  # one set of layer weights at every depth (ALBERT)
     bias_table = config.relative_attention_buckets * config.num_attention_heads  # one relative position bias table (MPNet)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -179,6 +180,9 @@ def _state_dict(family: Family, config: EncoderConfig, tensors: Mapping[str, tor
         ref_key = map_key(family, key, task)
         if ref_key is None:
             dropped.append(key)
+            continue
+        if ref_key not in expected and any(re.search(p, key) for p in family.ignore_unexpected):
+            dropped.append(key)  # as transformers drops it
             continue
         if ref_key not in expected:  # e.g. encoder.layer.7 in a 6-layer config
             raise CheckpointError(f"unexpected key {key!r}: config.json describes {config.num_hidden_layers} layers; use the config that matches the weights")

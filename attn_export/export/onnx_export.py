@@ -31,6 +31,7 @@ from attn_export.export.forms.long_seq import LongSeqLowering, lower_long_seq
 from attn_export.export.passes.mask_free_attention import mask_free_attention
 from attn_export.export.passes.row_layernorm import layernorm_on_rows
 from attn_export.export.spec import ExportSpec
+from attn_export.layers.disentangled import DisentangledSelfAttention
 from attn_export.layers.position_bias import RelativePositionBias
 from attn_export.layers.projections import fuse_qkv_, set_attention_form_
 from attn_export.layers.registry import MaskedLayer
@@ -140,6 +141,11 @@ def _d_model_of(layer: nn.Module) -> int:
     raise ExportError("cannot find d_model on the layer; pass a reference layer from attn_export.layers")
 
 
+def _has_score_bias(module: torch.nn.Module) -> bool:
+    """A relative position bias (MPNet) or disentangled terms (DeBERTa): scores the long-seq kernels cannot take."""
+    return isinstance(module, RelativePositionBias) or (isinstance(module, DisentangledSelfAttention) and module.relative is not None)
+
+
 def export_module(
     model: nn.Module,
     path: str | os.PathLike[str],
@@ -151,9 +157,9 @@ def export_module(
 ) -> ExportResult:
     """Export any module built from the reference layers; the generic core of ``export_onnx``."""
     path = Path(path)
-    if spec.attention == "long-seq" and any(isinstance(m, RelativePositionBias) for m in model.modules()):
+    if spec.attention == "long-seq" and any(_has_score_bias(m) for m in model.modules()):
         raise ExportError("expected attention without a score bias for --attention long-seq (its kernels take none), "
-                          "got a relative position bias (MPNet); use --attention decomposed or ort-contrib")
+                          "got a relative position bias (MPNet, DeBERTa); use --attention decomposed or ort-contrib")
     work = copy.deepcopy(model).eval()
     qkv_fused = fuse_qkv_(work) if spec.fuse_qkv else 0
     set_attention_form_(work, spec.attention)

@@ -17,6 +17,11 @@ differs between the families (``attn_export.checkpoint.families`` fills it from 
 - with ``relative_attention_buckets`` (MPNet), one relative position bias table
   (``layers.position_bias``) shared by every layer: the bias is computed once per forward
   from ``arange(S)`` and added to every layer's attention scores;
+- with ``disentangled`` (DeBERTa-v2/v3), every layer's attention is ``DisentangledSelfAttention``
+  (``layers.disentangled``) over one shared ``RelativeEmbeddings`` table (``relative``), the
+  embeddings are projected then normed (``norm_after_projection``, a bias-free ``embed_proj``) or
+  have no position table (positions ``"none"``), and with ``conv_kernel_size`` a ``TokenConv``
+  (``layers.token_conv``) runs after layer 0;
 - with ``layer_kind`` ``"pre-norm-glu"`` (ModernBERT), token-only embeddings, pre-norm GeGLU
   layers (``layers.prenorm``) with rotary positions (``layers.rotary``: one base for global,
   one for local layers) and a local window on ``local_layers``, then a final LayerNorm;
@@ -41,12 +46,14 @@ from torch import nn
 
 from attn_export.errors import ConfigError
 from attn_export.layers.encoder_config import ACTIVATIONS, POSITION_STYLES, EncoderConfig, parse_layers
+from attn_export.layers.disentangled import DisentangledSelfAttention, RelativeEmbeddings
 from attn_export.layers.heads import build_head
 from attn_export.layers.pooling import SentencePooling
 from attn_export.layers.position_bias import RelativePositionBias
 from attn_export.layers.prenorm import PreNormLayer, TokenEmbeddings
 from attn_export.layers.registry import MaskedLayer
 from attn_export.layers.rotary import RotaryEmbedding
+from attn_export.layers.token_conv import TokenConv
 from attn_export.layers.transformer import Fp32LayerNorm, TransformerLayer
 
 __all__ = [
@@ -101,14 +108,17 @@ class BertEmbeddings(nn.Module):
         self.positions = config.positions
         self.pad_token_id = config.pad_token_id
         self.word_embeddings = nn.Embedding(config.vocab_size, e)
-        self.position_embeddings = nn.Embedding(config.max_position_embeddings, e)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, e) if config.positions != "none" else None
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, e) if config.type_vocab_size else None
-        self.norm = Fp32LayerNorm(e, eps=config.layer_norm_eps)
-        self.project = nn.Linear(e, d) if config.embedding_size is not None else None  # factorised embeddings
+        # DeBERTa-v2 projects the sum, then normalises (hidden_size wide); the others normalise, then project
+        self.norm_after_projection = config.norm_after_projection
+        self.norm = Fp32LayerNorm(d if config.norm_after_projection else e, eps=config.layer_norm_eps)
+        self.project = nn.Linear(e, d, bias=config.projection_bias) if config.embedding_size is not None else None  # factorised embeddings
 
     def position_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """(B, S) ids -> (S,) ``arange`` or (B, S) RoBERTa positions (pads at ``padding_idx``)."""
-        if self.positions == "absolute":
+        """(B, S) ids -> (S,) ``arange`` or (B, S) RoBERTa positions (pads at ``padding_idx``); ``arange`` for ``"none"``
+        (no table: the positions relative attention measures distances between)."""
+        if self.positions in ("absolute", "none"):
             return torch.arange(input_ids.shape[1], device=input_ids.device)  # (S,)
         # transformers' create_position_ids_from_input_ids, with the running count in float32: exact (counts < 2^24),
         # and TensorRT's parser runs CumSum on float only (check-trt: an int CumSum is an error on every release)
@@ -126,11 +136,34 @@ class BertEmbeddings(nn.Module):
         x = self.word_embeddings(ids)  # (..., E)
         if self.token_type_embeddings is not None:
             x = x + (self.token_type_embeddings.weight[0] if types is None else self.token_type_embeddings(types))  # (E,) or (..., E)
-        x = self.norm(x + self.position_embeddings(positions))  # same order as BERT and RoBERTa
-        return x if self.project is None else self.project(x)  # (..., D)
+        if self.position_embeddings is not None:
+            x = x + self.position_embeddings(positions)  # same order as BERT and RoBERTa
+        return self._norm_and_project(x)  # (..., D)
+
+    def _norm_and_project(self, x: torch.Tensor) -> torch.Tensor:
+        """LayerNorm then the factorised projection (BERT family), or projection then LayerNorm (DeBERTa-v2)."""
+        if self.norm_after_projection:
+            return self.norm(x if self.project is None else self.project(x))
+        x = self.norm(x)
+        return x if self.project is None else self.project(x)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         return self.embed(input_ids, self.position_ids(input_ids), token_type_ids)  # (B, S, D)
+
+
+def _deberta_parts(config: EncoderConfig, layers: list[TransformerLayer]) -> tuple[RelativeEmbeddings | None, TokenConv | None]:
+    """DeBERTa-v2's parts, when the config has them: each layer's attention made disentangled over one shared
+    ``RelativeEmbeddings`` (None without relative attention), and the ``TokenConv`` run after layer 0."""
+    dis = config.disentangled
+    relative = None
+    if dis is not None:
+        relative = RelativeEmbeddings(dis, config.hidden_size, config.layer_norm_eps) if dis.relative or dis.norm else None
+        for layer in layers:
+            layer.self_attn = DisentangledSelfAttention(config.hidden_size, config.num_attention_heads, dis, relative)
+    conv = None
+    if config.conv_kernel_size:
+        conv = TokenConv(config.hidden_size, config.conv_kernel_size, config.conv_groups, config.conv_act, config.layer_norm_eps)
+    return relative, conv
 
 
 class SentenceEncoder(nn.Module):
@@ -167,6 +200,8 @@ class SentenceEncoder(nn.Module):
         for layer in weights:  # TransformerLayer knows relu/gelu; the families also need the tanh GELU and SiLU
             if isinstance(layer, TransformerLayer):
                 layer.act = activation_module(config.hidden_act)
+        # DeBERTa-v2: disentangled attention over one shared relative embedding table, a token convolution after layer 0
+        self.relative, self.conv = _deberta_parts(config, weights)
         # depth i runs weights[i] or, shared across depth, weights[0]: the same module object at every index
         self.layers = nn.ModuleList(weights[i % distinct] for i in range(config.num_hidden_layers))
         # pre-norm layers leave the residual stream un-normalised: a final LayerNorm (ModernBERT's final_norm)
@@ -205,10 +240,12 @@ class SentenceEncoder(nn.Module):
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, ...]:
-        h = self.embeddings(input_ids, token_type_ids)  # (B, S, D)
+        h = embedded = self.embeddings(input_ids, token_type_ids)  # (B, S, D)
         bias = None if self.position_bias is None else self.position_bias.for_length(input_ids.shape[1], input_ids.device)  # (1, H, S, S)
-        for layer in self.layers:
+        for i, layer in enumerate(self.layers):
             h = layer(h, attention_mask, bias)  # (B, S, D); attention_mask (B, S), 1 = keep
+            if i == 0 and self.conv is not None:
+                h = self.conv(embedded, h, attention_mask)  # DeBERTa-v2's ConvLayer (layers.token_conv)
         if self.final_norm is not None:
             h = self.final_norm(h)
         return self.outputs(h, attention_mask)

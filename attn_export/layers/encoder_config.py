@@ -18,12 +18,15 @@ from attn_export.vocab.choices import POOLING_MODES
 
 __all__ = [
     "ACTIVATIONS",
+    "CONV_ACTIVATIONS",
+    "DISENTANGLED_TERMS",
     "HEAD_ACTIVATIONS",
     "HEAD_POOLINGS",
     "JUDGED_OUTPUT",
     "LAYER_KINDS",
     "POSITION_STYLES",
     "TASKS",
+    "DisentangledConfig",
     "EncoderConfig",
     "HeadConfig",
     "PoolingConfig",
@@ -36,14 +39,17 @@ log = logging.getLogger(__name__)
 # "gelu" is the exact erf form; "gelu_new" and "gelu_pytorch_tanh" are the tanh approximation,
 # exported as such (one ONNX Gelu with approximate="tanh" from opset 20); "swish" is SiLU.
 ACTIVATIONS: tuple[str, ...] = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
+# "none": no absolute position table; positions enter through relative attention only (DeBERTa-v3's position_biased_input false);
 # "rotary": no position table; q and k are rotated by their positions in every layer (layers.rotary: ModernBERT)
-POSITION_STYLES: tuple[str, ...] = ("absolute", "padded", "rotary")
+POSITION_STYLES: tuple[str, ...] = ("absolute", "padded", "none", "rotary")
 # "post-norm": BERT's LN(x + Attn(x)), LN(h + FFN(h)) (layers.transformer); "pre-norm-glu": x + Attn(LN(x)),
 # h + GeGLU(LN(h)), a final LayerNorm after the last layer (layers.prenorm: ModernBERT)
 LAYER_KINDS: tuple[str, ...] = ("post-norm", "pre-norm-glu")
 # The activation between a sequence head's dense layer and its output (layers.heads builds each); a family
 # (``checkpoint/families/<name>.py``) says which its ``...ForSequenceClassification`` uses. Token heads are linear.
 HEAD_ACTIVATIONS: tuple[str, ...] = ("tanh", "gelu", "relu")
+# DeBERTa-v2's ConvLayer ``conv_act`` values reproduced (layers.token_conv)
+CONV_ACTIVATIONS: tuple[str, ...] = ("tanh", "gelu", "relu")
 TASKS: tuple[str, ...] = ("sequence", "token")
 # What a sequence head reads: "cls" the first slot (hidden[:, 0], as every ...ForSequenceClassification), "mean" the
 # mean over real tokens (ModernBERT's classifier_pooling "mean")
@@ -121,6 +127,52 @@ class HeadConfig:
         return out
 
 
+# DeBERTa-v2's relative attention terms (``pos_att_type``): content->position and position->content (layers.disentangled)
+DISENTANGLED_TERMS: tuple[str, ...] = ("c2p", "p2c")
+
+
+@dataclass(frozen=True)
+class DisentangledConfig:
+    """DeBERTa-v2's disentangled attention as data (``layers.disentangled``; transformers'
+    ``models/deberta_v2/modeling_deberta_v2.py``).
+
+    ``relative``: the encoder has relative position embeddings (``relative_attention``), 2 * ``span``
+    rows; ``span`` is ``position_buckets`` when > 0, else ``max_relative_positions``; ``buckets`` > 0
+    log-buckets distances beyond ``buckets // 2`` up to ``max_relative_positions``; ``pos_att_type``
+    the terms, which also set the content score's scale 1/sqrt(head_dim * (1 + len(pos_att_type)))
+    even without relative embeddings (``DisentangledSelfAttention.forward``); ``norm``: the relative
+    embeddings go through a LayerNorm (``norm_rel_ebd: layer_norm``).
+    """
+
+    relative: bool = True
+    span: int = 256
+    buckets: int = 256
+    max_relative_positions: int = 512
+    pos_att_type: tuple[str, ...] = DISENTANGLED_TERMS
+    norm: bool = True
+
+    def __post_init__(self) -> None:
+        bad = [t for t in self.pos_att_type if t not in DISENTANGLED_TERMS]
+        if bad:
+            raise ConfigError(f"expected pos_att_type terms in {', '.join(DISENTANGLED_TERMS)}, got {bad[0]!r}")
+        if not isinstance(self.span, int) or self.span < 1:
+            raise ConfigError(f"expected a relative attention span >= 1 (position_buckets or max_relative_positions), got {self.span!r}")
+        if self.buckets > 0 and not self.max_relative_positions - 1 > self.buckets // 2:
+            raise ConfigError(
+                f"expected max_relative_positions - 1 > position_buckets // 2 for log buckets, got {self.max_relative_positions} and {self.buckets}; fix config.json"
+            )
+
+    @property
+    def terms(self) -> tuple[str, ...]:
+        """The score terms computed: none without relative embeddings (whatever ``pos_att_type`` says)."""
+        return tuple(t for t in DISENTANGLED_TERMS if t in self.pos_att_type) if self.relative else ()
+
+    @property
+    def scale_factor(self) -> int:
+        """transformers' ``scale_factor``: 1 + one per ``pos_att_type`` term, counted even without relative embeddings."""
+        return 1 + sum(t in self.pos_att_type for t in DISENTANGLED_TERMS)
+
+
 @dataclass(frozen=True)
 class EncoderConfig:
     """The shape of a BERT-family encoder (the fields of a Hugging Face ``config.json``, per family).
@@ -154,6 +206,14 @@ class EncoderConfig:
     shared_layers: bool = False
     relative_attention_buckets: int = 0  # 0: no relative position bias; MPNet: 32 (layers.position_bias)
     relative_attention_max_distance: int = 128
+    # DeBERTa-v2: disentangled attention (layers.disentangled), embeddings projected then normed (embed_proj has no
+    # bias), and a token convolution after the first layer (layers.token_conv; 0 = none)
+    disentangled: DisentangledConfig | None = None
+    norm_after_projection: bool = False
+    projection_bias: bool = True
+    conv_kernel_size: int = 0
+    conv_groups: int = 1
+    conv_act: str = "tanh"
     pooling: PoolingConfig = field(default_factory=PoolingConfig)
     head: HeadConfig | None = None
     # pre-norm rotary encoders (ModernBERT: layers.prenorm, layers.rotary); the defaults are the post-norm families'
@@ -195,6 +255,11 @@ class EncoderConfig:
             raise ConfigError(f"expected 0 < layer_norm_eps < 1, got {self.layer_norm_eps}")
         if self.positions not in POSITION_STYLES:
             raise ConfigError(f"expected positions in {', '.join(POSITION_STYLES)}, got {self.positions!r}")
+        if self.conv_kernel_size and (self.conv_kernel_size < 0 or self.conv_kernel_size % 2 == 0 or self.hidden_size % self.conv_groups or self.conv_act not in CONV_ACTIVATIONS):
+            raise ConfigError(
+                f"expected an odd conv_kernel_size (0 = none), conv_groups dividing hidden_size and conv_act in {', '.join(CONV_ACTIVATIONS)}, "
+                f"got {self.conv_kernel_size}, {self.conv_groups}, {self.conv_act!r}"
+            )
         self._check_rotary_layers()
         if self.max_tokens < 1:
             raise ConfigError(
@@ -217,6 +282,11 @@ class EncoderConfig:
     def window_of(self, index: int) -> int | None:
         """Layer ``index``'s local window w (it attends within |i - j| <= w), or None for a global layer."""
         return self.local_attention // 2 if index in self.local_layers else None
+
+    @property
+    def score_bias(self) -> bool:
+        """Every layer adds a bias to its attention scores (MPNet's relative positions, DeBERTa's disentangled terms): no long-seq form."""
+        return self.relative_attention_buckets > 0 or bool(self.disentangled and self.disentangled.terms)
 
     @property
     def head_dim(self) -> int:

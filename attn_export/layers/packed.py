@@ -22,7 +22,11 @@ and, inside:
    ``attention_bias`` (``export.passes.mask_free_attention`` then leaves that node alone).
    A local (windowed) layer gets its window the same way, over the slots' positions
    (|pos_i - pos_j| <= w, so any padding pattern windows as the padded grid does), and a
-   rotary layer (``layers.rotary``) rotates each row's q and k by that token's own position;
+   rotary layer (``layers.rotary``) rotates each row's q and k by that token's own position.
+   DeBERTa's disentangled terms (``layers.disentangled``) depend on q and k: each layer computes
+   them over the compact slots from the gathered q and k and adds them to that bias; DeBERTa-v2's
+   token convolution after layer 0 (``layers.token_conv``) runs once on the rows scattered to the
+   (B, S, D) grid, so a token's neighbours are the padded model's;
 4. scatters the rows back to (B, S, D), zeros at padded positions (the padded model's
    values there are whatever padding tokens compute, which no consumer reads), and pools
    that tensor (and runs the task head) with the padded encoder's own ``outputs``.
@@ -49,6 +53,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attn_export.errors import ConfigError
+from attn_export.layers.disentangled import DisentangledSelfAttention
 from attn_export.layers.encoder import EncoderConfig, SentenceEncoder
 from attn_export.layers.masks import keep_to_bias
 from attn_export.layers.prenorm import PreNormLayer
@@ -105,6 +110,12 @@ class PackedIndex:
     @property
     def width(self) -> int:
         return self.slot.shape[1]
+
+
+def _scatter(x: torch.Tensor, index: PackedIndex, b: int, s: int) -> torch.Tensor:
+    """Packed rows (T+1, D) -> the padded grid (B, S, D), zeros at padding (the spare row is dropped)."""
+    t, d = index.rows.shape[0], x.shape[-1]
+    return x.new_zeros(b * s, d).index_copy(0, index.rows, x[:t]).view(b, s, d)
 
 
 def _with_spare(x: torch.Tensor) -> torch.Tensor:
@@ -229,26 +240,32 @@ class PackedEncoder(nn.Module):
         if self.encoder.position_bias is not None:  # relative distances between the padded grid's positions (transformers' arange)
             bias = self.encoder.position_bias(slot_pos)  # (B, H, W, W), computed once for every layer
         windowed: dict[int, torch.Tensor | None] = {}  # window -> the score bias of a local layer, computed once per window
-        for layer in self.encoder.layers:
+        embedded = x
+        for i, layer in enumerate(self.encoder.layers):
             w = layer.self_attn.window
             if w is not None and w not in windowed:
                 windowed[w] = _window_bias(slot_pos, w, bias)
-            x = self._layer(layer, x, index, bias if w is None else windowed[w], row_pos)  # (T+1, D)
-        t = index.rows.shape[0]
-        h = x[:t]  # (T, D): the spare row is dropped
+            x = self._layer(layer, x, index, bias if w is None else windowed[w], row_pos, slot_pos)  # (T+1, D)
+            if i == 0 and self.encoder.conv is not None:  # DeBERTa-v2's ConvLayer reads neighbours in the padded grid
+                grid = self.encoder.conv(_scatter(embedded, index, b, s), _scatter(x, index, b, s), attention_mask)  # (B, S, D)
+                x = grid.reshape(b * s, -1).index_select(0, _with_spare(index.rows))  # (T+1, D): the spare row reads the first real token
         if self.encoder.final_norm is not None:
-            h = self.encoder.final_norm(h)
-        d = h.shape[-1]
-        hidden = h.new_zeros(b * s, d).index_copy(0, index.rows, h).view(b, s, d)  # (B, S, D), zeros at padding
+            x = self.encoder.final_norm(x)
+        hidden = _scatter(x, index, b, s)  # (B, S, D), zeros at padding: the spare row is dropped
         return self.encoder.outputs(hidden, attention_mask)  # the encoder's own pooling (and head) on the scattered states
 
     @staticmethod
     def _layer(
-        layer: TransformerLayer | PreNormLayer, x: torch.Tensor, index: PackedIndex, bias: torch.Tensor | None, row_pos: torch.Tensor
+        layer: TransformerLayer | PreNormLayer, x: torch.Tensor, index: PackedIndex, bias: torch.Tensor | None, row_pos: torch.Tensor,
+        slot_pos: torch.Tensor,
     ) -> torch.Tensor:
         att = layer.self_attn
         h = layer.attention_input(x)  # post-norm: x; pre-norm: attn_norm(x)
         q, k, v = att.project(h, h, h)  # (T+1, D) each
         q, k = att.positioned(q, k, row_pos)  # rotary layers: each row by its own token's position
+        if isinstance(att, DisentangledSelfAttention):  # DeBERTa: content-dependent terms over the compact slots, then q pre-scaled
+            term = att.score_bias(F.embedding(index.slot, q), F.embedding(index.slot, k), slot_pos)  # (B, H, W, W) or None
+            bias = bias if term is None else term if bias is None else bias + term
+            q = q if att.scale_factor == 1 else q * att.q_scale
         ctx = packed_attention(q, k, v, index, att.heads, form=att.attention_form, impl=att.attention_impl, bias=bias)  # (T+1, D)
         return layer.after_attention(x, att.w_o(att.dropout(ctx)))  # (T+1, D)

@@ -58,7 +58,7 @@ class SubjectProfile:
     heads: int
     has_embeddings: bool
     activation: str = "relu"  # the FFN's activation (ORT's BiasGelu fusion needs a GELU)
-    score_bias: bool = False  # every layer adds a bias to its scores (MPNet's relative positions): no long-seq form
+    score_bias: bool = False  # every layer adds a bias to its scores (MPNet, DeBERTa's relative positions): no long-seq form
 
     @property
     def head_dim(self) -> int:
@@ -206,7 +206,7 @@ class CheckpointKind(SubjectKind):
     def profile(self, cfg: RunOptions) -> SubjectProfile:
         conf = checkpoint_config(cfg)
         return SubjectProfile(self.name, "transformer", "padding", conf.hidden_size, conf.num_attention_heads, self.name == "encoder", conf.hidden_act,
-                              score_bias=conf.relative_attention_buckets > 0)  # fmt: skip
+                              score_bias=conf.score_bias)  # fmt: skip
 
     def preflight(self, cfg: RunOptions) -> None:
         from attn_export.layers.encoder_config import parse_layers

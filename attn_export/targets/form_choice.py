@@ -43,7 +43,7 @@ def choose_attention_form(
         layer: the layer name, one of ``layers.registry.LAYER_NAMES`` (checkpoint encoders:
             pass ``"transformer"``).
         threshold: the minimum ``max_seq_len`` for the long-seq form (default: measured).
-        score_bias: the model adds a bias to every layer's scores (MPNet's relative positions).
+        score_bias: the model adds a bias to every layer's scores (MPNet's relative positions, DeBERTa's disentangled terms).
 
     Returns:
         ``(form, reason)``: ``form`` is a value for ``ExportSpec(attention=form)``.

@@ -38,6 +38,8 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
     # Linear biases on (released checkpoints have none) so the case keeps its trigger, a zero bias shared across layers
     "modernbert": ("ModernBertConfig", "ModernBertModel", {**_BERT_SIZES, "pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 3, "cls_token_id": 2,
                                                            "sep_token_id": 3, "local_attention": 16, "attention_bias": True, "mlp_bias": True}),
+    "deberta-v2": ("DebertaV2Config", "DebertaV2Model", {**_BERT_SIZES, "relative_attention": True, "position_buckets": 16, "max_relative_positions": 64,
+                   "pos_att_type": "p2c|c2p", "norm_rel_ebd": "layer_norm", "share_att_key": True, "position_biased_input": False}),  # v3: disentangled attention
 }
 POSITIONS = 160  # the default --seq-len 128 fits, RoBERTa's pad + 1 offset included
 FAST = ["--repeats", "1", "--warmup", "0", "--threads", "1", "--max-texts", "16", "--quiet"]

@@ -9,8 +9,8 @@ purpose, by ``model_type`` (``REFUSED``) or by a family's ``Refusal`` of a confi
 
 - relative positions (``position_embedding_type`` relative_key / relative_key_query), which
   BERT-family configs could ask for and an absolute-position re-implementation would ignore;
-- DeBERTa(-v2)'s disentangled attention, XLM-RoBERTa-XL's pre-norm layers, NomicBERT,
-  and every ``model_type`` no family file lists.
+- DeBERTa (v1)'s disentangled attention (v2/v3 are the ``deberta_v2`` family), XLM-RoBERTa-XL's
+  pre-norm layers, NomicBERT, and every ``model_type`` no family file lists.
 
 A config.json without ``model_type`` (very old BERT exports) is read as BERT only when its
 ``architectures`` also say BERT (or say nothing).
@@ -47,7 +47,6 @@ SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_BY_TYPE))
 # model_type -> what it is and why this project's layers do not reproduce it
 REFUSED: dict[str, str] = {
     "deberta": "DeBERTa: disentangled attention with relative position terms",
-    "deberta-v2": "DeBERTa-v2/v3: disentangled attention with relative position terms",
     "xlm-roberta-xl": "XLM-RoBERTa-XL: pre-norm layers",
     "nomic_bert": "NomicBERT: rotary positions and a gated FFN",
 }

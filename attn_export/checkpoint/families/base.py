@@ -150,6 +150,9 @@ class Family:
     token_head: Mapping[str, str] = field(default_factory=lambda: {"classifier": "head.out"})
     extra_parts: Mapping[str, str] = field(default_factory=dict)  # e.g. ELECTRA's embeddings_project
     dropped: tuple[str, ...] = ()  # key prefixes AutoModel drops: pretraining heads, the pooler of a bare encoder
+    # transformers' _keys_to_ignore_on_load_unexpected: patterns of keys dropped when the model has no such weight
+    # (DeBERTa-v3's checkpoints keep a position table that position_biased_input false leaves unused)
+    ignore_unexpected: tuple[str, ...] = ()
     layer_template: str = "encoder.layer.{index}.{part}"  # for messages: the HF name of a missing key
     fidelity: FidelityBar = field(default_factory=FidelityBar)
     # pre-norm rotary families (ModernBERT): EncoderConfig fields computed from config.json (raw config, path -> fields),

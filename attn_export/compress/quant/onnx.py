@@ -26,7 +26,7 @@ import onnx_ir as ir
 
 from attn_export.outdir.atomic import atomic_path
 from attn_export.host.quiet import quiet_loggers
-from attn_export.compress.quant.qdq import QdqSummary, inspect_qdq
+from attn_export.compress.quant.qdq import QdqSummary, attention_bmms, inspect_qdq
 from attn_export.errors import ConfigError, DataError, ExportError
 
 __all__ = [
@@ -326,6 +326,7 @@ def quantize_dynamic_onnx(
             reduce_range=reduce_range,
             weight_type=QuantType.QInt8,
             extra_options={"MatMulConstBOnly": True},  # activation @ activation (the BMMs) stays float
+            nodes_to_exclude=[n.name for n in attention_bmms(ir.load(src).graph) if n.name],  # and DeBERTa's c2p/p2c (qdq.attention_bmms)
         )
         proto = onnx.load(str(raw))
         emb_summary: dict[str, Any] = {}

@@ -41,12 +41,23 @@ def is_constant(value: ir.Value | None, _depth: int = 0) -> bool:
 
 
 def attention_bmms(graph: ir.Graph) -> list[ir.Node]:
-    """MatMuls whose two operands are both activations: Q @ K^T and P @ V of decomposed attention.
+    """MatMuls that are not ``activation @ 2-D weight``: Q @ K^T and P @ V of decomposed attention, whose two
+    operands are both activations, and DeBERTa's content->position / position->content products
+    (``layers.disentangled``), whose per-head operand (1, H, Dh, 2A) becomes a constant once ONNX Runtime folds
+    the relative table's projection: batched per head, not a weight ONNX Runtime's int8 MatMul kernels take.
 
     Found by structure, not by name, so it works on any export (and on low-rank graphs,
-    whose factor MatMuls all have a constant operand).
+    whose factor MatMuls all have a constant 2-D operand).
     """
-    return [n for n in graph if n.op_type == "MatMul" and not any(is_constant(v) for v in n.inputs)]
+    return [n for n in graph if n.op_type == "MatMul" and (not any(is_constant(v) for v in n.inputs) or _batched_constant(n.inputs[1]))]
+
+
+def _batched_constant(value: ir.Value | None) -> bool:
+    """A constant of rank > 2 (a weight is 2-D); unknown ranks count as weights."""
+    if value is None or not is_constant(value):
+        return False
+    shape = value.const_value.shape if value.const_value is not None else value.shape
+    return shape is not None and len(shape) > 2
 
 
 @dataclass(frozen=True)
