@@ -50,6 +50,11 @@ FAMILY_ROWS: dict[str, tuple[tuple, dict[str, Any]]] = {
     "electra": (_BERT_SPECIALS, {"embedding_size": 32}),
     "albert": (_BERT_SPECIALS, {"embedding_size": 32}),
     "mpnet": (_ROBERTA_SPECIALS, {"pad_token_id": 1}),
+    # v3's settings: disentangled attention over log buckets, no absolute positions, no token types
+    "deberta-v2": (_BERT_SPECIALS, {"relative_attention": True, "position_buckets": 32, "max_relative_positions": -1, "pos_att_type": "p2c|c2p",
+                                    "norm_rel_ebd": "layer_norm", "share_att_key": True, "position_biased_input": False, "type_vocab_size": 0}),
+    # the special ids inside the small vocabulary; layer 1 local (a window of 16)
+    "modernbert": (_BERT_SPECIALS, {"pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 3, "cls_token_id": 2, "sep_token_id": 3, "local_attention": 16}),
 }
 HEADS: dict[str, str] = {"bare": "AutoModel", "sequence": "AutoModelForSequenceClassification", "token": "AutoModelForTokenClassification"}
 LABELS = {"sequence": 3, "token": 5}
