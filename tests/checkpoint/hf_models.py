@@ -91,6 +91,28 @@ def agreement(ref: np.ndarray, got: np.ndarray, mask: np.ndarray) -> tuple[float
     return float(cos.min()), float(np.abs(ref - got).max())
 
 
+MIN_COSINE, MAX_ABS = 0.9999, 1e-4  # the fp32 bar against transformers: two float32 implementations of the same maths
+
+
+def assert_close(ref: np.ndarray, got: np.ndarray, mask: np.ndarray, what: str) -> tuple[float, float]:
+    """The fp32 bar on real tokens (per-token arrays) or rows: min cosine >= 0.9999 and max abs <= 1e-4; returns both figures."""
+    cos, err = agreement(ref, got, mask)
+    assert cos >= MIN_COSINE and err <= MAX_ABS, f"{what}: cosine {cos:.7f}, max abs {err:.2e}"
+    return cos, err
+
+
+def assert_matches_transformers(ref: tuple[np.ndarray, np.ndarray | None], got: list[np.ndarray], mask: np.ndarray, what: str) -> None:
+    """Our (hidden, sentence embedding[, logits]) against transformers' (hidden, logits or None): the bar, and the same labels."""
+    ref_hidden, ref_logits = ref
+    assert_close(ref_hidden, got[0], mask, f"{what} hidden states")
+    if ref_logits is None:
+        assert len(got) == 2, f"{what}: a bare encoder exports no logits"
+        return
+    assert_close(ref_logits, got[2], mask, f"{what} logits")
+    keep = mask.astype(bool) if ref_logits.ndim == 3 else slice(None)  # a token head's labels on real tokens only
+    assert np.array_equal(ref_logits[keep].argmax(-1), got[2][keep].argmax(-1)), f"{what}: labels differ"
+
+
 def assert_trt_parsable(path: Path, versions: tuple[str, ...] = ("10.3", "11.4")) -> None:
     """A decomposed fp32 export passes check-trt for JetPack 6's TensorRT 10.3 and the newest release the tables know.
 

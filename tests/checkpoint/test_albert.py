@@ -17,7 +17,11 @@ import numpy as np
 import pytest
 import torch
 from hf_models import (
+    MAX_ABS,
+    MIN_COSINE,
     agreement,
+    assert_close,
+    assert_matches_transformers,
     assert_trt_parsable,
     char_tokenizer,
     hf_forward,
@@ -32,7 +36,6 @@ from attn_export.checkpoint.fidelity import check_fidelity
 from attn_export.checkpoint.loader import encoder_parameter_count, load_bert_checkpoint
 from attn_export.errors import CheckpointError
 
-MIN_COSINE, MAX_ABS = 0.9999, 1e-4
 SIZES = dict(vocab_size=100, embedding_size=16, hidden_size=32, num_attention_heads=4, num_hidden_layers=3, intermediate_size=64, max_position_embeddings=64)
 # name -> (transformers model class, config kwargs)
 MODELS: dict[str, tuple[str, dict]] = {
@@ -65,10 +68,6 @@ def saved(tmp_path_factory):
     return model_cache(tmp_path_factory, build)
 
 
-def _close(ref: np.ndarray, got: np.ndarray, mask: np.ndarray, what: str) -> None:
-    cos, err = agreement(ref, got, mask)
-    assert cos >= MIN_COSINE and err <= MAX_ABS, f"{what}: cosine {cos:.7f}, max abs {err:.2e}"
-
 
 @pytest.mark.parametrize("name", list(MODELS))
 def test_eager_matches_transformers(saved, name):
@@ -83,13 +82,8 @@ def test_eager_matches_transformers(saved, name):
     ids, mask = probe(0)
     ref_hidden, ref_logits = hf_forward(hf, ids, mask)
     got = ours_forward(ours, ids, mask)
-    _close(ref_hidden, got[0], mask, f"{name} hidden states")
-    if ref_logits is None:
-        assert conf.head is None and len(got) == 2
-        return
-    _close(ref_logits, got[2], mask, f"{name} logits")
-    keep = mask.astype(bool) if ref_logits.ndim == 3 else slice(None)
-    assert np.array_equal(ref_logits[keep].argmax(-1), got[2][keep].argmax(-1))
+    assert (conf.head is None) == (ref_logits is None)
+    assert_matches_transformers((ref_hidden, ref_logits), got, mask, name)
 
 
 @pytest.mark.parametrize("name", ["albert", "albert-seq", "albert-token"])
@@ -115,9 +109,9 @@ def test_fp32_onnx_matches_transformers(saved, name, form, tmp_path):
         ids, mask = probe(0, lengths=lengths, seed=seed)
         out = session.run(None, {"input_ids": ids, "attention_mask": mask})
         ref_hidden, ref_logits = hf_forward(hf, ids, mask)
-        _close(ref_hidden, out[0], mask, f"{name} {form} ONNX hidden states")
+        assert_close(ref_hidden, out[0], mask, f"{name} {form} ONNX hidden states")
         if ref_logits is not None:
-            _close(ref_logits, out[2], mask, f"{name} {form} ONNX logits")
+            assert_close(ref_logits, out[2], mask, f"{name} {form} ONNX logits")
 
 
 def test_fidelity_check_passes_and_records_the_family_bar(saved):
@@ -201,7 +195,7 @@ def test_layer_inputs_are_each_depths_own_where_one_layer_runs_at_every_depth(sa
         states = hf(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask), output_hidden_states=True).hidden_states
     acts = all_layer_inputs(ours, TokenBatch(ids, mask), layers=[0, 1, 2])
     for depth in (0, 1, 2):
-        _close(states[depth].numpy(), acts[depth].x, mask, f"input of depth {depth}")
+        assert_close(states[depth].numpy(), acts[depth].x, mask, f"input of depth {depth}")
     assert not np.allclose(acts[1].x, acts[2].x)
     only = all_layer_inputs(ours, TokenBatch(ids, mask), layers=[1])
     np.testing.assert_array_equal(only[1].x, acts[1].x)

@@ -17,17 +17,26 @@ decomposed and ORT's MultiHeadAttention).
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
-from hf_models import agreement, hf_forward, model_cache, ours_forward, probe, transformers_module
+from hf_models import (
+    MAX_ABS,
+    MIN_COSINE,
+    agreement,
+    assert_close,
+    assert_matches_transformers,
+    hf_forward,
+    model_cache,
+    ours_forward,
+    probe,
+    transformers_module,
+)
 
 from attn_export.checkpoint.fidelity import check_fidelity
 from attn_export.checkpoint.loader import encoder_parameter_count, load_bert_checkpoint
 from attn_export.errors import CheckpointError, ExportError
 from attn_export.layers.disentangled import DisentangledSelfAttention, log_bucket_position
 
-MIN_COSINE, MAX_ABS = 0.9999, 1e-4
 PAD = 0  # DebertaV2Config's pad_token_id
 V3 = dict(vocab_size=100, hidden_size=32, num_attention_heads=4, num_hidden_layers=2, intermediate_size=64, max_position_embeddings=96,
           relative_attention=True, position_buckets=16, max_relative_positions=64, pos_att_type=["p2c", "c2p"], norm_rel_ebd="layer_norm",
@@ -68,10 +77,6 @@ def saved(tmp_path_factory):
     return model_cache(tmp_path_factory, build)
 
 
-def _close(ref: np.ndarray, got: np.ndarray, mask: np.ndarray, what: str) -> None:
-    cos, err = agreement(ref, got, mask)
-    assert cos >= MIN_COSINE and err <= MAX_ABS, f"{what}: cosine {cos:.7f}, max abs {err:.2e}"
-
 
 @pytest.mark.parametrize(("buckets", "max_position"), [(16, 64), (256, 512)])
 def test_buckets_are_transformers_buckets(buckets, max_position):
@@ -92,7 +97,7 @@ def test_the_disentangled_terms_change_the_output(saved):
     assert all(isinstance(a, DisentangledSelfAttention) and a.relative is ours.relative for a in attns), "one relative table for every layer"
     ids, mask = probe(PAD, lengths=LENGTHS)
     ref = hf_forward(hf, ids, mask)[0]
-    _close(ref, ours_forward(ours, ids, mask)[0], mask, "with the terms")
+    assert_close(ref, ours_forward(ours, ids, mask)[0], mask, "with the terms")
     for a in attns:
         a.relative = None
     cos, err = agreement(ref, ours_forward(ours, ids, mask)[0], mask)
@@ -110,13 +115,8 @@ def test_eager_matches_transformers(saved, name):
     ids, mask = probe(PAD, lengths=LENGTHS)
     ref_hidden, ref_logits = hf_forward(hf, ids, mask)
     got = ours_forward(ours, ids, mask)
-    _close(ref_hidden, got[0], mask, f"{name} hidden states")
-    if ref_logits is None:
-        assert conf.head is None and len(got) == 2
-        return
-    _close(ref_logits, got[2], mask, f"{name} logits")
-    keep = mask.astype(bool) if ref_logits.ndim == 3 else slice(None)
-    assert np.array_equal(ref_logits[keep].argmax(-1), got[2][keep].argmax(-1))
+    assert (conf.head is None) == (ref_logits is None)
+    assert_matches_transformers((ref_hidden, ref_logits), got, mask, name)
 
 
 @pytest.mark.parametrize("form", ["padded", "packed"])
@@ -130,7 +130,7 @@ def test_eager_sdpa_and_packed_take_the_terms_too(saved, form):
     assert set_attention_impl_(ours, "sdpa") == 2
     model = ours if form == "padded" else PackedEncoder(ours).eval()
     ids, mask = probe(PAD, lengths=LENGTHS)
-    _close(hf_forward(hf, ids, mask)[0], ours_forward(model, ids, mask)[0], mask, f"{form} sdpa hidden states")
+    assert_close(hf_forward(hf, ids, mask)[0], ours_forward(model, ids, mask)[0], mask, f"{form} sdpa hidden states")
 
 
 @pytest.mark.parametrize("name", ["v3", "v2-conv"])
@@ -142,7 +142,7 @@ def test_a_layer_run_alone_computes_its_terms_itself(saved, name):
     with torch.no_grad():
         states = hf(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask), output_hidden_states=True).hidden_states
         got = ours.subject(1)(states[1], torch.from_numpy(mask))
-    _close(states[2].numpy(), got.numpy(), mask, f"{name} layer 1 alone")
+    assert_close(states[2].numpy(), got.numpy(), mask, f"{name} layer 1 alone")
 
 
 # (form, attention, model): the decomposed forms (the disentangled terms' own Gathers and MatMuls) run the convolution
@@ -172,9 +172,9 @@ def test_fp32_onnx_matches_transformers(saved, form, attention, name, tmp_path):
         ids, mask = probe(PAD, lengths=lengths, seed=seed)
         out = session.run(None, {"input_ids": ids, "attention_mask": mask})
         ref_hidden, ref_logits = hf_forward(hf, ids, mask)
-        _close(ref_hidden, out[0], mask, f"{name} {form} {attention} ONNX hidden states {lengths}")
+        assert_close(ref_hidden, out[0], mask, f"{name} {form} {attention} ONNX hidden states {lengths}")
         if ref_logits is not None:
-            _close(ref_logits, out[2], mask, f"{name} {form} {attention} ONNX logits {lengths}")
+            assert_close(ref_logits, out[2], mask, f"{name} {form} {attention} ONNX logits {lengths}")
 
 
 def test_the_long_seq_form_is_refused_and_the_plan_keeps_the_targets_form(saved, tmp_path):
@@ -249,4 +249,4 @@ def test_an_unused_position_table_is_dropped_as_transformers_drops_it(saved, tmp
     ours = load_bert_checkpoint(tmp_path)
     assert ours.embeddings.position_embeddings is None
     ids, mask = probe(PAD, lengths=LENGTHS)
-    _close(hf_forward(hf, ids, mask)[0], ours_forward(ours, ids, mask)[0], mask, "with an unused position table")
+    assert_close(hf_forward(hf, ids, mask)[0], ours_forward(ours, ids, mask)[0], mask, "with an unused position table")

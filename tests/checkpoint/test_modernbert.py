@@ -20,14 +20,25 @@ import json
 import numpy as np
 import pytest
 import torch
-from hf_models import agreement, char_tokenizer, hf_forward, model_cache, ours_forward, probe, transformers_module
+from hf_models import (
+    MAX_ABS,
+    MIN_COSINE,
+    agreement,
+    assert_close,
+    assert_matches_transformers,
+    char_tokenizer,
+    hf_forward,
+    model_cache,
+    ours_forward,
+    probe,
+    transformers_module,
+)
 
 from attn_export.checkpoint.fidelity import check_fidelity
 from attn_export.checkpoint.loader import encoder_parameter_count, load_bert_checkpoint
 from attn_export.errors import CheckpointError
 from attn_export.layers.rotary import RotaryEmbedding
 
-MIN_COSINE, MAX_ABS = 0.9999, 1e-4
 PAD = 0
 SPECIAL_IDS = dict(pad_token_id=PAD, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)  # inside the tiny vocabulary
 SIZES = dict(vocab_size=100, hidden_size=32, num_attention_heads=4, num_hidden_layers=3, intermediate_size=48,
@@ -67,11 +78,6 @@ def saved(tmp_path_factory):
     """name -> (transformers model, its saved folder), built once per module."""
     return model_cache(tmp_path_factory, build)
 
-
-def _close(ref: np.ndarray, got: np.ndarray, mask: np.ndarray, what: str) -> tuple[float, float]:
-    cos, err = agreement(ref, got, mask)
-    assert cos >= MIN_COSINE and err <= MAX_ABS, f"{what}: cosine {cos:.7f}, max abs {err:.2e}"
-    return cos, err
 
 
 def _left_padded(ids: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -120,13 +126,8 @@ def test_eager_matches_transformers(saved, name):
     ids, mask = probe(PAD, lengths=LENGTHS)
     ref_hidden, ref_logits = hf_forward(hf, ids, mask)
     got = ours_forward(ours, ids, mask)
-    _close(ref_hidden, got[0], mask, f"{name} hidden states")
-    if ref_logits is None:
-        assert conf.head is None and len(got) == 2
-        return
-    _close(ref_logits, got[2], mask, f"{name} logits")
-    keep = mask.astype(bool) if ref_logits.ndim == 3 else slice(None)
-    assert np.array_equal(ref_logits[keep].argmax(-1), got[2][keep].argmax(-1))
+    assert (conf.head is None) == (ref_logits is None)
+    assert_matches_transformers((ref_hidden, ref_logits), got, mask, name)
 
 
 @pytest.mark.parametrize("change", ["no rotary", "no window", "one theta"])
@@ -162,8 +163,8 @@ def test_eager_sdpa_and_left_padding(saved, form):
     for ids, mask in (right, _left_padded(*right)):
         ref_hidden, ref_logits = hf_forward(hf, ids, mask)
         got = ours_forward(model, ids, mask)
-        _close(ref_hidden, got[0], mask, f"{form} sdpa hidden states")
-        _close(ref_logits, got[2], mask, f"{form} sdpa logits")
+        assert_close(ref_hidden, got[0], mask, f"{form} sdpa hidden states")
+        assert_close(ref_logits, got[2], mask, f"{form} sdpa logits")
 
 
 @pytest.mark.parametrize("index", [1, 2])
@@ -180,7 +181,7 @@ def test_a_layer_run_alone_is_exact(saved, index):
         got = ours.subject(index)(states[index], torch.from_numpy(mask))
         if index == len(ours.layers) - 1:
             got = ours.final_norm(got)
-    _close(states[index + 1].numpy(), got.numpy(), mask, f"layer {index} alone")
+    assert_close(states[index + 1].numpy(), got.numpy(), mask, f"layer {index} alone")
 
 
 # the default suite exports the two new paths (long-seq: the window in the O(L) Loop; packed: the window and rotary
@@ -210,9 +211,9 @@ def test_fp32_onnx_matches_transformers(saved, form, attention, tmp_path):
     for ids, mask in (right, _left_padded(*right), probe(PAD, lengths=(17, 3), seed=5)):  # left padding; another batch and length
         out = session.run(None, {"input_ids": ids, "attention_mask": mask})
         ref_hidden, ref_logits = hf_forward(hf, ids, mask)
-        _close(ref_hidden, out[0], mask, f"{form} {attention} ONNX hidden states {mask.sum(1)}")
+        assert_close(ref_hidden, out[0], mask, f"{form} {attention} ONNX hidden states {mask.sum(1)}")
         if ref_logits is not None:
-            _close(ref_logits, out[2], mask, f"{form} {attention} ONNX logits {mask.sum(1)}")
+            assert_close(ref_logits, out[2], mask, f"{form} {attention} ONNX logits {mask.sum(1)}")
 
 
 def test_fidelity_check_passes_and_records_the_family_bar(saved):

@@ -17,11 +17,14 @@ import json
 import math
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from hf_models import (
+    MAX_ABS,
+    MIN_COSINE,
     agreement,
+    assert_close,
+    assert_matches_transformers,
     assert_trt_parsable,
     char_tokenizer,
     hf_forward,
@@ -36,7 +39,6 @@ from attn_export.checkpoint.loader import encoder_parameter_count, load_bert_che
 from attn_export.errors import CheckpointError, ExportError
 from attn_export.layers.position_bias import RelativePositionBias, relative_position_bucket
 
-MIN_COSINE, MAX_ABS = 0.9999, 1e-4
 PAD = 1  # MPNetEmbeddings' padding_idx
 SIZES = dict(vocab_size=100, hidden_size=64, num_attention_heads=4, num_hidden_layers=2, intermediate_size=128,
              max_position_embeddings=160, relative_attention_num_buckets=32)  # fmt: skip
@@ -71,10 +73,6 @@ def saved(tmp_path_factory):
     """name -> (transformers model, its saved folder), built once per module."""
     return model_cache(tmp_path_factory, build)
 
-
-def _close(ref: np.ndarray, got: np.ndarray, mask: np.ndarray, what: str) -> None:
-    cos, err = agreement(ref, got, mask)
-    assert cos >= MIN_COSINE and err <= MAX_ABS, f"{what}: cosine {cos:.7f}, max abs {err:.2e}"
 
 
 def test_buckets_are_transformers_buckets():
@@ -112,13 +110,8 @@ def test_eager_matches_transformers(saved, name):
     ids, mask = probe(PAD, lengths=LENGTHS)
     ref_hidden, ref_logits = hf_forward(hf, ids, mask)
     got = ours_forward(ours, ids, mask)
-    _close(ref_hidden, got[0], mask, f"{name} hidden states")
-    if ref_logits is None:
-        assert conf.head is None and len(got) == 2
-        return
-    _close(ref_logits, got[2], mask, f"{name} logits")
-    keep = mask.astype(bool) if ref_logits.ndim == 3 else slice(None)
-    assert np.array_equal(ref_logits[keep].argmax(-1), got[2][keep].argmax(-1))
+    assert (conf.head is None) == (ref_logits is None)
+    assert_matches_transformers((ref_hidden, ref_logits), got, mask, name)
 
 
 @pytest.mark.parametrize("form", ["padded", "packed"])
@@ -132,7 +125,7 @@ def test_eager_sdpa_takes_the_bias_too(saved, form):
     assert set_attention_impl_(ours, "sdpa") == 2
     model = ours if form == "padded" else PackedEncoder(ours).eval()
     ids, mask = probe(PAD, lengths=LENGTHS)
-    _close(hf_forward(hf, ids, mask)[0], ours_forward(model, ids, mask)[0], mask, f"{form} sdpa hidden states")
+    assert_close(hf_forward(hf, ids, mask)[0], ours_forward(model, ids, mask)[0], mask, f"{form} sdpa hidden states")
 
 
 def test_a_layer_run_alone_computes_the_bias_itself(saved):
@@ -143,7 +136,7 @@ def test_a_layer_run_alone_computes_the_bias_itself(saved):
     with torch.no_grad():
         states = hf(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask), output_hidden_states=True).hidden_states
         got = ours.subject(1)(states[1], torch.from_numpy(mask))
-    _close(states[2].numpy(), got.numpy(), mask, "layer 1 alone")
+    assert_close(states[2].numpy(), got.numpy(), mask, "layer 1 alone")
 
 
 FORMS = [("padded", "decomposed"), ("padded", "ort-contrib"), ("padded", "onnx-attention"), ("packed", "decomposed"), ("packed", "ort-contrib")]
@@ -167,9 +160,9 @@ def test_fp32_onnx_matches_transformers(saved, form, attention, tmp_path):
         ids, mask = probe(PAD, lengths=lengths, seed=seed)
         out = session.run(None, {"input_ids": ids, "attention_mask": mask})
         ref_hidden, ref_logits = hf_forward(hf, ids, mask)
-        _close(ref_hidden, out[0], mask, f"{form} {attention} ONNX hidden states {lengths}")
+        assert_close(ref_hidden, out[0], mask, f"{form} {attention} ONNX hidden states {lengths}")
         if ref_logits is not None:
-            _close(ref_logits, out[2], mask, f"{form} {attention} ONNX logits {lengths}")
+            assert_close(ref_logits, out[2], mask, f"{form} {attention} ONNX logits {lengths}")
 
 
 def test_the_long_seq_form_is_refused_and_auto_keeps_the_targets_form(saved, tmp_path):
