@@ -99,9 +99,9 @@ def _figures(stage: dict[str, Any] | None) -> dict[str, Any]:
     if not stage:
         return {}
     details = stage.get("details") or {}
-    judged = details.get(details.get("output", ""), {})
+    judged = details.get("embedding") or details.get("logits") or {}  # a bare encoder's sentence embedding, or a head's logits
     out = {"stage": stage["name"], "passed": stage.get("passed"), "size_bytes": stage.get("size_bytes")}
-    out.update({k: judged[k] for k in ("mean_cosine", "min_cosine", "label_agreement", "top1_agreement") if judged.get(k) is not None})
+    out.update({k: judged[k] for k in ("mean_cosine", "min_cosine", "label_agreement", "top1_neighbor_agreement") if judged.get(k) is not None})
     return out
 
 
@@ -145,18 +145,23 @@ def _kept_float(stage: dict[str, Any] | None) -> str:
 
 def markdown(rows: list[dict[str, Any]]) -> str:
     """The table docs/encoder.md quotes."""
-    lines = ["| family | head (judged output) | fidelity at load: min cos / max abs | fp32 ONNX: min cos (labels) | int8 shipped | int8: mean / min cos (labels) | int8 size vs fp32 | static route: GEMMs kept in float |",
+    lines = ["| family | head (judged output) | fidelity at load: min cos / max abs | fp32 ONNX: min cos (agreement) | int8 shipped | int8: mean / min cos (agreement) | int8 size vs fp32 | static route: GEMMs kept in float |",
              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
 
+    def agree(f: dict[str, Any]) -> str:
+        """Label agreement for a head, top-1 neighbour agreement for a sentence embedding."""
+        if "label_agreement" in f:
+            return f" (labels {f['label_agreement']:.3f})"
+        return f" (top-1 {f['top1_neighbor_agreement']:.3f})" if "top1_neighbor_agreement" in f else ""
+
     def cos(f: dict[str, Any]) -> str:
-        labels = f" ({f['label_agreement']:.3f})" if "label_agreement" in f else ""
-        return f"{f.get('mean_cosine', float('nan')):.5f} / {f.get('min_cosine', float('nan')):.5f}{labels}"
+        return f"{f.get('mean_cosine', float('nan')):.5f} / {f.get('min_cosine', float('nan')):.5f}{agree(f)}"
 
     for r in rows:
         fid, fp32, int8 = r["fidelity"], r["fp32"], r["int8"]
         fidelity = "-" if fid.get("min_cosine") is None else f"{fid['min_cosine']:.7f} / {fid['max_abs']:.1e}"
         ratio = f"{int8['size_bytes'] / fp32['size_bytes']:.2f}x" if int8.get("size_bytes") and fp32.get("size_bytes") else "-"
-        fp32_cell = f"{fp32.get('min_cosine', float('nan')):.6f}" + (f" ({fp32['label_agreement']:.3f})" if "label_agreement" in fp32 else "")
+        fp32_cell = f"{fp32.get('min_cosine', float('nan')):.6f}{agree(fp32)}"
         lines.append(f"| {r['family']} | {r['head']} ({r['output']}) | {fidelity} | {fp32_cell} | {int8.get('stage', 'none (exit ' + str(r['exit']) + ')')} | "
                      f"{cos(int8) if int8 else '-'} | {ratio} | {r['static_float_gemms']} |")  # fmt: skip
     return "\n".join(lines)
