@@ -169,11 +169,11 @@ def main(argv: list[str] | None = None) -> int:
     isa = detect_cpu().isa_class
     result = real_text_run(args, extra_peers=lambda _work, say_: recipe_peers(folder, args.cache, isa, say_))
     result["speedups"] = speedups(result)
+    if args.json:  # first: a long run's figures survive a formatting problem
+        args.json.write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
     print(format_table(result))
     print()
     print(format_speedups(result["speedups"]))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
     return 0
 
 
