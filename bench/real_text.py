@@ -73,10 +73,10 @@ class Variant:
     notes: list[str] = field(default_factory=list)
 
 
-def _model_dir() -> Path:
+def _model_dir(checkpoint: str = "minilm") -> Path:
     from attn_export.checkpoint.loader import resolve_checkpoint
 
-    return resolve_checkpoint("minilm")
+    return resolve_checkpoint(checkpoint)
 
 
 def _find_optimum_cli(explicit: str | None) -> str | None:
@@ -97,14 +97,15 @@ def _optimum_env(cli: str) -> dict[str, str]:
     return found
 
 
-def build_peers(cache: Path, cli: str | None, isa_class: str, heads: int, hidden: int, say: Any) -> tuple[list[Variant], dict[str, Any]]:
-    """The three peers, built into ``cache`` once per (checkpoint, optimum versions, preset)."""
+def build_peers(cache: Path, cli: str | None, isa_class: str, heads: int, hidden: int, say: Any,
+                checkpoint: str = "minilm") -> tuple[list[Variant], dict[str, Any]]:  # fmt: skip
+    """The three peers of ``checkpoint`` (``minilm`` or a folder), built into ``cache`` once per (checkpoint, optimum versions, preset)."""
     if cli is None:
         why = "optimum-cli not found: pass --optimum-cli PATH (optimum-onnx[onnxruntime] in its own venv, it pins transformers<4.58)"
         return [Variant(n, "peer", unavailable=why) for n in PEER_NAMES], {"optimum": None}
     preset = ISA_PRESET.get(isa_class)
     env = _optimum_env(cli)
-    model_dir = _model_dir()
+    model_dir = _model_dir(checkpoint)
     key = hashlib.sha256(json.dumps({"model": str(model_dir), "size": (model_dir / "model.safetensors").stat().st_size,
                                      "env": env, "preset": preset}, sort_keys=True).encode()).hexdigest()[:12]  # fmt: skip
     root = cache / key
@@ -114,7 +115,7 @@ def build_peers(cache: Path, cli: str | None, isa_class: str, heads: int, hidden
         cmd = [cli, "export", "onnx", "--model", str(model_dir), "--task", "feature-extraction", str(fp32_dir)]
         say("building " + " ".join(cmd[1:4]))
         subprocess.run(cmd, check=True, capture_output=True, timeout=1800)
-    record["commands"].append(f"optimum-cli export onnx --model <minilm> --task feature-extraction {fp32_dir.name}")
+    record["commands"].append(f"optimum-cli export onnx --model <{checkpoint if checkpoint == 'minilm' else model_dir.name}> --task feature-extraction {fp32_dir.name}")
     peers = [Variant("optimum fp32", "peer", fp32_dir / "model.onnx", pooled=False)]
     if preset is None:
         peers.append(Variant("optimum-cli quantize", "peer", unavailable=f"no optimum-cli quantization preset for CPU class {isa_class}"))
@@ -147,8 +148,8 @@ def _ort_optimizer_peer(fp32: Path, out: Path, heads: int, hidden: int) -> None:
                          extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})  # fmt: skip
 
 
-def build_ours(work: Path, threads: int, say: Any, reuse: bool = False) -> tuple[list[Variant], Any, Any]:
-    """What ``attn-export --checkpoint minilm --quantize int8`` ships (``runner.run``, the main command in-process: both
+def build_ours(work: Path, threads: int, say: Any, reuse: bool = False, checkpoint: str = "minilm") -> tuple[list[Variant], Any, Any]:
+    """What ``attn-export --checkpoint minilm|DIR --quantize int8`` ships (``runner.run``, the main command in-process: both
     encoder forms built, timed on the report split's real batches and selected), and the twins it did not ship.
 
     ``reuse``: take the run already in ``work`` (a previous ``--ours-dir`` run) instead of running it again.
@@ -160,9 +161,9 @@ def build_ours(work: Path, threads: int, say: Any, reuse: bool = False) -> tuple
     from attn_export.pipeline.runner import run
     from attn_export.subjects import make_subject
 
-    cfg = RunConfig(checkpoint="minilm", quantize="int8", threads=threads, out=work, render=False)
+    cfg = RunConfig(checkpoint=checkpoint, quantize="int8", threads=threads, out=work, render=False)
     if not (reuse and (work / "report.json").is_file()):
-        say(f"running attn-export --checkpoint minilm --quantize int8 --out {work}")
+        say(f"running attn-export --checkpoint {checkpoint} --quantize int8 --out {work}")
         run(cfg, progress=say)
     report = _json.loads((work / "report.json").read_text())
     shipped = {key: entry.get("stage") for key, entry in report.get("selection", {}).items() if isinstance(entry, dict) and entry.get("stage")}
@@ -256,7 +257,9 @@ def fixed_feed(tokenizer: Any, batch: int, seq: int) -> tuple[dict[str, np.ndarr
     return feed, {"padding_fraction": 1.0 - float(t.attention_mask.mean())}
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args: argparse.Namespace, extra_peers: Any = None) -> dict[str, Any]:
+    """The bench on ``args.checkpoint`` (``minilm`` when absent; ``bench/mpnet.py`` passes a folder); ``extra_peers(work, say)``
+    returns more peer ``Variant``s (built in the run's temporary folder), timed and judged like the others."""
     from attn_export.checkpoint.text import load_tokenizer
     from attn_export.host.environment import capture_environment, detect_cpu
     from attn_export.host.process import ProcessSettings, process_settings
@@ -265,17 +268,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     load = {"before": os.getloadavg()[0]}
     cpu = detect_cpu()
     with process_settings(ProcessSettings(threads=args.threads, flush_denormals=False)) as proc, tempfile.TemporaryDirectory(prefix="attn-real-text-") as tmp:
-        ours, subject, encoding = build_ours(args.ours_dir or Path(tmp), args.threads, say, reuse=args.ours_dir is not None)
+        checkpoint = getattr(args, "checkpoint", "minilm")
+        ours, subject, encoding = build_ours(args.ours_dir or Path(tmp), args.threads, say, reuse=args.ours_dir is not None, checkpoint=checkpoint)
         conf = subject.encoder.config
-        peers, peer_record = build_peers(args.cache, _find_optimum_cli(args.optimum_cli), cpu.isa_class, conf.num_attention_heads, conf.hidden_size, say)
+        peers, peer_record = build_peers(args.cache, _find_optimum_cli(args.optimum_cli), cpu.isa_class, conf.num_attention_heads, conf.hidden_size, say,
+                                         checkpoint=checkpoint)  # fmt: skip
+        if extra_peers is not None:
+            peers += extra_peers(Path(tmp), say)
         variants = [Variant("eager sentence-transformers fp32", "eager")] + ours + peers
         if args.project_session:
             variants += [replace(v, name=v.name + ", project session", session="project") for v in ours]
-        tokenizer = load_tokenizer(_model_dir())
+        tokenizer = load_tokenizer(_model_dir(checkpoint))
         batches, real_info = real_batches(tokenizer, args.batch, args.max_len)
         fixed, fixed_info = fixed_feed(tokenizer, args.batch, args.fixed_seq)
         live = [v for v in variants if v.unavailable is None]
-        runners = {v.name: (_SentenceTransformersRunner(_model_dir()) if v.kind == "eager" else _runner(v, args.threads, bool(encoding.session_u8u8) and "int8" in v.name)) for v in live}
+        runners = {v.name: (_SentenceTransformersRunner(_model_dir(checkpoint)) if v.kind == "eager" else _runner(v, args.threads, bool(encoding.session_u8u8) and "int8" in v.name)) for v in live}
+        sizes = {v.name: (v.path or _model_dir(checkpoint) / "model.safetensors").stat().st_size / 1e6 for v in live}  # eager: its weights
         say(f"accuracy: {real_info['texts']} test texts")
         ref = np.concatenate([runners[live[0].name].infer(f)["sentence_embedding"] for f in batches])
         accuracy = {}
@@ -292,7 +300,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     load["after"] = os.getloadavg()[0]
     rows = []
     for v in variants:
-        row: dict[str, Any] = {"variant": v.name, "kind": v.kind, "session": v.session, "notes": v.notes}
+        row: dict[str, Any] = {"variant": v.name, "kind": v.kind, "session": v.session, "notes": v.notes, "mb": sizes.get(v.name)}
         if v.unavailable:
             row["unavailable"] = v.unavailable
         else:
@@ -336,12 +344,12 @@ def format_table(result: dict[str, Any]) -> str:
         f"real: {rb['batches']} batches of the test split ({rb['texts']} texts, mean {rb['mean_tokens']:.1f} tokens, p90 {rb['p90_tokens']:.0f}), "
         f"padding {100 * rb['padding_fraction']:.1f}%; fixed: ({fx['batch']}, {fx['seq']}), padding {100 * fx['padding_fraction']:.1f}%",
         "ms per call: median [min-max] over repeats; x best = best peer / this, median (worst repeat)",
-        "| variant | real wall ms | real cpu ms | real x best wall | real x best cpu | fixed wall ms | fixed cpu ms | fixed x best cpu | mean cos | min cos |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| variant | real wall ms | real cpu ms | real x best wall | real x best cpu | fixed wall ms | fixed cpu ms | fixed x best cpu | mean cos | min cos | MB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]  # fmt: skip
     for r in result["rows"]:
         if "unavailable" in r:
-            lines.append(f"| {r['variant']} | unavailable: {r['unavailable']} |||||||||")
+            lines.append(f"| {r['variant']} | unavailable: {r['unavailable']} ||||||||||")
             continue
 
         def ms(shape: str, clock: str) -> str:
@@ -353,7 +361,7 @@ def format_table(result: dict[str, Any]) -> str:
             return f"{q['median']:.2f}x ({q['worst']:.2f}x)" if q else ""
 
         lines.append(f"| {r['variant']} | {ms('real', 'wall_ms')} | {ms('real', 'cpu_ms')} | {x('real', 'wall_ms')} | {x('real', 'cpu_ms')} | "
-                     f"{ms('fixed', 'wall_ms')} | {ms('fixed', 'cpu_ms')} | {x('fixed', 'cpu_ms')} | {r['mean_cos']:.5f} | {r['min_cos']:.5f} |")  # fmt: skip
+                     f"{ms('fixed', 'wall_ms')} | {ms('fixed', 'cpu_ms')} | {x('fixed', 'cpu_ms')} | {r['mean_cos']:.5f} | {r['min_cos']:.5f} | {r['mb']:.1f} |")  # fmt: skip
     return "\n".join(lines)
 
 
