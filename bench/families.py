@@ -174,7 +174,7 @@ def main() -> int:
     parser.add_argument("--max-texts", type=int, default=48)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--families", default="", help="comma-separated model_types (default: every supported one)")
-    parser.add_argument("--heads", default="bare,sequence,token")
+    parser.add_argument("--head-kinds", default="bare,sequence,token", help="which models of each family: bare, sequence, token")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
 
@@ -185,7 +185,7 @@ def main() -> int:
         print(f"bench/families.py: no row for the supported families {', '.join(missing)}; add them to FAMILY_ROWS", file=sys.stderr)
         return 2
     families = [f for f in args.families.split(",") if f] or list(SUPPORTED_MODEL_TYPES)
-    heads = [h for h in args.heads.split(",") if h]
+    heads = [h for h in args.head_kinds.split(",") if h]
     print(f"cpu: {platform.processor() or platform.machine()}; load {os.getloadavg()[0]:.1f}", flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

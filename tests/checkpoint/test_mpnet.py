@@ -251,6 +251,7 @@ def _char_tokenizer(folder: Path) -> int:
     return char_tokenizer(folder, ["<s>", "<pad>", "</s>", "<unk>", "<mask>"], "<s>", "</s>", "<unk>", pad=(PAD, "<pad>"))
 
 
+@pytest.mark.slow  # the default suite runs the CLI on this family in c27 (tests/reliability/test_round4_init.py)
 def test_the_cli_checkpoint_path_passes_on_a_tiny_mpnet(tmp_path):
     """``attn-export --checkpoint DIR``: the fidelity check at load, the export (padded and packed) and the judge, as a user runs it."""
     from attn_export.cli import main
