@@ -113,6 +113,17 @@ def assert_matches_transformers(ref: tuple[np.ndarray, np.ndarray | None], got: 
     assert np.array_equal(ref_logits[keep].argmax(-1), got[2][keep].argmax(-1)), f"{what}: labels differ"
 
 
+def assert_onnx_matches_transformers(session: Any, hf: Any, batches: list[tuple[np.ndarray, np.ndarray]], what: str) -> None:
+    """An exported encoder's ONNX Runtime session against transformers' own forward on each (ids, mask) batch: hidden
+    states, and logits when the model has a head, at the fp32 bar on real tokens."""
+    for ids, mask in batches:
+        out = session.run(None, {"input_ids": ids, "attention_mask": mask})
+        ref_hidden, ref_logits = hf_forward(hf, ids, mask)
+        assert_close(ref_hidden, out[0], mask, f"{what} ONNX hidden states {mask.sum(1)}")
+        if ref_logits is not None:
+            assert_close(ref_logits, out[2], mask, f"{what} ONNX logits {mask.sum(1)}")
+
+
 def assert_trt_parsable(path: Path, versions: tuple[str, ...] = ("10.3", "11.4")) -> None:
     """A decomposed fp32 export passes check-trt for JetPack 6's TensorRT 10.3 and the newest release the tables know.
 

@@ -22,6 +22,7 @@ from hf_models import (
     agreement,
     assert_close,
     assert_matches_transformers,
+    assert_onnx_matches_transformers,
     assert_trt_parsable,
     char_tokenizer,
     hf_forward,
@@ -105,13 +106,8 @@ def test_fp32_onnx_matches_transformers(saved, name, form, tmp_path):
     reads = [sum(1 for n in graph.node if n.op_type in ("MatMul", "Gemm") and name in n.input) for name in matrices]
     assert max(reads) == 3, "the export reads one weight matrix at every depth (3 layers), not a copy per layer"
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    for lengths, seed in (((20, 9, 5, 1), 1), ((7, 3), 5)):  # another batch and length: dynamic axes
-        ids, mask = probe(0, lengths=lengths, seed=seed)
-        out = session.run(None, {"input_ids": ids, "attention_mask": mask})
-        ref_hidden, ref_logits = hf_forward(hf, ids, mask)
-        assert_close(ref_hidden, out[0], mask, f"{name} {form} ONNX hidden states")
-        if ref_logits is not None:
-            assert_close(ref_logits, out[2], mask, f"{name} {form} ONNX logits")
+    batches = [probe(0, lengths=lengths, seed=seed) for lengths, seed in (((20, 9, 5, 1), 1), ((7, 3), 5))]  # another batch and length: dynamic axes
+    assert_onnx_matches_transformers(session, hf, batches, f"{name} {form}")
 
 
 def test_fidelity_check_passes_and_records_the_family_bar(saved):

@@ -26,6 +26,7 @@ from hf_models import (
     agreement,
     assert_close,
     assert_matches_transformers,
+    assert_onnx_matches_transformers,
     char_tokenizer,
     hf_forward,
     model_cache,
@@ -208,12 +209,8 @@ def test_fp32_onnx_matches_transformers(saved, form, attention, tmp_path):
         assert result.attention_blocks == 3 and sum(n for k, n in result.attention_kernels.items() if k.startswith("chunked")) == 1, result.attention_kernels
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     right = probe(PAD, lengths=LENGTHS)
-    for ids, mask in (right, _left_padded(*right), probe(PAD, lengths=(17, 3), seed=5)):  # left padding; another batch and length
-        out = session.run(None, {"input_ids": ids, "attention_mask": mask})
-        ref_hidden, ref_logits = hf_forward(hf, ids, mask)
-        assert_close(ref_hidden, out[0], mask, f"{form} {attention} ONNX hidden states {mask.sum(1)}")
-        if ref_logits is not None:
-            assert_close(ref_logits, out[2], mask, f"{form} {attention} ONNX logits {mask.sum(1)}")
+    batches = [right, _left_padded(*right), probe(PAD, lengths=(17, 3), seed=5)]  # left padding; another batch and length
+    assert_onnx_matches_transformers(session, hf, batches, f"{form} {attention}")
 
 
 def test_fidelity_check_passes_and_records_the_family_bar(saved):

@@ -25,6 +25,7 @@ from hf_models import (
     agreement,
     assert_close,
     assert_matches_transformers,
+    assert_onnx_matches_transformers,
     assert_trt_parsable,
     char_tokenizer,
     hf_forward,
@@ -156,13 +157,8 @@ def test_fp32_onnx_matches_transformers(saved, form, attention, tmp_path):
     if attention == "decomposed":
         assert_trt_parsable(path)  # the bias's bucket maths on floats: TensorRT clamps no int64
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    for lengths, seed in ((LENGTHS, 1), ((7, 3), 5)):  # another batch and length: dynamic axes
-        ids, mask = probe(PAD, lengths=lengths, seed=seed)
-        out = session.run(None, {"input_ids": ids, "attention_mask": mask})
-        ref_hidden, ref_logits = hf_forward(hf, ids, mask)
-        assert_close(ref_hidden, out[0], mask, f"{form} {attention} ONNX hidden states {lengths}")
-        if ref_logits is not None:
-            assert_close(ref_logits, out[2], mask, f"{form} {attention} ONNX logits {lengths}")
+    batches = [probe(PAD, lengths=lengths, seed=seed) for lengths, seed in ((LENGTHS, 1), ((7, 3), 5))]  # another batch and length: dynamic axes
+    assert_onnx_matches_transformers(session, hf, batches, f"{form} {attention}")
 
 
 def test_the_long_seq_form_is_refused_and_auto_keeps_the_targets_form(saved, tmp_path):
