@@ -154,7 +154,7 @@ class ToleranceSpec:
 # 8-bit: the two errors add, so the embedding bar is their product (0.99 * 0.99).
 # The encoder's 8-bit goal (issue 11's static acceptance on unseen text): the select split is
 # held to it, so the report split lands there too.
-_ENCODER_8BIT_GOAL = EmbeddingTolerance(min_mean_cosine=0.995, min_min_cosine=0.98, min_top1_agreement=0.95)
+_ENCODER_8BIT_GOAL = EmbeddingTolerance(min_mean_cosine=0.995, min_min_cosine=0.985, min_top1_agreement=0.95)
 _ENCODER_FP8_GOAL = EmbeddingTolerance(min_mean_cosine=0.995, min_min_cosine=0.985, min_top1_agreement=0.95)  # issue 22's FP8 acceptance
 # Logits: fp32 must keep every label; a lossy route may flip the close calls of at most 1-5%.
 TOLERANCES: dict[str, ToleranceSpec] = {

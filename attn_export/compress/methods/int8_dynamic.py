@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from attn_export.compress.methods.int8_static import check_alpha
+from attn_export.compress.methods.int8_static import check_alpha, check_fallback
 from attn_export.compress.registry import BuildContext, Method, PlanContext, Skip, Source, compose_key, register_method
 
 if TYPE_CHECKING:
@@ -29,7 +29,10 @@ class Int8Dynamic(Method):
     ``smoothquant_alpha``: a number, ``"auto"`` (searched per activation for the dynamic
     quantizer) or None. ``quantize_embeddings``: int8 embedding tables, one scale per row
     (their own accuracy cost is measured on the select split and reported). ``fuse``: the
-    ONNX Runtime CPU fusions that measured faster (BiasGelu; not SkipLayerNorm).
+    ONNX Runtime CPU fusions that measured faster (BiasGelu; not SkipLayerNorm). ``fallback``:
+    ``"auto"`` judges the all-int8 model on the select split and, when it misses the subject's
+    8-bit goal, keeps the most sensitive GEMM groups in float until it is met; N keeps exactly
+    N; ``"none"`` quantizes every weight MatMul (``mixed_precision.dynamic_fallback``).
     """
 
     role: ClassVar[str] = "route"
@@ -49,9 +52,12 @@ class Int8Dynamic(Method):
     smoothquant_alpha: float | str | None = None
     quantize_embeddings: bool = False
     fuse: bool = False  # ONNX Runtime CPU fusions that measured faster (quant_onnx.fuse_for_ort_cpu)
+    fallback: str | int = "none"
+    sensitivity_items: int = 64
 
     def __post_init__(self) -> None:
         check_alpha(self.smoothquant_alpha)
+        check_fallback(self.fallback, self.sensitivity_items)
 
     def fitted(self) -> str | None:
         if self.smoothquant_alpha is None:
@@ -70,7 +76,7 @@ class Int8Dynamic(Method):
         # int8 embedding rows and ORT's BiasGelu: measured on MiniLM (docs/quantization.md); a graph without
         # embedding tables or GELU has nothing for them to change
         return cls(per_channel=True, reduce_range=bool(enc.reduce_range), session_u8u8=bool(enc.session_u8u8), smoothquant_alpha=run.resolved_smoothquant,
-                   quantize_embeddings=profile.has_embeddings, fuse=profile.activation.startswith("gelu"))  # fmt: skip
+                   quantize_embeddings=profile.has_embeddings, fuse=profile.activation.startswith("gelu"), fallback=run.int8_fallback)  # fmt: skip
 
 
 @register_method(Int8Dynamic)
@@ -79,7 +85,9 @@ def int8_dynamic(source: Source, config: Int8Dynamic) -> Artifact:
     one fused QKV GEMM followed by the Split that copies its output (default layer: 20.4 vs 22.0 ms;
     MiniLM: 3-6% less CPU time per batch). The unfused graph is the source's fp32 graph with its QKV
     split by a graph pass (``_unfused_source``), not a second export."""
+    from attn_export.compress.quant.mixed_precision import dynamic_fallback
     from attn_export.compress.quant.onnx import quantize_dynamic_onnx
+    from attn_export.runtime.artifacts import ort_runner_factory
 
     ctx, art = source.ctx, source.artifact
     extras = [w for w, on in (("SmoothQuant " + str(config.smoothquant_alpha), config.smoothquant_alpha is not None),
@@ -94,9 +102,23 @@ def int8_dynamic(source: Source, config: Int8Dynamic) -> Artifact:
             # ONNX Runtime's dynamic quantizer quantizes MatMul, not the Gemm the long-seq form writes for Linears
             source.subject.export(art.module, unfused, replace(ctx.fp32_spec, fuse_qkv=False, precision="fp32", linear_gemm=False))
         calib = source.subject.calibration() if config.smoothquant_alpha is not None else None
+        fallback: list[Any] = []
+
+        def keep_float(float_graph: Path, all_int8: Path) -> list[str]:
+            nodes, mp = dynamic_fallback(float_graph, all_int8, source.subject, key, source.subject.fallback_goal(key), config.fallback,
+                                         config.sensitivity_items, ctx.threads, runner_for, ctx.say)  # fmt: skip
+            fallback.append(mp)
+            return nodes
+
+        def runner_for(path: Path) -> Any:
+            return ort_runner_factory(path, ctx.runtime(u8u8=config.session_u8u8), ctx.threads, "int8-dynamic-select")()
+
         result = quantize_dynamic_onnx(unfused, source.path, per_channel=config.per_channel, reduce_range=config.reduce_range,
                                        smoothquant_alpha=config.smoothquant_alpha, calib=calib, quantize_embeddings=config.quantize_embeddings,
-                                       fuse=config.fuse, unquantized_embeddings_out=float_tables)  # fmt: skip
+                                       fuse=config.fuse, unquantized_embeddings_out=float_tables,
+                                       keep_float=None if config.fallback == "none" else keep_float)  # fmt: skip
+        if fallback:
+            details["mixed_precision"] = fallback[0].to_dict()
         if result.embeddings.get("tables"):
             details["embedding_quantization"] = _table_cost(ctx, source.path, float_tables, config.session_u8u8)
     details["quantization"] = result.to_dict()

@@ -28,6 +28,14 @@ def check_alpha(alpha: object) -> None:
         raise ConfigError(f"expected --smoothquant ALPHA in [0, 1] or auto, got {alpha!r}; use auto")
 
 
+def check_fallback(fallback: object, sensitivity_items: int) -> None:
+    """``--int8-fallback``: ``auto``, ``none`` or N >= 0 GEMM groups; each sensitivity measurement reads >= 1 item."""
+    if not (fallback in ("auto", "none") or (isinstance(fallback, int) and not isinstance(fallback, bool) and fallback >= 0)):
+        raise ConfigError(f"expected --int8-fallback auto|none|N (N >= 0), got {fallback!r}; use auto")
+    if sensitivity_items < 1:
+        raise ConfigError(f"expected sensitivity_items >= 1, got {sensitivity_items}")
+
+
 @dataclass(frozen=True)
 class Int8Static(Method):
     """Static Q/DQ, calibrated on the train split: TensorRT's int8 (symmetric, zero point 0).
@@ -72,11 +80,7 @@ class Int8Static(Method):
         if self.for_tensorrt and self.reduce_range:
             raise ConfigError("TensorRT's Q/DQ keeps full-range int8 weights; reduce-range is for ONNX Runtime CPU")
         check_alpha(self.smoothquant_alpha)
-        fb = self.fallback
-        if not (fb in ("auto", "none") or (isinstance(fb, int) and not isinstance(fb, bool) and fb >= 0)):
-            raise ConfigError(f"expected --int8-fallback auto|none|N (N >= 0), got {fb!r}; use auto")
-        if self.sensitivity_items < 1:
-            raise ConfigError(f"expected sensitivity_items >= 1, got {self.sensitivity_items}")
+        check_fallback(self.fallback, self.sensitivity_items)
 
     def fitted(self) -> str | None:
         sq = {None: "", "auto": " and SmoothQuant scales searched"}.get(self.smoothquant_alpha, " and SmoothQuant scales")  # type: ignore[arg-type]

@@ -79,12 +79,13 @@ def group_of(label: str) -> str:
 
 
 def _dq_source(value: ir.Value | None) -> tuple[ir.Node, ir.Node] | None:
-    """(DQ, Q) when ``value`` is an activation read through QuantizeLinear -> DequantizeLinear."""
+    """(DQ, Q) when ``value`` is an activation read through QuantizeLinear (static ranges) or DynamicQuantizeLinear
+    (ranges per batch: the dynamic route's view, ``dynamic_groups``) -> DequantizeLinear."""
     dq = value.producer() if value is not None else None
     if dq is None or dq.op_type != "DequantizeLinear" or is_constant(dq.inputs[0]):
         return None
     q = dq.inputs[0].producer()
-    if q is None or q.op_type != "QuantizeLinear":
+    if q is None or q.op_type not in ("QuantizeLinear", "DynamicQuantizeLinear"):
         return None
     return dq, q
 

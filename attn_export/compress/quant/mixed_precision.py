@@ -39,10 +39,10 @@ import onnx_ir as ir
 
 from attn_export.compress.quant.gemm_groups import Gemm, SwitchableGraph, apply_fallback
 from attn_export.errors import ConfigError
-from attn_export.runtime.base import Feed
+from attn_export.runtime.base import Feed, Runner
 
-__all__ = ["FallbackGoal", "FallbackTrial", "GroupSensitivity", "MixedPrecisionResult", "fallback_search", "gemm_table", "mixed_precision_", "sensitivity",
-           "time_fallback"]
+__all__ = ["FallbackGoal", "FallbackTrial", "GroupSensitivity", "MixedPrecisionResult", "dynamic_fallback", "fallback_search", "gemm_table", "mixed_precision_",
+           "sensitivity", "time_fallback"]
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +174,8 @@ class MixedPrecisionResult:
         if self.latency_ms_all_int8 and self.latency_ms_mixed:
             cost = f", latency {self.latency_ms_all_int8:.1f} -> {self.latency_ms_mixed:.1f} ms ({100 * (self.latency_ms_mixed / self.latency_ms_all_int8 - 1):+.1f}%)"
         goal = "" if self.met is None else ("; goal met on the select split" if self.met else "; goal NOT met on the select split")
+        if not self.gemms:  # the all-8-bit model met the goal at once: nothing was ranked
+            what = f"every GEMM in {self.quant_precision}"
         return f"{self.quant_precision} fallback {self.mode}: {what}{cost}{goal}"
 
 
@@ -243,3 +245,49 @@ def mixed_precision_(
     result.gemms = gemm_table(graph.gemms, ranking, float_groups, float_precision, cost, quant_precision)
     say(result.describe())
     return result
+
+
+def dynamic_fallback(
+    float_graph: Path, all_int8: Path, subject: Any, tolerance_key: str, goal: FallbackGoal, mode: str | int, limit: int, threads: int,
+    runner_for: Callable[[Path], Runner], say: Callable[[str], None] | None = None,
+) -> tuple[list[str], MixedPrecisionResult]:  # fmt: skip
+    """The dynamic route's fallback: the MatMul nodes to keep in float, and what the report shows.
+
+    ``float_graph`` is the graph ``quantize_dynamic`` read and ``all_int8`` its result. Under
+    ``auto`` the all-int8 model is judged first on the select split, on the runtime that
+    ships it (``runner_for``): most models meet the goal there, and nothing is ranked. Else
+    the GEMMs are ranked and moved to float on the dynamic route's Q/DQ view
+    (``dynamic_groups``), as the static route does on its own graph.
+    """
+    from attn_export.compress.quant.dynamic_groups import dynamic_qdq_model
+
+    say = say or (lambda _m: None)
+    result = MixedPrecisionResult(mode=str(mode), goal={"tolerance": tolerance_key, **goal.to_dict()}, float_precision="fp32",
+                                  sensitivity_items=limit)  # fmt: skip
+    if mode == "auto":
+        runner = runner_for(all_int8)
+        try:
+            judged = subject.judge(runner, "select", tolerance_key)
+        finally:
+            runner.deactivate()
+        missed = goal.violations(judged)
+        if not missed:
+            result.steps, result.met = [asdict(FallbackTrial([], judged.headline(), True))], True
+            say(result.describe())
+            return [], result
+        say(f"int8 dynamic, every GEMM int8: {judged.headline()}; goal missed ({'; '.join(missed)}): ranking the GEMMs")
+    float_model = ir.load(os.fspath(float_graph))
+    view = dynamic_qdq_model(float_model, ir.load(os.fspath(all_int8)))
+    with tempfile.TemporaryDirectory(prefix="attn_export_dmp_") as tmp:
+        graph = SwitchableGraph(view, float_model, threads, Path(tmp))
+        try:
+            ranking = sensitivity(subject, graph, limit, say=say)
+            float_groups, steps = fallback_search(subject, graph, [r.group for r in ranking], tolerance_key, goal, mode, say)
+        finally:
+            graph.close()
+    result.float_groups, result.steps = list(float_groups), [asdict(s) for s in steps]
+    result.met = steps[-1].met if steps else None
+    result.gemms = gemm_table(graph.gemms, ranking, float_groups, "fp32", None)
+    result.latency_note = "not timed here: the shipped model's latency is the stage's own, timed side by side with the others"
+    say(result.describe())
+    return [g.node for g in graph.gemms if g.group in set(float_groups)], result

@@ -15,7 +15,7 @@ import io
 import logging
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -281,6 +281,7 @@ def quantize_dynamic_onnx(
     quantize_embeddings: bool = False,
     fuse: bool = False,
     unquantized_embeddings_out: str | os.PathLike[str] | None = None,
+    keep_float: Callable[[Path, Path], Sequence[str]] | None = None,
 ) -> QuantResult:
     """int8 weights + per-batch uint8 activations for the weight MatMuls; attention BMMs stay float.
 
@@ -291,7 +292,10 @@ def quantize_dynamic_onnx(
     for the dynamic quantizer first; ``fuse`` applies the ORT CPU fusions that measured faster
     (``fuse_for_ort_cpu``); ``quantize_embeddings`` stores embedding tables as int8 rows
     (``embedding_quant``), and ``unquantized_embeddings_out`` also writes the same model with
-    float tables, so the tables' own accuracy cost can be measured.
+    float tables, so the tables' own accuracy cost can be measured. ``keep_float(float_graph,
+    all_int8)`` (the sensitivity fallback, ``mixed_precision.dynamic_fallback``) sees the graph
+    the quantizer read and its all-int8 result, and names the MatMuls to keep in float: the
+    quantizer then runs again with them excluded, so the fallback ships the quantizer's own model.
     """
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -318,16 +322,25 @@ def quantize_dynamic_onnx(
             src = Path(tmp) / "fused.onnx"
             notes.append("ORT CPU fusions: " + (", ".join(f"{k} x{v}" for k, v in fused.items()) or "none matched"))
         raw = Path(tmp) / "dynamic.onnx"
-        quantize_dynamic(
-            str(src),
-            str(raw),
-            op_types_to_quantize=["MatMul"],
-            per_channel=per_channel,
-            reduce_range=reduce_range,
-            weight_type=QuantType.QInt8,
-            extra_options={"MatMulConstBOnly": True},  # activation @ activation (the BMMs) stays float
-            nodes_to_exclude=[n.name for n in attention_bmms(ir.load(src).graph) if n.name],  # and DeBERTa's c2p/p2c (qdq.attention_bmms)
-        )
+        bmms = [n.name for n in attention_bmms(ir.load(src).graph) if n.name]  # and DeBERTa's c2p/p2c (qdq.attention_bmms)
+
+        def quantize(exclude: Sequence[str]) -> None:
+            quantize_dynamic(
+                str(src),
+                str(raw),
+                op_types_to_quantize=["MatMul"],
+                per_channel=per_channel,
+                reduce_range=reduce_range,
+                weight_type=QuantType.QInt8,
+                extra_options={"MatMulConstBOnly": True},  # activation @ activation (the BMMs) stays float
+                nodes_to_exclude=[*bmms, *exclude],
+            )
+
+        quantize(())
+        kept = list(keep_float(src, raw)) if keep_float is not None else []
+        if kept:
+            quantize(kept)
+            notes.append(f"sensitivity fallback: {len(kept)} MatMuls kept in float")
         proto = onnx.load(str(raw))
         emb_summary: dict[str, Any] = {}
         if quantize_embeddings:
