@@ -246,14 +246,15 @@ class EncoderSubject(BaseSubject):
         """A runner with the encoder's inputs and outputs for ``candidate`` (the artifact itself, for the whole encoder)."""
         return candidate
 
-    def candidate_outputs(self, candidate: Runner, name: str, limit: int | None = None) -> list[dict[str, np.ndarray]]:
+    def candidate_outputs(self, candidate: Runner, name: str, limit: int | None = None, batch: int = FEED_BATCH) -> list[dict[str, np.ndarray]]:
         runner = self.encoder_runner(candidate)
-        return [runner.infer(f) for f in self._set(name).feeds(FEED_BATCH, trim=True, limit=limit)]
+        return [runner.infer(f) for f in self._set(name).feeds(batch, trim=True, limit=limit)]
 
-    def _judged(self, name: str, outputs: list[dict[str, np.ndarray]], limit: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    def _judged(self, name: str, outputs: list[dict[str, np.ndarray]], limit: int | None = None,
+                batch: int = FEED_BATCH) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:  # fmt: skip
         """(reference rows, candidate rows, where) of the output users read (``judged_output``) on set ``name``: one row per
         text, or per real token of a token head (``where``: each row's text and position; None for sentence embeddings).
-        ``outputs`` (of the first ``limit`` texts) are compared with the reference's same first rows."""
+        ``outputs`` (of the first ``limit`` texts, in batches of ``batch``) are compared with the reference's same first rows."""
         from attn_export.checkpoint.metrics import logit_rows
 
         refs = self.reference_outputs(name)
@@ -262,7 +263,7 @@ class EncoderSubject(BaseSubject):
             return np.concatenate([r.sentence_embedding for r in refs])[: len(got)], got, None
         feeds = self._set(name).feeds
         ref, where = logit_rows([r.logits for r in refs], [f["attention_mask"] for f in feeds(FEED_BATCH, trim=True)])
-        got, _ = logit_rows([o["logits"] for o in outputs], [f["attention_mask"] for f in feeds(FEED_BATCH, trim=True, limit=limit)])
+        got, _ = logit_rows([o["logits"] for o in outputs], [f["attention_mask"] for f in feeds(batch, trim=True, limit=limit)])
         return ref[: len(got)], got, where[: len(got)]
 
     def select_error(self, candidate: Runner, limit: int) -> float:
@@ -292,7 +293,8 @@ class EncoderSubject(BaseSubject):
 
         return FallbackGoal(tolerance_spec(tolerance_key).embedding_goal if self.judged_output == "sentence_embedding" else None)
 
-    def _agreement(self, name: str, outputs: list[dict[str, np.ndarray]], tolerance_key: str) -> tuple[dict[str, Any], list[str], Any, Any]:
+    def _agreement(self, name: str, outputs: list[dict[str, np.ndarray]], tolerance_key: str,
+                   batch: int = FEED_BATCH) -> tuple[dict[str, Any], list[str], Any, Any]:  # fmt: skip
         """The figures of what users read on set ``name`` (``details.embedding``, or ``details.logits`` with the worst row
         named), the violations of its bar, the accuracy, and the bar itself (as the report records it)."""
         from attn_export.checkpoint.metrics import classification_agreement, embedding_agreement
@@ -300,7 +302,7 @@ class EncoderSubject(BaseSubject):
         from attn_export.validate.tolerances import embedding_with_overrides, logits_with_overrides, tolerance_spec
 
         spec = tolerance_spec(tolerance_key)
-        ref, got, where = self._judged(name, outputs)
+        ref, got, where = self._judged(name, outputs, batch=batch)
         acc = accuracy(ref, got)
         if where is None:  # a sentence embedding: per-text cosine and nearest neighbours
             bar = embedding_with_overrides(spec.embedding, self.cfg.tolerance_overrides)
@@ -325,14 +327,16 @@ class EncoderSubject(BaseSubject):
         token = f", token {position} {self.tokenizer.id_to_token(int(batch.input_ids[text, position]))!r}" if position >= 0 else ""
         return f"text {text} {snippet!r}{token}: logit cosine {cosine:.6f}, label {int(ref.argmax())} -> {int(got.argmax())}"
 
-    def judge(self, candidate: Runner, split: Split, tolerance_key: str) -> Judgement:
+    def judge(self, candidate: Runner, split: Split, tolerance_key: str, batch: int | None = None) -> Judgement:
         """Against the user's model on ``split``, on what its users read (``judged_output``); on the report split also on
-        every extra set, named, beside the verdict."""
+        every extra set, named, beside the verdict. ``batch``: texts per batch (``FEED_BATCH`` by default); a dynamic
+        int8 model's ranges are per batch, so its fallback judges wide batches (``mixed_precision.WIDE_BATCH``)."""
         from attn_export.validate.error_histogram import error_histogram
 
-        outputs = self.candidate_outputs(candidate, split)
-        result, violations, acc, tolerance = self._agreement(split, outputs, tolerance_key)
-        ref, got, _ = self._judged(split, outputs)
+        batch = batch or FEED_BATCH
+        outputs = self.candidate_outputs(candidate, split, batch=batch)
+        result, violations, acc, tolerance = self._agreement(split, outputs, tolerance_key, batch)
+        ref, got, _ = self._judged(split, outputs, batch=batch)
         details: dict[str, Any] = {**result, "output": self.judged_output, "error_histogram": error_histogram(ref, got), "judged_on": self.data.source}
         if split == "report" and self.data.extra:
             also = {}

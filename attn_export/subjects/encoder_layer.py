@@ -129,10 +129,10 @@ class EncoderLayerSubject(EncoderSubject):
         got = np.concatenate([np.asarray(candidate.infer(f)["y"], dtype=np.float32).ravel() for f in take])
         return rel_l2(self._quick_refs[key], got)
 
-    def judge(self, candidate: Runner, split: Split, tolerance_key: str) -> Judgement:
+    def judge(self, candidate: Runner, split: Split, tolerance_key: str, batch: int | None = None) -> Judgement:
         from attn_export.validate.metrics import accuracy
 
-        judgement = super().judge(candidate, split, tolerance_key)
+        judgement = super().judge(candidate, split, tolerance_key, batch)
         eager, feeds = self.eager_runner(), self.feeds(split)  # the layer's own output on its real inputs, beside
         ref_y = np.concatenate([eager.infer(f)["y"].ravel() for f in feeds])
         got_y = np.concatenate([np.asarray(candidate.infer(f)["y"], dtype=np.float32).ravel() for f in feeds])

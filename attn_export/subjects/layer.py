@@ -202,7 +202,8 @@ class LayerSubject(BaseSubject):
 
         return with_overrides(tolerance_for(tolerance_key), "y", self.cfg.tolerance_overrides)
 
-    def judge(self, candidate: Runner, split: Split, tolerance_key: str) -> Judgement:
+    def judge(self, candidate: Runner, split: Split, tolerance_key: str, batch: int | None = None) -> Judgement:
+        """``batch`` is the encoder's (texts per judged batch); a layer's sequences come in the batches its data has."""
         from attn_export.validate.compare import compare_outputs
         from attn_export.validate.error_histogram import error_histogram
         from attn_export.validate.metrics import accuracy
