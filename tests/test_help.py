@@ -20,13 +20,27 @@ def _options(command, ctx, prefix):  # type: ignore[no-untyped-def]
 
 
 def test_every_option_of_every_command_shows_its_default():
+    """Every option that takes a value shows its default; a switch is off unless given, and says nothing (as click's
+    own help does): "[default: (off)]" beside each switch was noise, and beside a stated number a contradiction."""
     _register()
     root = typer.main.get_command(app)
     ctx_type = type(root.make_context("attn-export", [], resilient_parsing=True))
     records = list(_options(root, ctx_type(root), "attn-export"))
     assert len(records) > 60
-    missing = [name for name, rec in records if rec is None or not ("[default" in rec[1] or "[required]" in rec[1])]
+    switches = {name for name, p in _option_params(root, "attn-export") if getattr(p, "is_flag", False) and not p.secondary_opts and p.default is False}
+    assert len(switches) > 15
+    missing = [name for name, rec in records if name not in switches and (rec is None or not ("[default" in rec[1] or "[required]" in rec[1]))]
     assert not missing, f"options without a visible default: {missing}"
+    said = [name for name, rec in records if name in switches and "[default" in rec[1]]
+    assert not said, f"switches with a default shown: {said}"
+
+
+def _option_params(command, prefix):  # type: ignore[no-untyped-def]
+    for p in command.params:
+        if p.param_type_name == "option" and p.name != "help":
+            yield f"{prefix} {p.opts[0]}", p
+    for name, sub in (getattr(command, "commands", None) or {}).items():
+        yield from _option_params(sub, f"{prefix} {name}")
 
 
 def test_help_imports_neither_torch_nor_onnx():
@@ -47,7 +61,8 @@ def _main_options() -> dict[str, tuple[object, str]]:
     out = {}
     for p in root.params:
         if p.param_type_name == "option" and p.name != "help":
-            shown = re.search(r"\[default: (.*)\]", p.get_help_record(ctx)[1]).group(1)
+            found = re.search(r"\[default: (.*)\]", p.get_help_record(ctx)[1])
+            shown = found.group(1) if found else ""  # a switch (off unless given) shows none
             out[p.name] = (p.default, shown[1:-1] if shown.startswith("(") and shown.endswith(")") else shown)  # click brackets described defaults
     return out
 
@@ -66,7 +81,7 @@ def _resolved_defaults() -> dict[str, str]:
         "layers": layer.resolved_layers, "max_len": str(layer.resolved_max_len), "max_texts": str(layer.resolved_max_texts),
         "low_rank_targets": f"{','.join(layer.resolved_low_rank_targets)} for a layer; {ckpt['low_rank_targets']} for --checkpoint",
         "calib_method": f"{layer.resolved_calib_method} for a layer; {ckpt['calib_method']} for --checkpoint",
-        "smoothquant": f"{layer.resolved_smoothquant or 'off'} for a layer; {ckpt['smoothquant']} for --checkpoint",
+        "smoothquant": f"{layer.resolved_smoothquant or 'none'} for a layer; {ckpt['smoothquant']} for --checkpoint",
         "opset": f"the target's: {layer.export_spec().resolved_opset}; {tensorrt} for --target tensorrt and --attention onnx-attention",
         "min_shape": "1x1", "opt_shape": "--batch x --seq-len", "max_shape": "4 x --batch by 4 x --seq-len",
         "threads": "all cores" if layer.threads is None else str(layer.threads),
@@ -75,8 +90,9 @@ def _resolved_defaults() -> dict[str, str]:
     }  # fmt: skip
 
 
-# Options whose default is "nothing": shown as off/none and None/False in RunConfig (or EngineSpec).
-_NOTHING = {"checkpoint": "off (a reference layer)", "calib": "the shipped set", "trt_version": "the target's", "workspace": "TensorRT's (the GPU's memory)",
+# Options whose default is "nothing": a sentence or none in --help, None/False in RunConfig (or EngineSpec).
+_NOTHING = {"checkpoint": "none: a reference layer", "low_rank": "no factorization", "distill": "no distillation", "quantize": "none",
+            "int8_qat": "no QAT-lite", "bundle": "none", "triton": "none", "calib": "the shipped set", "trt_version": "the target's", "workspace": "TensorRT's (the GPU's memory)",
             "timing_cache": "none", "dla_core": "none (GPU only)", "atol": "the tolerance table's", "rtol": "the tolerance table's",
             "cosine_min": "the tolerance table's", "pooling": "the model's (1_Pooling/config.json), else mean",
             "prompt": "the model's default_prompt_name, else none",
@@ -103,10 +119,10 @@ def test_every_main_command_default_shown_is_the_real_default():
             expected = _NOTHING[name]
             if real not in (None, False):
                 wrong.append(f"--{name}: RunConfig default {real!r}, but --help describes it as {shown!r}")
-        elif python_default is None or python_default is False:
-            expected = "off"
-            if real not in (None, False):
-                wrong.append(f"--{name}: shown off, RunConfig default {real!r}")
+        elif python_default is False:
+            expected = ""  # a switch: off unless given, no default shown
+            if real is not False:
+                wrong.append(f"--{name}: a switch, but RunConfig's default is {real!r}")
         else:
             expected = str(real)
             if python_default != real:
@@ -197,5 +213,5 @@ def test_subject_dependent_defaults_in_help_are_the_subject_kinds():
     for name in ("layers", "max_len", "max_texts"):
         assert shown[name] == str(ckpt[name]), name
     for name in ("low_rank_targets", "calib_method", "smoothquant"):
-        as_shown = ["off" if v is None else str(v) for v in (layer[name], ckpt[name])]
+        as_shown = ["none" if v is None else str(v) for v in (layer[name], ckpt[name])]
         assert shown[name] == f"{as_shown[0]} for a layer; {as_shown[1]} for --checkpoint", name

@@ -26,8 +26,8 @@ __all__ = ["writing", "JsonFlag", "QuietFlag", "ThreadsFlag", "err_console", "in
 out_console = Console(width=None if sys.stdout.isatty() else 200)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
-QuietFlag = Annotated[bool, typer.Option("--quiet", "-q", metavar="", help="No progress output; print only the result.", show_default="off")]
-JsonFlag = Annotated[bool, typer.Option("--json", metavar="", help="Print machine-readable JSON on stdout.", show_default="off")]
+QuietFlag = Annotated[bool, typer.Option("--quiet", "-q", metavar="", help="No progress output; print only the result.")]
+JsonFlag = Annotated[bool, typer.Option("--json", metavar="", help="Print machine-readable JSON on stdout.")]
 ThreadsFlag = Annotated[int | None, typer.Option("--threads", help="Threads for eager and ONNX Runtime.", show_default="all cores")]
 
 

@@ -35,9 +35,11 @@ from pathlib import Path
 
 import typer
 
+from attn_export.cli.help import App
+
 __all__ = ["COMMAND_MODULES", "app", "main"]
 
-app = typer.Typer(
+app = App(
     name="attn-export",
     help="Compress, export and verify attention layers and encoders for ONNX Runtime and TensorRT.",
     add_completion=False,

@@ -18,6 +18,8 @@ from attn_export.cli._common import (
     strs,
     writing,
 )
+from attn_export.campaigns.bench.grid import GRID, OPT_IN_VARIANTS, QUICK, VARIANT_NAMES  # light: the defaults --help shows
+from attn_export.cli.help import one_of
 from attn_export.cli.options import ForceOpt
 from attn_export.subjects.kinds import KINDS  # the default reference layer's shape (BenchConfig's too)
 
@@ -27,16 +29,25 @@ __all__ = ["CEILING_SIZE", "register"]
 CEILING_SIZE = (16, 8192)
 
 
+def _ints(values: int | tuple[int, ...]) -> str:
+    return ",".join(map(str, values)) if isinstance(values, tuple) else str(values)
+
+
+def _quick(name: str) -> str:
+    """A grid default as ``--help`` shows it: the plain run's, then ``--quick``'s (``grid.py``)."""
+    return f"{_ints(GRID[name])}; quick {_ints(QUICK[name])}"
+
+
 def bench(
-    quick: Annotated[bool, typer.Option("--quick", metavar="", help="Small grid (L 128,512 x B 1,8) and fewer repeats (the time it took is printed at the end).", show_default="off")] = False,
-    as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the results as JSON on stdout (they are always written to OUT/bench.json).", show_default="off")] = False,
+    quick: Annotated[bool, typer.Option("--quick", metavar="", help=f"Small grid (L {_ints(QUICK['seqs'])} x B {_ints(QUICK['batches'])}) and fewer repeats (the time it took is printed at the end).")] = False,
+    as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the results as JSON on stdout (they are always written to OUT/bench.json).")] = False,
     out: Annotated[Path, typer.Option("--out", help="Output folder for bench.json, bench.md and seq_scaling.png.")] = Path("attn-export-bench"),
-    seqs: Annotated[str | None, typer.Option("--seqs", help="Sequence lengths, e.g. 128,512,1024,2048,4096.", show_default="off")] = None,
-    batches: Annotated[str | None, typer.Option("--batches", help="Batch sizes, e.g. 1,8.", show_default="off")] = None,
-    variants: Annotated[str | None, typer.Option("--variants", help="Comma-separated variants; eager-int8-torchao only when named.", show_default="all but torchao")] = None,
+    seqs: Annotated[str | None, typer.Option("--seqs", help="Sequence lengths, a comma list.", show_default=_quick("seqs"))] = None,
+    batches: Annotated[str | None, typer.Option("--batches", help="Batch sizes, a comma list.", show_default=_quick("batches"))] = None,
+    variants: Annotated[str | None, typer.Option("--variants", help=f"Comma list of variants: {one_of(VARIANT_NAMES)}.", show_default=f"all but {', '.join(OPT_IN_VARIANTS)}")] = None,
     d_model: Annotated[int, typer.Option("--d-model", help="Model width of the default TransformerLayer.")] = KINDS["layer"].defaults["d_model"],
     heads: Annotated[int, typer.Option("--heads", help="Attention heads.")] = KINDS["layer"].defaults["heads"],
-    ceiling_size: Annotated[int | None, typer.Option("--ceiling-size", help="N of the NxN GEMMs that measure the ceilings (default 2048, quick 1024).", show_default="off")] = None,
+    ceiling_size: Annotated[int | None, typer.Option("--ceiling-size", help="N of the NxN GEMMs that measure the ceilings.", show_default=_quick("ceiling_size"))] = None,
     threads: ThreadsFlag = None,
     force: ForceOpt = False,
     quiet: QuietFlag = False,

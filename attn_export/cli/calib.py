@@ -13,13 +13,14 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from attn_export.cli.help import App
 from attn_export.errors import ConfigError
 
 DEFAULT_MAX_BYTES = 512 * 2**20  # attn_export.compress.calib.data.DEFAULT_MAX_BYTES (not imported: it loads torch)
 
 __all__ = ["calib_app", "register"]
 
-calib_app = typer.Typer(help="Generate and check calibration/validation activation sets.", no_args_is_help=True)
+calib_app = App(help="Generate and check calibration/validation activation sets.", no_args_is_help=True)
 _console = Console()
 
 
@@ -34,7 +35,7 @@ def generate(
     decay: Annotated[float, typer.Option(help="Covariance spectrum exponent: eigenvalue k ~ k^-decay.")] = 1.0,
     outliers: Annotated[int, typer.Option(help="Outlier channels with large gain and offset.")] = 4,
     dtype: Annotated[str, typer.Option(help="Storage dtype: float16 (half the size) or float32.")] = "float16",
-    overwrite: Annotated[bool, typer.Option(metavar="", help="Replace an existing file.", show_default="off")] = False,
+    overwrite: Annotated[bool, typer.Option(metavar="", help="Replace an existing file.")] = False,
 ) -> None:
     """Write a synthetic set of LayerNorm-ed hidden states with padding masks (recipe: attn_export/data/calibration/README.md)."""
     from attn_export.cli._common import writing
@@ -57,7 +58,7 @@ def generate(
 @calib_app.command("check")
 def check(
     path: Annotated[Path, typer.Argument(help="Calibration file or directory to check.")],
-    d_model: Annotated[int | None, typer.Option(help="Expected feature size (the layer's d_model).", show_default="off")] = None,
+    d_model: Annotated[int | None, typer.Option(help="Expected feature size (the layer's d_model).", show_default="any")] = None,
     max_bytes: Annotated[int, typer.Option(help="Refuse files larger than this.")] = DEFAULT_MAX_BYTES,
 ) -> None:
     """Load a calibration set with all checks (shape, dtype, NaN/Inf, values whose squares overflow float32, masks, disjoint splits)."""

@@ -85,12 +85,12 @@ def run_check(
 def check(
     report: Annotated[Path, typer.Argument(help="report.json written by attn-export.")],
     baseline: Annotated[Path, typer.Option("--baseline", help="Committed baseline JSON (see docs/ci-gate.md).")],
-    update_baseline: Annotated[bool, typer.Option("--update-baseline", metavar="", help="Record this report's figures as its CPU class's entry (keeps tolerances and other classes).", show_default="off")] = False,
-    prune: Annotated[bool, typer.Option("--prune", metavar="", help="With --update-baseline: also remove stages/metrics this report lacks (listed).", show_default="off")] = False,
-    allow_empty: Annotated[bool, typer.Option("--allow-empty", metavar="", help="Accept a baseline with no stages (normally an error: it checks nothing).", show_default="off")] = False,
-    junit: Annotated[Path | None, typer.Option("--junit", help="Also write JUnit XML here (one test case per stage/metric).", show_default="off")] = None,
-    latency_margin: Annotated[float | None, typer.Option("--latency-margin", help="Also fail if speedup_vs_eager drops below baseline*(1-margin), e.g. 0.2.", show_default="off")] = None,
-    force: Annotated[bool, typer.Option("--force", metavar="", help="Replace an existing --junit file that attn-export did not write.", show_default="off")] = False,
+    update_baseline: Annotated[bool, typer.Option("--update-baseline", metavar="", help="Record this report's figures as its CPU class's entry (keeps tolerances and other classes).")] = False,
+    prune: Annotated[bool, typer.Option("--prune", metavar="", help="With --update-baseline: also remove stages/metrics this report lacks (listed).")] = False,
+    allow_empty: Annotated[bool, typer.Option("--allow-empty", metavar="", help="Accept a baseline with no stages (normally an error: it checks nothing).")] = False,
+    junit: Annotated[Path | None, typer.Option("--junit", help="Also write JUnit XML here (one test case per stage/metric).", show_default="none")] = None,
+    latency_margin: Annotated[float | None, typer.Option("--latency-margin", help="Also fail if speedup_vs_eager drops below baseline*(1-margin), e.g. 0.2.", show_default="none: latency not checked")] = None,
+    force: Annotated[bool, typer.Option("--force", metavar="", help="Replace an existing --junit file that attn-export did not write.")] = False,
     quiet: QuietFlag = False,
     as_json: JsonFlag = False,
 ) -> None:

@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 import typer
 
+from attn_export.cli.help import one_of
 from attn_export.errors import ConfigError
 from attn_export.host.memory import parse_bytes
 from attn_export.runtime.tensorrt.spec import EngineSpec, ShapeProfile
@@ -69,13 +70,13 @@ def engine_spec_from_options(
 def check_trt(
     model: Path = typer.Argument(..., help="ONNX model to check."),
     trt: str = typer.Option("10.3", "--trt", help=f"TensorRT release to check against ({known_releases()}; 10.3 = JetPack 6, 10.13 = JetPack 7.0 on Thor)."),
-    min_shape: Optional[str] = typer.Option(None, "--min-shape", help="Profile min BATCHxSEQ, e.g. 1x16.", show_default="off"),
-    opt_shape: Optional[str] = typer.Option(None, "--opt-shape", help="Profile opt BATCHxSEQ, e.g. 8x128.", show_default="off"),
-    max_shape: Optional[str] = typer.Option(None, "--max-shape", help="Profile max BATCHxSEQ, e.g. 32x512.", show_default="off"),
-    precision: Optional[str] = typer.Option(None, "--precision", help=f"Engine precision {'|'.join(PRECISIONS)} (default: from the graph).", show_default="from the graph"),
+    min_shape: Optional[str] = typer.Option(None, "--min-shape", help="Profile min BATCHxSEQ, e.g. 1x16.", show_default="none: dynamic dims are flagged"),
+    opt_shape: Optional[str] = typer.Option(None, "--opt-shape", help="Profile opt BATCHxSEQ, e.g. 8x128.", show_default="none"),
+    max_shape: Optional[str] = typer.Option(None, "--max-shape", help="Profile max BATCHxSEQ, e.g. 32x512.", show_default="none"),
+    precision: Optional[str] = typer.Option(None, "--precision", help=f"Engine precision: {one_of(PRECISIONS)}.", show_default="from the graph"),
     gpu_arch: Optional[str] = typer.Option(None, "--gpu-arch", help="GPU the engine is for (sm87 Orin, sm89 Ada, sm90 Hopper, sm100 Blackwell...): FP8 is checked against it.", show_default="unchecked"),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the findings as JSON.", show_default="off"),
-    errors_only: bool = typer.Option(False, "--errors-only", metavar="", help="Print errors only.", show_default="off"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the findings as JSON.", show_default="none"),
+    errors_only: bool = typer.Option(False, "--errors-only", metavar="", help="Print errors only."),
 ) -> None:
     """Check an ONNX model against what TensorRT's parser and builder accept (no GPU needed)."""
     from attn_export.checks.trt_compat import check_trt_compat, report_dict

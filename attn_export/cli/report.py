@@ -49,8 +49,8 @@ def run_report(
 
 def report(
     report_json: Annotated[Path, typer.Argument(help="report.json written by attn-export.")],
-    out: Annotated[Path | None, typer.Option("--out", help="Output folder (default: the report's folder).", show_default="off")] = None,
-    bench_json: Annotated[Path | None, typer.Option("--bench", help="bench.json to add latency/memory vs sequence length.", show_default="off")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Output folder.", show_default="the report's folder")] = None,
+    bench_json: Annotated[Path | None, typer.Option("--bench", help="bench.json to add latency/memory vs sequence length.", show_default="none")] = None,
     attention_maps: Annotated[bool, typer.Option("--attention-maps/--no-attention-maps", metavar="", help="Rebuild the layer and draw eager vs ONNX attention maps.", show_default="on")] = True,
     force: ForceOpt = False,
     quiet: QuietFlag = False,

@@ -16,6 +16,7 @@ import typer
 from rich.table import Table
 
 from attn_export.cli._common import out_console, progress_bar, writing
+from attn_export.cli.help import one_of
 from attn_export.cli.options import (
     BatchOpt,
     CalibOpt,
@@ -38,10 +39,13 @@ from attn_export.cli.options import (
 )
 from attn_export.config.run import run_default
 from attn_export.campaigns.sweep import MAX_POINTS, POINT_DEFAULTS, QUICK, QUICK_REPEATS, SweepConfig
+from attn_export.compress.registry import precisions, route_choices
+from attn_export.vocab.choices import CALIB_CHOICES
+from attn_export.vocab.precisions import precision_names
 
 __all__ = ["register", "sweep_axis"]
 
-_AXES = "Sweep axes (comma lists of the main command's values; none = the option left off)"
+_AXES = "Sweep axes (comma lists; none = the option left off)"  # a panel title is cut, not wrapped: it fits 80 columns
 
 
 def _axis(name: str) -> str:
@@ -86,14 +90,14 @@ def sweep_axis(text: str | None, flag: str, kind: type) -> tuple[Any, ...] | Non
 
 
 def sweep(
-    quick: Annotated[bool, typer.Option("--quick", metavar="", help=f"Small grid: {_preset(QUICK)}; an axis flag given beside it replaces that axis.", show_default="off")] = False,
+    quick: Annotated[bool, typer.Option("--quick", metavar="", help=f"Small grid: {_preset(QUICK)}; an axis flag given beside it replaces that axis.")] = False,
     out: Annotated[Path, typer.Option("--out", help="Output folder for sweep.json, pareto.md and pareto.png.")] = Path("attn-export-sweep"),
     low_rank: Annotated[str | None, typer.Option("--low-rank", help="Low-rank ratios (none = no factorization).", show_default=_axis("low_rank"), rich_help_panel=_AXES)] = None,
     distill: Annotated[str | None, typer.Option("--distill", help="Distillation steps (none = no distillation).", show_default=_axis("distill"), rich_help_panel=_AXES)] = None,
-    quantize: Annotated[str | None, typer.Option("--quantize", help="8-bit precisions (none = no quantization).", show_default=_axis("quantize"), rich_help_panel=_AXES)] = None,
-    int8_mode: Annotated[str | None, typer.Option("--int8-mode", help="8-bit routes of each quantized point (auto = the main command's selection).", show_default=_axis("int8_mode"), rich_help_panel=_AXES)] = None,
-    calib_method: Annotated[str | None, typer.Option("--calib-method", help="Static calibrations (static and auto points).", show_default=_axis("calib_method"), rich_help_panel=_AXES)] = None,
-    precision: Annotated[str | None, typer.Option("--precision", help="Export precisions.", show_default=_axis("precision"), rich_help_panel=_AXES)] = None,
+    quantize: Annotated[str | None, typer.Option("--quantize", help=f"8-bit precisions: {one_of((*precisions(), 'auto', 'none'))} (none = no quantization).", show_default=_axis("quantize"), rich_help_panel=_AXES)] = None,
+    int8_mode: Annotated[str | None, typer.Option("--int8-mode", help="8-bit routes of each quantized point: " + one_of(route_choices(), {"auto": "the main command's selection"}) + ".", show_default=_axis("int8_mode"), rich_help_panel=_AXES)] = None,
+    calib_method: Annotated[str | None, typer.Option("--calib-method", help=f"Static calibrations (static and auto points): {one_of(CALIB_CHOICES)}.", show_default=_axis("calib_method"), rich_help_panel=_AXES)] = None,
+    precision: Annotated[str | None, typer.Option("--precision", help=f"Export precisions: {one_of(precision_names(export_float=True))}.", show_default=_axis("precision"), rich_help_panel=_AXES)] = None,
     checkpoint: CheckpointMainOpt = None,
     layers: LayersMainOpt = None,
     max_len: MaxLenOpt = None,
@@ -111,8 +115,8 @@ def sweep(
     warmup: WarmupOpt = POINT_DEFAULTS["warmup"],
     repeats: Annotated[int | None, typer.Option("--repeats", help="Timed runs per configuration.", show_default=f"{POINT_DEFAULTS['repeats']}, quick {QUICK_REPEATS}")] = None,
     max_points: Annotated[int, typer.Option("--max-points", help="Refuse a grid with more points than this (each point is a pipeline run).")] = MAX_POINTS,
-    yes: Annotated[bool, typer.Option("--yes", metavar="", help="Run a grid larger than --max-points anyway.", show_default="off")] = False,
-    save_models: Annotated[bool, typer.Option("--save-models", metavar="", help="Keep the Pareto points' models in OUT/models/.", show_default="off")] = False,
+    yes: Annotated[bool, typer.Option("--yes", metavar="", help="Run a grid larger than --max-points anyway.")] = False,
+    save_models: Annotated[bool, typer.Option("--save-models", metavar="", help="Keep the Pareto points' models in OUT/models/.")] = False,
     force: ForceOpt = False,
     quiet: QuietOpt = False,
     as_json: JsonOpt = False,

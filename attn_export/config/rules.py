@@ -11,7 +11,7 @@ from typing import Any
 
 from attn_export.errors import ConfigError
 from attn_export.host.memory import MAX_BYTES
-from attn_export.vocab.choices import is_ascii_digits
+from attn_export.vocab.choices import INT8_QAT_SCALES, is_ascii_digits
 
 __all__ = ["LIMITS", "MIN_MAX_LEN", "check_combinations", "check_numbers"]
 
@@ -57,8 +57,8 @@ def check_numbers(cfg: Any) -> None:
     cfg.int8_fallback = _parse_fallback(cfg.int8_fallback)
     if cfg.int8_qat is not None:
         _int_in("int8_qat", cfg.int8_qat, 1, LIMITS["distill"])
-    if cfg.int8_qat_scales not in ("learned", "frozen"):
-        raise ConfigError(f"expected --int8-qat-scales learned|frozen, got {cfg.int8_qat_scales!r}")
+    if cfg.int8_qat_scales not in INT8_QAT_SCALES:
+        raise ConfigError(f"expected --int8-qat-scales {'|'.join(INT8_QAT_SCALES)}, got {cfg.int8_qat_scales!r}")
     if cfg.max_memory is not None:
         _int_in("max_memory", cfg.max_memory, 1, MAX_BYTES)
 

@@ -147,6 +147,10 @@ class LayerKind(SubjectKind):
             from attn_export.compress.calib.data import default_calibration_path
 
             default_calibration_path(cfg.resolved_d_model)  # DataError naming `calib generate` when none ships
+        if cfg.calib is not None:
+            from attn_export.compress.calib.files import check_arrays_file
+
+            check_arrays_file(cfg.calib)  # its size and format before torch is imported; the run reads it with the same rule
 
     def model_shape(self, cfg: RunOptions) -> ModelShape:
         d, h = cfg.resolved_d_model, cfg.resolved_heads

@@ -17,6 +17,7 @@ __all__ = [
     "CALIB_METHODS",
     "CPU_INT8_ENCODINGS",
     "ENCODER_FORMS",
+    "INT8_QAT_SCALES",
     "LOW_RANK_METHODS",
     "LAYER_MASKS",
     "LAYER_NAMES",
@@ -48,6 +49,8 @@ CALIB_CHOICES: tuple[str, ...] = (*CALIB_METHODS, PER_TENSOR)
 CPU_INT8_ENCODINGS: tuple[str, ...] = ("auto", "full-range", "reduce-range", "u8u8")
 
 LOW_RANK_METHODS: tuple[str, ...] = ("activation", "svd")
+# QAT-lite's activation ranges (--int8-qat-scales): trained with the weights, or kept as calibrated.
+INT8_QAT_SCALES: tuple[str, ...] = ("learned", "frozen")
 
 # Sentence-transformers' pooling modes (``layers/pooling.py`` computes them; ``--pooling`` names one, or several joined by +).
 POOLING_MODES: tuple[str, ...] = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")

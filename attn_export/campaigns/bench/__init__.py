@@ -1,12 +1,13 @@
-"""``attn-export bench``: every variant of a layer side by side, against the machine's ceilings."""
+"""``attn-export bench``: every variant of a layer side by side, against the machine's ceilings.
 
-from attn_export.campaigns.bench.ceilings import Ceilings, measure_ceilings
-from attn_export.campaigns.bench.flops import FlopCount, count_flops, count_module_flops
-from attn_export.campaigns.bench.harness import BenchConfig, run_bench
-from attn_export.campaigns.bench.table import markdown_tables, results_table, variants_table
-from attn_export.campaigns.bench.variants import VARIANTS
-from attn_export.validate.memory import peak_memory_delta
+Names load lazily (PEP 562): ``bench --help`` reads the light ``grid`` without importing torch.
+"""
 
+from attn_export.host.lazy import lazy_exports
+
+_WHERE = {"Ceilings": "ceilings", "measure_ceilings": "ceilings", "FlopCount": "flops", "count_flops": "flops", "count_module_flops": "flops",
+          "BenchConfig": "harness", "run_bench": "harness", "markdown_tables": "table", "results_table": "table", "variants_table": "table",
+          "VARIANTS": "variants"}  # fmt: skip
 __all__ = [
     "VARIANTS",
     "BenchConfig",
@@ -16,8 +17,9 @@ __all__ = [
     "count_module_flops",
     "markdown_tables",
     "measure_ceilings",
-    "peak_memory_delta",
     "results_table",
     "run_bench",
     "variants_table",
 ]
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)
+

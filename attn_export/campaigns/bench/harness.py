@@ -23,6 +23,7 @@ import numpy as np
 
 from attn_export.campaigns.bench.ceilings import measure_ceilings
 from attn_export.campaigns.bench.flops import count_module_flops
+from attn_export.campaigns.bench.grid import GRID, QUICK
 from attn_export.campaigns.bench.variants import DEFAULT_VARIANTS, LINEAR_MEMORY_VARIANTS, VARIANTS
 from attn_export.errors import ConfigError
 from attn_export.subjects.kinds import KINDS
@@ -40,8 +41,8 @@ class BenchConfig:
     """The grid, the variants and how long to spend; ``BenchConfig.quick()`` is the small grid (L 128,512 x B 1,8; 125 s on a quiet
     2-core machine, 7.6 min on a loaded one in issue 23; the bench prints the time it took)."""
 
-    seqs: tuple[int, ...] = (128, 512, 1024, 2048, 4096, 8192)
-    batches: tuple[int, ...] = (1, 8)
+    seqs: tuple[int, ...] = GRID["seqs"]
+    batches: tuple[int, ...] = GRID["batches"]
     variants: tuple[str, ...] = DEFAULT_VARIANTS
     d_model: int = KINDS["layer"].defaults["d_model"]  # the default reference layer's shape, from its one table
     heads: int = KINDS["layer"].defaults["heads"]
@@ -52,7 +53,7 @@ class BenchConfig:
     min_repeats: int = 3
     max_repeats: int = 20
     point_budget_s: float = 10.0  # timed rounds per grid point, all variants together
-    ceiling_size: int = 2048
+    ceiling_size: int = GRID["ceiling_size"]
     ceiling_budget_s: float = 1.0
     max_gflop_per_run: float = 1000.0  # skip grid points whose eager run would take too long
     max_attention_gib: float = 4.5  # skip quadratic-memory variants whose B*H*L*L fp32 score tensor would not fit
@@ -71,7 +72,7 @@ class BenchConfig:
 
     @classmethod
     def quick(cls, **overrides: Any) -> BenchConfig:
-        base = cls(seqs=(128, 512), batches=(1, 8), warmup=1, min_repeats=3, max_repeats=10, point_budget_s=3.0, ceiling_size=1024, ceiling_budget_s=0.3)
+        base = cls(**QUICK)
         return replace(base, **overrides)
 
 

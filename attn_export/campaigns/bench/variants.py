@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from attn_export.campaigns.bench.grid import OPT_IN_VARIANTS, VARIANT_NAMES
 from attn_export.runtime.base import Runner
 
 __all__ = ["DEFAULT_VARIANTS", "LINEAR_MEMORY_VARIANTS", "VARIANTS", "Variant", "peer_runner"]
@@ -64,9 +65,9 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("ort-lowrank-int8-dynamic", "onnxruntime", "int8", "ONNX Runtime CPU, low-rank + dynamic int8",
             run={"low_rank": 0.5, "quantize": "int8", "int8_mode": "dynamic"}, stage="lowrank-int8-dynamic"),
 )}  # fmt: skip
-# torchao's CPU int8 runs slower than fp32 on x86 without VNNI-aware kernels (0.04-0.8x measured):
-# it is benchmarked only when named in --variants.
-DEFAULT_VARIANTS: tuple[str, ...] = tuple(v for v in VARIANTS if v != "eager-int8-torchao")
+if tuple(VARIANTS) != VARIANT_NAMES:  # pragma: no cover - the names --help lists and the variants are the same
+    raise ImportError(f"bench variants {tuple(VARIANTS)} differ from grid.VARIANT_NAMES {VARIANT_NAMES}")
+DEFAULT_VARIANTS: tuple[str, ...] = tuple(v for v in VARIANTS if v not in OPT_IN_VARIANTS)  # the opt-in ones (grid.py) only when named
 # Variants whose attention memory grows as O(L): never skipped for the size of a score tensor.
 LINEAR_MEMORY_VARIANTS: frozenset[str] = frozenset({"eager-sdpa", "ort-fp32-long-seq"})
 

@@ -17,7 +17,7 @@ import numpy as np
 from attn_export.compress.calib.bounds import check_data_scale
 from attn_export.errors import DataError
 
-__all__ = ["DEFAULT_MAX_BYTES", "check_x", "read_arrays"]
+__all__ = ["DEFAULT_MAX_BYTES", "check_arrays_file", "check_x", "read_arrays"]
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +25,13 @@ DEFAULT_MAX_BYTES = 512 * 2**20  # a calibration file larger than this is refuse
 _KEYS = ("calib_x", "calib_key_padding_mask", "val_x", "val_key_padding_mask", "x", "key_padding_mask")
 
 
-def read_arrays(path: Path, max_bytes: int) -> dict[str, np.ndarray]:
+def check_arrays_file(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> list[Path]:
+    """What a calibration file's stat and first bytes tell: it exists, is regular (or a folder of ``.npy``), not empty,
+    within ``max_bytes`` (an ``.npz`` by its uncompressed size) and starts like its format; its files, in order.
+
+    numpy only, no torch: the subject's preflight (``subjects.kinds``) runs it on ``--calib`` before torch is
+    imported, and ``read_arrays`` runs it again before it parses a byte (one rule, refused in a second)."""
+    path = Path(path)
     if not path.exists():
         raise DataError(
             f"calibration data {path} does not exist; use the shipped default or run attn-export calib generate --out {path}"
@@ -49,6 +55,11 @@ def read_arrays(path: Path, max_bytes: int) -> dict[str, np.ndarray]:
     if path.is_dir() or path.suffix in (".npy", ".npz"):
         for f in files:
             _check_container(f, ".npy" if path.is_dir() else path.suffix)
+    return files
+
+
+def read_arrays(path: Path, max_bytes: int) -> dict[str, np.ndarray]:
+    files = check_arrays_file(path, max_bytes)
     try:
         if path.is_dir():
             arrays = {f.stem: _load_npy(f) for f in files}
