@@ -18,7 +18,7 @@ from attn_export.compress.registry import precisions, route_help
 from attn_export.runtime.tensorrt.spec import HARDWARE_COMPATIBILITY
 from attn_export.subjects.kinds import KINDS  # the subject-dependent defaults --help shows
 from attn_export.targets.targets import TARGETS
-from attn_export.vocab.choices import (ATTENTION_FORMS, ATTENTION_IMPLS, CALIB_CHOICES, CPU_INT8_ENCODINGS, ENCODER_FORMS, INT8_QAT_SCALES,
+from attn_export.vocab.choices import (ATTENTION_FORMS, ATTENTION_IMPLS, CALIB_CHOICES, CPU_INT8_ENCODINGS, INT8_QAT_SCALES,
                                        LAYER_NAMES, LOW_RANK_METHODS, LOW_RANK_TARGET_NAMES, MASK_KINDS, PER_TENSOR, POOLING_MODES)
 from attn_export.vocab.precisions import precision_names
 
