@@ -43,7 +43,8 @@ def select(plan: Plan, stages: Mapping[str, Stage], select_j: Mapping[str, Judge
             cands.append(Candidate(name, art.route or name, p50, j.passed, float(j.score), "; ".join(j.violations), art.precision))
         result = select_most_accurate(cands, sel.preference, sel.precisions) if sel.criterion == "accuracy" else select_route(cands, sel.preference, sel.band)
         entry: dict[str, Any] = {"route": None, "reason": result.reason, "tried": result.tried, "preference": list(sel.preference), "band": sel.band,
-                                 "criterion": sel.criterion, "decided_on": report.inputs.get("selection_data")}  # fmt: skip
+                                 "criterion": sel.criterion, "decided_on": report.inputs.get("selection_data"),
+                                 "ships": plan.deploy_source == f"select:{sel.key}"}  # fmt: skip  # the headline names what the plan deploys
         if sel.why:
             entry["why_these"] = sel.why
         if result.chosen is None:
