@@ -248,7 +248,8 @@ def run_plans(plans: Sequence[Plan], subject: Subject, settings: RunSettings) ->
                 _profitability(stage, stages.get(plan.steps[0].name))
             if key in select_j:
                 j = select_j[key]
-                stage.details["select_split"] = {"passed": j.passed, "accuracy": j.accuracy.__dict__, "violations": j.violations, "score": j.score}
+                stage.details["select_split"] = {"passed": j.passed, "accuracy": j.accuracy.__dict__, "violations": j.violations, "score": j.score,
+                                                 **({"also_judged_on": j.details["also_judged_on"]} if j.details.get("also_judged_on") else {})}  # fmt: skip
             stage.details["judged_sets"] = [js.to_dict() for js in judged_sets(stage.to_dict(), {"inputs": report.inputs})]
             stages[step.name] = report.add(stage)
             say(f"{arts[step.name].display_name}: {report_j[key].headline()}, {stage.speedup_vs_eager or 0:.2f}x vs eager, "
