@@ -124,3 +124,16 @@ def test_the_gate_applies_the_same_rule():
     accepted["verdict"]["accept_partial"] = True
     res = check_report(accepted, base)
     assert res and any(c.metric == "judged data sets" and c.message.startswith("accepted with --accept-partial") for c in res.checks), str(res)
+
+
+def test_the_runner_records_the_verdict_and_what_the_user_accepted():
+    from types import SimpleNamespace
+
+    from attn_export.pipeline.runner import RunResult, _verdict
+
+    for accept, code in ((False, 3), (True, 0)):
+        report = minilm_int8_report()
+        _verdict(report, SimpleNamespace(accept_partial=accept))
+        assert report.verdict["state"] == PARTIAL and report.verdict["passed"] is accept, report.verdict
+        assert report.verdict.get("accept_partial", False) is accept and report.verdict["partial"][0].startswith("model.int8.onnx")
+        assert RunResult(report, plan=None).exit_code == code  # type: ignore[arg-type]
