@@ -90,6 +90,7 @@ TABLE: dict[str, tuple[object, dict[str, object], str]] = {
     "atol": (["y:1e-3"], {}, "config:tolerance_overrides"),
     "rtol": (["2e-2"], {}, "config:tolerance_overrides"),
     "cosine_min": (["0.9999"], {}, "config:tolerance_overrides"),
+    "accept_partial": (True, {}, "config:accept_partial"),
 }
 # Refused for one subject: option -> (subject it is refused for, text the error must contain).
 REFUSED: dict[str, tuple[str, str]] = {

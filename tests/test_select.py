@@ -50,3 +50,16 @@ def test_auto_ships_the_preferred_format_that_meets_its_tolerance():
     missed = Candidate("fp8-static", "static", 9.0, False, 0.97, "cosine 0.97 < 0.999", precision="fp8")
     assert select_most_accurate([missed, int8], ("static", "static"), ("fp8", "int8")).chosen is int8
     assert select_most_accurate([fp8, int8], ("static",)).chosen is int8  # one format (no order given): the most accurate
+
+
+def test_a_route_that_fails_a_judged_data_set_ships_only_when_none_passes_them_all():
+    """Every judged data set must pass (issue 33): the faster dynamic route fails long texts, the larger static one passes them."""
+    long_miss = ("long texts filling 128 tokens (select split) (mean cosine 0.972 < 0.99)",)
+    dynamic = Candidate("int8-dynamic", "dynamic", 17.8, True, 0.9971, missed=long_miss)
+    static = Candidate("int8-static", "static", 23.4, True, 0.9970)
+    for res in (select_route([dynamic, static], ORT_CPU), select_most_accurate([dynamic, static], ORT_CPU)):
+        assert res.chosen is static, res.reason
+        assert "among the routes passing every judged data set (int8-dynamic fails on long texts filling 128 tokens" in res.reason, res.reason
+    assert select_route([dynamic, static], ORT_CPU).tried[0]["fails_on"] == list(long_miss)
+    alone = select_route([dynamic, Candidate("int8-static", "static", 23.4, True, 0.9970, missed=long_miss)], ORT_CPU)
+    assert alone.chosen is dynamic and "no route passes every judged data set" in alone.reason, alone.reason

@@ -16,6 +16,7 @@ import typer
 
 from attn_export.cli.check_trt import engine_default
 from attn_export.cli.options import (
+    AcceptPartialOpt,
     AtolOpt,
     AttentionImplOpt,
     AttentionOpt,
@@ -114,7 +115,7 @@ def config_from_options(options: dict[str, Any]) -> Any:
 
 
 def run_main(options: dict[str, Any]) -> int:
-    """Validate, run, print the summary; returns the exit code (1 when a required stage failed)."""
+    """Validate, run, print the summary; returns the exit code (``validate.verdict.EXIT_CODES``: 1 FAIL, 3 PARTIAL)."""
     from attn_export.cli._common import err_console, progress_lines
     from attn_export.host.signals import raise_if_interrupted
 
@@ -201,6 +202,7 @@ def register(app: typer.Typer) -> None:
         atol: AtolOpt = None,
         rtol: RtolOpt = None,
         cosine_min: CosineMinOpt = None,
+        accept_partial: AcceptPartialOpt = run_default("accept_partial"),
     ) -> None:
         """Export a layer or a checkpoint to ONNX, compress it, validate every artifact against eager PyTorch, and report."""
         if ctx.invoked_subcommand is not None:

@@ -1,8 +1,8 @@
 """What the terminal shows at the end of a run: the verdict line, the stage table, then where everything went.
 
-The first line is the report's headline (``validate.headline``: PASS/FAIL, the file that
-ships and why, its accuracy on the report split and its speed-up), the same line report.md
-and report.html open with. Sizes are binary (MiB, ``resources.format_bytes``). The last lines name every artifact written (models, reports, plots, bundle, Triton
+The first line is the report's headline (``validate.headline``: PASS/PARTIAL/FAIL, the file
+that ships and why, its accuracy on every judged data set, its speed-up and size), the same
+line report.md and report.html open with; the other selections (the fp32 form's) follow it. Sizes are binary (MiB, ``resources.format_bytes``). The last lines name every artifact written (models, reports, plots, bundle, Triton
 repository), the TensorRT check's verdict, the int8 selection and why, and the notes (e.g.
 profitability), so a user never has to open report.json to find the result.
 """
@@ -45,11 +45,14 @@ def print_summary(report: Any, out: Path, console: Any) -> None:
 
     from attn_export.host.memory import format_bytes
     from attn_export.validate.headline import headline
+    from attn_export.validate.verdict import PARTIAL, PASS
 
     line = headline(report.to_dict())
-    colour = "green" if line.passed else "red"
+    colour = {PASS: "green", PARTIAL: "yellow"}.get(line.verdict, "red")
     console.print(f"[bold {colour}]{line.verdict}[/bold {colour}]", end=" | ")
     console.print(" | ".join(line.parts()), highlight=False, markup=False, soft_wrap=True)
+    for below in line.below:
+        console.print(below, highlight=False, markup=False, soft_wrap=True)
     m = report.model
     embedding = any(s.details.get("embedding") for s in report.stages)  # a checkpoint: the figures docs/encoder.md judges by
     table = Table(title=f"attn-export: {m.get('layer')} d_model={m.get('d_model')} heads={m.get('heads')}")
@@ -96,7 +99,7 @@ def print_summary(report: Any, out: Path, console: Any) -> None:
 
 
 def finish(result: Any, cfg: Any, as_json: bool, quiet: bool, progress_console: Any = None) -> int:
-    """Print the report (table or JSON); returns 1 when the run missed a required tolerance.
+    """Print the report (table or JSON); returns the verdict's exit code (``validate.verdict.EXIT_CODES``: 1 FAIL, 3 PARTIAL).
 
     The run is committed before this prints: a standard output that cannot be written (``>
     /dev/full``, a closed pipe) is refused in one line that names it and says where the run is,
@@ -110,7 +113,7 @@ def finish(result: Any, cfg: Any, as_json: bool, quiet: bool, progress_console: 
         if as_json:
             print(json.dumps(report.to_dict(), indent=2, default=str))
         elif quiet:
-            print(f"{'PASS' if result.passed else 'FAIL'}: {cfg.out / 'report.json'}")
+            print(f"{result.verdict.state}: {cfg.out / 'report.json'}")
         else:
             print_summary(report, cfg.out, out_console)
         check_stdout_written()
@@ -120,6 +123,6 @@ def finish(result: Any, cfg: Any, as_json: bool, quiet: bool, progress_console: 
         why = (err.strerror if isinstance(err, OSError) else None) or str(err)
         with contextlib.suppress(StdoutError):
             check_stdout_written()  # stdout to /dev/null: the interpreter's flush at exit cannot fail again
-        raise ConfigError(f"cannot write to standard output: {why}; the run completed ({'PASS' if result.passed else 'FAIL'}) and is in "
+        raise ConfigError(f"cannot write to standard output: {why}; the run completed ({result.verdict.state}) and is in "
                           f"{cfg.out} (report.json); redirect standard output to a writable file to see its summary") from None
     return result.exit_code

@@ -1,6 +1,7 @@
 """The runner's last phases for one plan: select the 8-bit route, then deploy what the run ships.
 
-Selection (``select.select_route``) reads only the select split; deployment takes the ONNX
+Selection (``select.select_route``) reads only the select side (the select split and the twins of
+the sets judged beside the report split, which it requires too); deployment takes the ONNX
 model the plan names (the selected route, the distilled student or the plain export) through
 the TensorRT check, the engine build, the Jetson bundle and the Triton repository
 (``deploy.steps``). Both work for every subject through the ``Subject`` interface.
@@ -30,7 +31,8 @@ log = logging.getLogger(__name__)
 
 def select(plan: Plan, stages: Mapping[str, Stage], select_j: Mapping[str, Judgement], artifacts: Mapping[str, Artifact], report: Report,
            say: Callable[[str], None]) -> dict[str, Path]:  # fmt: skip
-    """Each selection of ``plan``: the fastest candidate meeting its tolerance on the select split, copied to its file."""
+    """Each selection of ``plan``: the fastest candidate meeting its tolerance on the select split (and on every set judged
+    beside it, when one does), copied to its file."""
     from attn_export.outdir.atomic import atomic_path
     from attn_export.pipeline.select import Candidate, select_most_accurate, select_route
 
@@ -40,10 +42,13 @@ def select(plan: Plan, stages: Mapping[str, Stage], select_j: Mapping[str, Judge
         for name in sel.candidates:
             j, art, lat = select_j[name], artifacts[name], stages[name].latency_ms.get("artifact")
             p50 = lat.p50 if lat is not None else float("inf")
-            cands.append(Candidate(name, art.route or name, p50, j.passed, float(j.score), "; ".join(j.violations), art.precision))
+            missed = tuple(f"{data} ({'; '.join(o.get('violations') or []) or 'below its bar'})"
+                           for data, o in (j.details.get("also_judged_on") or {}).items() if not o.get("passed"))  # fmt: skip
+            cands.append(Candidate(name, art.route or name, p50, j.passed, float(j.score), "; ".join(j.violations), art.precision, missed))
         result = select_most_accurate(cands, sel.preference, sel.precisions) if sel.criterion == "accuracy" else select_route(cands, sel.preference, sel.band)
         entry: dict[str, Any] = {"route": None, "reason": result.reason, "tried": result.tried, "preference": list(sel.preference), "band": sel.band,
-                                 "criterion": sel.criterion, "decided_on": report.inputs.get("selection_data")}  # fmt: skip
+                                 "criterion": sel.criterion, "decided_on": report.inputs.get("selection_data"),
+                                 "ships": plan.deploy_source == f"select:{sel.key}"}  # fmt: skip  # the headline names what the plan deploys
         if sel.why:
             entry["why_these"] = sel.why
         if result.chosen is None:

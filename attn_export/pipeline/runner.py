@@ -12,9 +12,11 @@ sweep's points, the bench's variants) in five phases:
    ``speedup_vs_eager`` comes from the same eager samples;
 3. **judge** every artifact on the report split, and selection candidates also on the
    select split, each against the user's reference (``Subject.judge``);
-4. **select** (8-bit route -> ``model.<precision>.onnx``), then **deploy** (TensorRT check,
-   engine, Jetson bundle, Triton repository: ``runner_deploy``);
-5. **report**: one typed ``Report`` per plan.
+4. **select** (8-bit route -> ``model.<precision>.onnx``; a route that passes every judged data
+   set first), then **deploy** (TensorRT check, engine, Jetson bundle, Triton repository:
+   ``runner_deploy``);
+5. **report**: one typed ``Report`` per plan, its verdict PASS / PARTIAL / FAIL by
+   ``validate.verdict`` (PARTIAL: what ships fails a data set judged beside the report split).
 
 Process state (threads, denormal flushing) is set by ``attn_export.host.process`` for the whole
 run, the same for eager and ONNX Runtime, and recorded in the report.
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
     from attn_export.config.run import RunConfig
     from attn_export.runtime.base import Runner
     from attn_export.subjects.base import Judgement, Subject
+    from attn_export.validate.verdict import Verdict
 
 __all__ = ["RunResult", "RunSettings", "build_plans", "run", "run_plans", "runner_labels"]
 
@@ -74,12 +77,20 @@ class RunResult:
     error: str | None = None  # why the plan could not be built (``RunSettings.keep_going``)
 
     @property
+    def verdict(self) -> Verdict:
+        """PASS / PARTIAL / FAIL by ``validate.verdict``'s rule (the headline's and the gate's)."""
+        from attn_export.validate.verdict import verdict_of
+
+        return verdict_of(self.report.to_dict())
+
+    @property
     def passed(self) -> bool:
         return bool(self.report.verdict.get("passed", False))
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.passed else 1
+        """0 PASS (or a PARTIAL shipped with --accept-partial), 1 FAIL, 3 PARTIAL (``validate.verdict.EXIT_CODES``)."""
+        return self.verdict.exit_code
 
 
 # -- build -------------------------------------------------------------------------------
@@ -207,6 +218,7 @@ def run_plans(plans: Sequence[Plan], subject: Subject, settings: RunSettings) ->
     """Build, time, judge, select and deploy every plan; one typed ``RunResult`` per plan (see the module doc)."""
     from attn_export.pipeline.deploy import deploy, select
     from attn_export.validate.latency import time_pass
+    from attn_export.validate.verdict import judged_sets
 
     say = settings.say
     per_plan, unique = build_plans(plans, subject, settings)
@@ -236,7 +248,9 @@ def run_plans(plans: Sequence[Plan], subject: Subject, settings: RunSettings) ->
                 _profitability(stage, stages.get(plan.steps[0].name))
             if key in select_j:
                 j = select_j[key]
-                stage.details["select_split"] = {"passed": j.passed, "accuracy": j.accuracy.__dict__, "violations": j.violations, "score": j.score}
+                stage.details["select_split"] = {"passed": j.passed, "accuracy": j.accuracy.__dict__, "violations": j.violations, "score": j.score,
+                                                 **({"also_judged_on": j.details["also_judged_on"]} if j.details.get("also_judged_on") else {})}  # fmt: skip
+            stage.details["judged_sets"] = [js.to_dict() for js in judged_sets(stage.to_dict(), {"inputs": report.inputs})]
             stages[step.name] = report.add(stage)
             say(f"{arts[step.name].display_name}: {report_j[key].headline()}, {stage.speedup_vs_eager or 0:.2f}x vs eager, "
                 f"{'PASS' if stage.passed else 'FAIL'}")  # fmt: skip
@@ -245,9 +259,23 @@ def run_plans(plans: Sequence[Plan], subject: Subject, settings: RunSettings) ->
         _notes(plan, stages, report, timing)
         chosen = select(plan, stages, {n: select_j[plan.content_key(n)] for sel in plan.selections for n in sel.candidates}, arts, report, say)
         deploy(plan, subject, arts, chosen, report, points, say)
-        report.verdict["passed"] = not report.verdict.get("failures")
+        _verdict(report, plan.config)
         results.append(RunResult(report, plan, dict(arts), timing, {n: labels[plan.content_key(n)] for n in arts}))
     return results
+
+
+def _verdict(report: Report, cfg: RunConfig) -> None:
+    """``report.verdict``: PASS / PARTIAL / FAIL (``validate.verdict``), what ships fails on, and whether the user accepted a PARTIAL."""
+    from attn_export.validate.verdict import PARTIAL, verdict_of
+
+    report.verdict["passed"] = not report.verdict.get("failures")
+    accept = cfg.accept_partial
+    if accept:
+        report.verdict["accept_partial"] = True  # recorded: the gate accepts what the user accepted, and says so
+    verdict = verdict_of(report.to_dict())
+    report.verdict.update(state=verdict.state, passed=verdict.ok)
+    if verdict.state == PARTIAL:
+        report.verdict["partial"] = verdict.misses
 
 
 def _report(plan: Plan, subject: Subject, settings: RunSettings) -> Report:

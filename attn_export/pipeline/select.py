@@ -1,7 +1,11 @@
 """Route selection: which of several equivalent artifacts ships, decided the same way every run.
 
 A candidate qualifies when it meets its tolerance on the **select** split (never the report
-split, which stays unseen by every decision). Among qualifying candidates the fastest wins,
+split, which stays unseen by every decision). Every judged data set must pass: a candidate that
+fails one of the other select-side sets (long texts filling ``--seq-len``, the shipped corpus
+beside the user's texts: ``Candidate.missed``) ships only when no candidate passes them all, so
+a slower or larger route that does is chosen over a faster one that does not; when none does,
+the best ships and the run's verdict says which data it fails on (``validate.verdict``). Among qualifying candidates the fastest wins,
 except that candidates within the timing noise of the fastest (``NOISE_BAND``) count as equally
 fast and the target's preferred route wins among them: two routes that measure 11.2 and 11.5
 ms must not swap places between two runs of the same command.
@@ -36,6 +40,7 @@ class Candidate:
     headline: float  # cosine (layer) or mean embedding cosine (encoder) on the select split
     shortfall: str = ""  # why it missed the tolerance, when it did
     precision: str = ""  # its 8-bit format, when a selection spans several (--quantize auto)
+    missed: tuple[str, ...] = ()  # the other select-side data sets it fails (long texts, the shipped corpus), each with why
 
 
 @dataclass
@@ -59,10 +64,22 @@ def _none_shippable(candidates: list[Candidate], preference: tuple[str, ...]) ->
     return "no candidate met its tolerance on the select split"
 
 
+def _everywhere(ok: list[Candidate]) -> tuple[list[Candidate], str]:
+    """The shippable candidates that also pass every other select-side data set, or, when none does, all of them with a
+    caveat: the run then ships the best of those and its verdict says which data it fails on (``validate.verdict``: PARTIAL)."""
+    everywhere = [c for c in ok if not c.missed]
+    failing = "; ".join(f"{c.stage} fails on {', '.join(c.missed)}" for c in ok if c.missed)
+    if not failing:
+        return ok, ""
+    if everywhere:
+        return everywhere, f", among the routes passing every judged data set ({failing})"
+    return ok, f"; no route passes every judged data set ({failing})"
+
+
 def _tried(candidates: list[Candidate]) -> list[dict[str, object]]:
     """What the report lists of every candidate a selection weighed."""
-    return [{"stage": c.stage, "route": c.route, "p50_ms": c.p50_ms, "passed_select": c.passed_select, "select_accuracy": c.headline}
-            for c in candidates]  # fmt: skip
+    return [{"stage": c.stage, "route": c.route, "p50_ms": c.p50_ms, "passed_select": c.passed_select, "select_accuracy": c.headline,
+             **({"fails_on": list(c.missed)} if c.missed else {})} for c in candidates]  # fmt: skip
 
 
 def _nothing_ships(candidates: list[Candidate], preference: tuple[str, ...], tried: list[dict[str, object]]) -> SelectionResult:
@@ -83,6 +100,7 @@ def select_most_accurate(candidates: list[Candidate], preference: tuple[str, ...
     tried, ok = _tried(candidates), _shippable(candidates, preference)
     if not ok:
         return _nothing_ships(candidates, preference, tried)
+    ok, caveat = _everywhere(ok)
     rank = {route: i for i, route in enumerate(preference)}
     order = {p: i for i, p in enumerate(precisions)}
     chosen = max(ok, key=lambda c: (-order.get(c.precision, 0), round(c.headline, 6), -rank.get(c.route, len(rank))))
@@ -90,7 +108,7 @@ def select_most_accurate(candidates: list[Candidate], preference: tuple[str, ...
     what = "the most accurate route" if not any(c.precision != chosen.precision for c in ok) else \
         f"the most accurate route of {chosen.precision}, the format the GPU prefers ({' > '.join(precisions)}),"
     reason = (f"{chosen.stage} is {what} meeting its tolerance on the select split ({chosen.headline:.6f}"
-              + (f"; {others}" if others else "") + "); the target's own latency is not measured on this machine")  # fmt: skip
+              + (f"; {others}" if others else "") + "); the target's own latency is not measured on this machine" + caveat)  # fmt: skip
     return SelectionResult(chosen, reason, tried)
 
 
@@ -99,6 +117,7 @@ def select_route(candidates: list[Candidate], preference: tuple[str, ...], band:
     tried, ok = _tried(candidates), _shippable(candidates, preference)
     if not ok:
         return _nothing_ships(candidates, preference, tried)
+    ok, caveat = _everywhere(ok)
     fastest = min(ok, key=lambda c: c.p50_ms)
     tied = [c for c in ok if c.p50_ms <= fastest.p50_ms * (1.0 + band)]
     rank = {route: i for i, route in enumerate(preference)}
@@ -111,4 +130,4 @@ def select_route(candidates: list[Candidate], preference: tuple[str, ...], band:
         others = [c for c in tied if c is not chosen]
         if others:
             reason += f"; {', '.join(c.stage for c in others)} within {band:.0%}, and the target prefers {' > '.join(preference)}"
-    return SelectionResult(chosen, reason, tried)
+    return SelectionResult(chosen, reason + caveat, tried)

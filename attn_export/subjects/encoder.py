@@ -110,6 +110,7 @@ class EncoderSubject(BaseSubject):
             "split_sizes": {role: len(tokens) for role, tokens in t.items()},
             "report_lengths": length_profile(t["report"]),
             "also_judged_on": {e.name: {"why": e.why, "lengths": length_profile(e.tokens)} for e in d.extra},
+            "also_selected_on": {e.name: {"why": e.why, "lengths": length_profile(e.tokens)} for e in d.select_extra},
         }  # fmt: skip
         if d.split_note:
             info["split"] = d.split_note
@@ -226,7 +227,7 @@ class EncoderSubject(BaseSubject):
         """The TokenBatch of a role (train/select/report) or of an extra judged set."""
         if name in self.tokens:
             return self.tokens[name]
-        return next(e.tokens for e in self.data.extra if e.name == name)
+        return next(e.tokens for e in (*self.data.extra, *self.data.select_extra) if e.name == name)
 
     def reference_outputs(self, name: str) -> list[Any]:
         """The user's model's outputs (``checkpoint.reference.ReferenceOutputs``) on set ``name``, batch by batch, computed once
@@ -329,8 +330,9 @@ class EncoderSubject(BaseSubject):
 
     def judge(self, candidate: Runner, split: Split, tolerance_key: str, batch: int | None = None) -> Judgement:
         """Against the user's model on ``split``, on what its users read (``judged_output``); on the report split also on
-        every extra set, named, beside the verdict. ``batch``: texts per batch (``FEED_BATCH`` by default); a dynamic
-        int8 model's ranges are per batch, so its fallback judges wide batches (``mixed_precision.WIDE_BATCH``)."""
+        every extra set, named, beside the verdict, and on the select split on their twins (a selection requires them).
+        ``batch``: texts per batch (``FEED_BATCH`` by default); a dynamic int8 model's ranges are per batch, so its
+        fallback judges wide batches (``mixed_precision.WIDE_BATCH``)."""
         from attn_export.validate.error_histogram import error_histogram
 
         batch = batch or FEED_BATCH
@@ -338,10 +340,11 @@ class EncoderSubject(BaseSubject):
         result, violations, acc, tolerance = self._agreement(split, outputs, tolerance_key, batch)
         ref, got, _ = self._judged(split, outputs, batch=batch)
         details: dict[str, Any] = {**result, "output": self.judged_output, "error_histogram": error_histogram(ref, got), "judged_on": self.data.source}
-        if split == "report" and self.data.extra:
+        extras = {"report": self.data.extra, "select": self.data.select_extra}.get(split) or []
+        if extras:
             also = {}
-            for extra in self.data.extra:
-                r, v, _, _ = self._agreement(extra.name, self.candidate_outputs(candidate, extra.name), tolerance_key)
+            for extra in extras:
+                r, v, _, _ = self._agreement(extra.name, self.candidate_outputs(candidate, extra.name, batch=batch), tolerance_key, batch)
                 also[extra.name] = {**r, "passed": not v, "violations": v}
             details["also_judged_on"] = also
         score = float(next(iter(result.values()))["mean_cosine"])

@@ -10,6 +10,10 @@ it the shipped corpus's three disjoint splits are the data.
 corpus (whole texts joined until N tokens), so accuracy covers the profile the engine is
 built for, not only short sentences. They are made of the corpus's test split only, which no
 decision sees.
+
+Each set judged beside the report split has a twin on the select side (``select_extra``: the
+corpus's select split, long texts joined from it): a route selection requires every judged data
+set to pass, and reads only these twins, never the held-out sets the verdict is measured on.
 """
 
 from __future__ import annotations
@@ -159,7 +163,8 @@ class TextData:
     tokens: dict[str, Any]  # role -> TokenBatch
     source: str  # the user's file, or the shipped corpus
     train_source: str
-    extra: list[JudgedSet] = field(default_factory=list)
+    extra: list[JudgedSet] = field(default_factory=list)  # judged beside the report split
+    select_extra: list[JudgedSet] = field(default_factory=list)  # their twins from the select side, which a selection may read
     split_note: str = ""
     pairs: bool = False  # the user's texts are query<TAB>candidate pairs (a cross-encoder's), split by query
     token_types: bool = False  # the tokenizer types a pair's second text 1: every set carries token_type_ids
@@ -200,17 +205,22 @@ class TextData:
                                   f"{len(train)} train / {len(select)} select / {len(report)} report")  # fmt: skip
             data.extra.append(JudgedSet("shipped corpus test split", tok(list(corpus.test)),
                                         f"{corpus.source}: {len(corpus.test)} held-out texts, five languages, judged beside {name}"))  # fmt: skip
+            data.select_extra.append(JudgedSet("shipped corpus select split", tok(list(corpus.val)),
+                                               f"{corpus.source}: {len(corpus.val)} texts, five languages, required beside {name}'s select split"))  # fmt: skip
         else:
             data = cls({r: tok(list(t)) for r, t in (("train", corpus.calib), ("select", corpus.val), ("report", corpus.test))},
                        corpus.source, corpus.source)  # fmt: skip
         longest = int(np.asarray(data.tokens["report"].attention_mask).sum(axis=1).max())
         if cfg.seq_len > longest and longest < max_tokens:
-            data.extra.append(_long_texts(tokenizer, list(corpus.test), min(cfg.seq_len, max_tokens), longest, prompt, types))  # held-out only
+            length = min(cfg.seq_len, max_tokens)
+            data.extra.append(_long_texts(tokenizer, list(corpus.test), length, longest, prompt, types))  # held-out only
+            data.select_extra.append(_long_texts(tokenizer, list(corpus.val), length, longest, prompt, types, role="select split"))
         return data
 
 
-def _long_texts(tokenizer: Any, texts: list[str], length: int, longest: int, prompt: Any, token_types: bool = False) -> JudgedSet:
-    """Corpus texts joined, whole, until each reaches ``length`` tokens (``--seq-len``): the engine's length profile."""
+def _long_texts(tokenizer: Any, texts: list[str], length: int, longest: int, prompt: Any, token_types: bool = False, role: str = "") -> JudgedSet:
+    """Corpus texts joined, whole, until each reaches ``length`` tokens (``--seq-len``): the engine's length profile.
+    ``role`` names the corpus split they come from when it is not the held-out test split (the selection's twin)."""
     from attn_export.checkpoint.text import tokenize
 
     joined, current, budget = [], [], 0
@@ -225,6 +235,6 @@ def _long_texts(tokenizer: Any, texts: list[str], length: int, longest: int, pro
     if len(joined) < 2:
         raise DataError(f"the corpus is too short to build texts of {length} tokens for --seq-len; lower --seq-len")
     tokens = tokenize(tokenizer, prompt.apply(joined), length, token_types=token_types)
-    return JudgedSet(f"long texts filling {length} tokens", tokens,
+    return JudgedSet(f"long texts filling {length} tokens" + (f" ({role})" if role else ""), tokens,
                      f"--seq-len {length} exceeds the longest report text ({longest} tokens): {len(joined)} texts of whole corpus sentences "
                      f"joined to {length} tokens")  # fmt: skip

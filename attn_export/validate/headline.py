@@ -1,69 +1,35 @@
-"""The one line every report leads with: the verdict, what ships and why, its accuracy and its speed-up.
+"""The one line every report leads with: the verdict, what ships and why, its accuracy, speed-up and size.
 
-A user opening a report wants the answer before the evidence (issue 23): did the run pass,
-which file do I deploy, how close is it to my model, and how much faster is it. The console
-summary, report.md and report.html all print ``headline(report)`` first, built from
-report.json alone, so a report rendered again later (``attn-export report``) says the same.
+A user opening a report wants the answer before the evidence (issues 23, 33): did the run pass,
+which file do I deploy, how close is it to my model on every data set it was judged on, and
+how much faster is it. The console summary, report.md and report.html all print
+``headline(report)`` first, built from report.json alone, so a report rendered again later
+(``attn-export report``) says the same.
 
-What ships: the file a selection copied (``selection[key].artifact``, e.g. ``model.int8.onnx``,
-with the selection's reason), else the model the deploy steps took (``selection.deploy.onnx``),
-else the last ONNX stage of the run (the plan ships the end of its compression chain, or the
-plain export). Accuracy is that stage's, on the report split (``inputs.accuracy_data``): the
-mean and minimum sentence-embedding cosine and the top-1 neighbour agreement with its 95%
-Wilson interval for a checkpoint, the output cosine and relative L2 error for a layer.
+The verdict word and what ships are ``validate.verdict``'s (PASS / PARTIAL / FAIL, one rule with
+the exit code and the gate): with ``--quantize`` the 8-bit model the plan deploys (e.g.
+``model.int8.onnx``), the fp32 form's choice a line below (``Headline.below``). Accuracy is
+that stage's on each judged data set (the report split, ``inputs.accuracy_data``, then the sets
+judged beside it, each marked pass/FAIL): the mean and minimum sentence-embedding cosine and the
+top-1 neighbour agreement with its 95% Wilson interval for a checkpoint, the labels for a task
+head, the output cosine and relative L2 error for a layer.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
 
+from attn_export.host.memory import format_bytes
+from attn_export.validate.verdict import PARTIAL, PASS, JudgedSet, Shipped, judged_sets, shipped, verdict_of
+
 __all__ = ["Headline", "Shipped", "format_tolerance", "headline", "shipped", "wilson_interval"]
 
 log = logging.getLogger(__name__)
-
-_NOT_SELECTIONS = ("deploy", "skipped_stages")
-_PATH = re.compile(r"(?:[A-Za-z]:)?(?:[\\/][^\s\\/,()]+)+[\\/]([^\s\\/,()]+)")  # an absolute path -> its file name
-
-
-@dataclass(frozen=True)
-class Shipped:
-    """The artifact the run ships: its stage (a report.json stage dict), file name and why it was chosen."""
-
-    stage: Mapping[str, Any] | None
-    file: str | None
-    why: str
-
-
-def shipped(report: Mapping[str, Any]) -> Shipped:
-    """What the run ships (see the module docstring); ``stage`` None when nothing ships (a failed selection)."""
-    stages = {s.get("name"): s for s in report.get("stages") or []}
-    selection = report.get("selection") or {}
-    for key, entry in selection.items():
-        if key in _NOT_SELECTIONS or not isinstance(entry, Mapping) or "route" not in entry:
-            continue
-        if entry.get("artifact") and entry.get("stage") in stages:
-            reason = str(entry.get("reason") or "selected")
-            why = reason if reason.startswith(str(entry["stage"])) else f"{entry['stage']}: {reason}"
-            return Shipped(stages[entry["stage"]], PurePath(str(entry["artifact"])).name, why)
-        return Shipped(None, None, f"no {key} route met its tolerance on the select split: {entry.get('reason', '')}")
-    onnx = [s for s in stages.values() if str(s.get("artifact") or "").endswith(".onnx")]
-    deployed = (selection.get("deploy") or {}).get("onnx")
-    if deployed:
-        name = PurePath(str(deployed)).name
-        match = next((s for s in onnx if PurePath(str(s["artifact"])).name == name), None)
-        if match is not None:
-            return Shipped(match, name, f"{match['name']}: the model the deploy steps took")
-    if not onnx:
-        return Shipped(None, None, "the run wrote no ONNX model")
-    last = onnx[-1]
-    why = "the plain export (no compression asked)" if last is onnx[0] else "the end of the compression chain"
-    return Shipped(last, PurePath(str(last["artifact"])).name, f"{last['name']}: {why}")
 
 
 def wilson_interval(fraction: float, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -91,36 +57,44 @@ def format_tolerance(tolerance: Mapping[str, float] | None) -> str:
     return ", ".join(f"{_BOUNDS[k][0]} {_BOUNDS[k][1]} {v:g}" for k, v in (tolerance or {}).items() if k in _BOUNDS)
 
 
-def _data(report: Mapping[str, Any]) -> str:
-    text = str((report.get("inputs") or {}).get("accuracy_data") or "the report split")
-    return _PATH.sub(r"\1", text)
-
-
-def _accuracy(stage: Mapping[str, Any], report: Mapping[str, Any]) -> str:
-    emb = (stage.get("details") or {}).get("embedding")
-    bar = format_tolerance(stage.get("tolerance"))
-    bar = f" (bar: {bar})" if bar else ""
+def _figures(js: JudgedSet) -> tuple[str, str] | None:
+    """(what was compared, its figures) of one judged set; None when it holds none."""
+    emb, logits, acc = (js.figures.get(k) for k in ("embedding", "logits", "accuracy"))
     if emb:
         n = int(emb.get("num_texts") or 0)
         top1 = float(emb["top1_neighbor_agreement"])
         lo, hi = wilson_interval(top1, n)
-        return (f"sentence embeddings vs the original on {_data(report)}: mean cosine {emb['mean_cosine']:.6f}, min {emb['min_cosine']:.6f}, "
-                f"top-1 neighbour {100 * top1:.1f}% (95% CI {100 * lo:.1f}-{100 * hi:.1f}%, {n} texts){bar}")  # fmt: skip
-    logits = (stage.get("details") or {}).get("logits")
-    if logits and not emb:  # a task head: its labels, per text or per real token
+        return "sentence embeddings vs the original", (f"mean cosine {emb['mean_cosine']:.6f}, min {emb['min_cosine']:.6f}, "
+                                                       f"top-1 neighbour {100 * top1:.1f}% (95% CI {100 * lo:.1f}-{100 * hi:.1f}%, {n} texts)")  # fmt: skip
+    if logits:  # a task head: its labels, per text or per real token
         per = logits.get("per", "text")
         worst = f", worst {per}: {logits['worst']}" if logits.get("worst") else ""
         rank = logits.get("rank")
         if rank:  # a reranker: the order of each query's candidates
             worst = (f", candidate pairs ordered alike {100 * float(rank['pair_order_agreement']):.1f}% and best candidate kept "
                      f"{100 * float(rank['top1_agreement']):.1f}% over {int(rank['num_queries'])} queries{worst}")  # fmt: skip
-        return (f"logits vs the original on {_data(report)}: label agreement {100 * float(logits['label_agreement']):.2f}% over "
-                f"{int(logits.get('num_rows') or 0)} {'real tokens' if per == 'token' else 'texts'}, logit cosine mean "
-                f"{logits['mean_cosine']:.6f}, min {logits['min_cosine']:.6f}{worst}{bar}")  # fmt: skip
-    acc = stage.get("accuracy")
-    if not acc:
-        return "no accuracy measured"
-    return f"output vs eager fp32 on {_data(report)}: cosine {acc['cosine']:.6f}, rel_l2 {acc['rel_l2']:.2e}{bar}"
+        return "logits vs the original", (f"label agreement {100 * float(logits['label_agreement']):.2f}% over {int(logits.get('num_rows') or 0)} "
+                                          f"{'real tokens' if per == 'token' else 'texts'}, logit cosine mean {logits['mean_cosine']:.6f}, "
+                                          f"min {logits['min_cosine']:.6f}{worst}")  # fmt: skip
+    if acc:
+        return "output vs eager fp32", f"cosine {acc['cosine']:.6f}, rel_l2 {acc['rel_l2']:.2e}"
+    return None
+
+
+def _accuracy(stage: Mapping[str, Any], report: Mapping[str, Any]) -> str:
+    """The stage's figures on every data set it was judged on, each marked pass/FAIL when there are several, then the bar."""
+    bar = format_tolerance(stage.get("tolerance"))
+    bar = f" (bar: {bar})" if bar else ""
+    sets = judged_sets(stage, report)
+    what, pieces = "", []
+    for js in sets:
+        found = _figures(js)
+        if found is None:
+            continue
+        what = what or found[0]
+        mark = "" if len(sets) == 1 else (" pass" if js.passed else f" FAIL ({'; '.join(js.violations) or 'below its bar'})")
+        pieces.append(f"on {js.data}: {found[1]}{mark}")
+    return f"{what} " + "; ".join(pieces) + bar if pieces else "no accuracy measured"
 
 
 def _speed(stage: Mapping[str, Any], report: Mapping[str, Any]) -> str:
@@ -139,38 +113,61 @@ def _speed(stage: Mapping[str, Any], report: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class Headline:
-    """The verdict line's parts; ``str()`` is the line itself."""
+    """The verdict line's parts; ``str()`` is the line itself, ``below`` the lines under it."""
 
-    passed: bool
+    state: str  # verdict.PASS / PARTIAL / FAIL
     file: str | None
     why: str
     accuracy: str
     speed: str
     failures: list[str] = field(default_factory=list)
+    misses: list[str] = field(default_factory=list)  # the data sets what ships fails on (a PARTIAL)
+    accepted: bool = False  # --accept-partial
+    size: str = ""
+    below: list[str] = field(default_factory=list)  # the other selections (with --quantize: the fp32 form's choice)
+
+    @property
+    def passed(self) -> bool:
+        """Whether the run may ship what it names: a PASS, or a PARTIAL the user accepted."""
+        return self.state == PASS or (self.state == PARTIAL and self.accepted)
 
     @property
     def verdict(self) -> str:
-        return "PASS" if self.passed else "FAIL"
+        return self.state
 
     def parts(self) -> list[str]:
-        """The line after the verdict word: why it failed, what ships and why, accuracy, speed."""
+        """The line after the verdict word: why it failed, which data what ships fails on, what ships and why, accuracy, speed, size."""
         parts = ["; ".join(self.failures)] if self.failures else []
+        if self.misses:
+            then = "shipped anyway: --accept-partial" if self.accepted else "exit 3; --accept-partial ships it anyway"
+            parts.append(f"{'; '.join(self.misses)} ({then})")
         parts.append(f"ships {self.file} ({self.why})" if self.file else f"nothing ships: {self.why}")
         if self.file:
-            parts += [self.accuracy, self.speed]
+            parts += [self.accuracy, self.speed] + ([self.size] if self.size else [])
         return parts
 
     def __str__(self) -> str:
         return " | ".join([self.verdict, *self.parts()])
 
 
+def _below(report: Mapping[str, Any], ship: Shipped) -> list[str]:
+    """One line per other selection that wrote a file (the fp32 form choice beside an 8-bit model)."""
+    out = []
+    for key, entry in (report.get("selection") or {}).items():
+        if key == ship.key or not isinstance(entry, Mapping) or not entry.get("artifact") or "route" not in entry:
+            continue
+        out.append(f"{entry.get('precision') or 'fp32'} {key}: {PurePath(str(entry['artifact'])).name} ({entry.get('reason') or 'selected'})")
+    return out
+
+
 def headline(report: Mapping[str, Any]) -> Headline:
-    """The verdict line of ``report`` (a report.json dict)."""
-    verdict = report.get("verdict") or {}
+    """The verdict line of ``report`` (a report.json dict), by ``validate.verdict``'s rule."""
+    verdict = verdict_of(report)
     ship = shipped(report)
-    stages = report.get("stages") or []
-    passed = bool(verdict.get("passed", all(s.get("passed") is not False for s in stages)))
-    failures = [str(f) for f in verdict.get("failures") or []]
+    below = _below(report, ship)
+    common = {"failures": verdict.failures, "misses": verdict.misses, "accepted": verdict.accepted, "below": below}
     if ship.stage is None:
-        return Headline(passed, None, ship.why, "", "", failures)
-    return Headline(passed, ship.file, ship.why, _accuracy(ship.stage, report), _speed(ship.stage, report), failures)
+        return Headline(verdict.state, None, ship.why, "", "", **common)
+    size = ship.stage.get("size_bytes")
+    return Headline(verdict.state, ship.file, ship.why, _accuracy(ship.stage, report), _speed(ship.stage, report),
+                    size=f"size {format_bytes(int(size))}" if size is not None else "", **common)  # fmt: skip

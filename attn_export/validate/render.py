@@ -7,9 +7,10 @@ links the PNGs written beside it, for repositories and PR comments.
 Every string that comes from report.json (stage names, notes, environment values) is data,
 not markup: the HTML escapes it, and the Markdown escapes HTML and Markdown syntax (``<``,
 ``|``, ``*``, ``[``...) and folds newlines, so a note cannot inject a tag or break a table.
-Both open with the verdict line (``validate.headline``): PASS/FAIL, the file that ships and
-why, its accuracy on the report split and its speed-up; in the HTML it is the first element of
-the page (``id="verdict"``), visible without scrolling. A checkpoint's stage table carries the
+Both open with the verdict line (``validate.headline``): PASS/PARTIAL/FAIL, the file that ships
+and why, its accuracy on every judged data set, its speed-up and size, then the other selections
+(the fp32 form's); in the HTML it is the first element of the page (``id="verdict"``), visible
+without scrolling. A checkpoint's stage table carries the
 figures its tolerance judges (mean and min embedding cosine, top-1 neighbour agreement). The
 attention-maps section (``validate.attention_report``) is best effort and never a failed render.
 """
@@ -180,6 +181,7 @@ def _markdown(report: Mapping[str, Any], pngs: Mapping[str, Path], section: Atte
     esc = markdown_escape
     line = headline(report)
     lines = ["# attn-export report", "", f"**{line.verdict}** · " + " · ".join(esc(x) for x in line.parts()), ""]
+    lines += [f"- {esc(x)}" for x in line.below] + ([""] if line.below else [])
     lines += [f"- **{esc(k)}**: {esc(v)}" for k, v in _header(report)]
     columns = _columns(report)
     lines += ["", "## Stages", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
@@ -210,6 +212,7 @@ _CSS = (
     "td:first-child,th:first-child{text-align:left}.PASS{color:#1a7f37;font-weight:600}.FAIL{color:#c62828;font-weight:600}"
     "img{max-width:100%;border:1px solid #eee}dt{font-weight:600}"
     ".verdict{font-size:15px;padding:.6em .8em;border-radius:4px;margin:0 0 1em}.PASS-box{background:#e6f4ea}.FAIL-box{background:#fdecea}"
+    ".PARTIAL{color:#a15c00;font-weight:600}.PARTIAL-box{background:#fff4e0}.below-verdict{margin:-.6em 0 1em .8em}"
 )
 
 
@@ -219,6 +222,7 @@ def _html(report: Mapping[str, Any], pngs: Mapping[str, Path], section: Attentio
     th = "".join(f"<th>{esc(c)}</th>" for c in _columns(report))
     line = headline(report)
     verdict = f'<p id="verdict" class="verdict {line.verdict}-box"><b class="{line.verdict}">{line.verdict}</b> · ' + " · ".join(esc(x) for x in line.parts()) + "</p>"
+    verdict += "".join(f'<p class="below-verdict">{esc(x)}</p>' for x in line.below)
     trs = "".join(
         "<tr>" + "".join(f'<td class="{esc(c)}">{esc(c)}</td>' if i == len(r) - 1 else f"<td>{esc(c)}</td>" for i, c in enumerate(r)) + "</tr>"
         for r in _rows(report)

@@ -63,10 +63,15 @@ class FallbackGoal:
     embedding: Any = None  # validate.tolerances.EmbeddingTolerance | None
 
     def violations(self, judgement: Any) -> list[str]:
+        """The stage's own violations, the 8-bit goal's, and those of every data set judged beside the select split (the
+        twins of long texts and the shipped corpus, held to the stage's bar): the selection requires them all, so the
+        fallback keeps GEMMs in float until they pass too."""
         out = list(judgement.violations)
         emb = judgement.details.get("embedding")
         if emb and self.embedding is not None:
             out.extend(v for v in self.embedding.violations(emb, 0.0) if v not in out)
+        for name, beside in (judgement.details.get("also_judged_on") or {}).items():
+            out.extend(f"{name}: {v}" for v in beside.get("violations") or [])
         return out
 
     def to_dict(self) -> dict[str, Any]:

@@ -16,7 +16,9 @@ against the closest recorded class with the baseline's wider ``cross_class_slack
 ``unknown``. Both files are validated by ``attn_export.validate.schema`` first: non-finite
 figures, an unknown direction, an infinite, negative or over-bound slack (``MAX_SLACK``) and
 an empty baseline are refused with one line. Nothing passes on nothing: a check in which no
-metric was compared fails. The file format is documented in ``docs/ci-gate.md``.
+metric was compared fails. The run's own verdict rule holds here too (``validate.verdict``): a
+shipped model that fails a data set it was judged on (a PARTIAL run) is a regression unless the
+run recorded ``--accept-partial``. The file format is documented in ``docs/ci-gate.md``.
 
 The parts live in sibling modules, re-exported here: ``gate_result`` (the checks and the
 table), ``gate_baselines`` (defaults, bounds, reading and recording baselines) and
@@ -46,6 +48,7 @@ from attn_export.validate.gate.baselines import (
 from attn_export.validate.gate.hashes import check_run_folder, verify_artifact_hashes
 from attn_export.validate.gate.result import UNKNOWN_CLASS, GateCheck, GateResult
 from attn_export.validate.schema import BASELINE_FORMAT_V1, METRIC_DIRECTIONS, validate_report
+from attn_export.validate.verdict import shipped, verdict_of
 
 __all__ = [
     "BASELINE_FORMAT",
@@ -200,8 +203,22 @@ def check_report(
             "the baseline stages present in the report have no metrics to compare")  # fmt: skip
         result.checks.append(GateCheck("(all)", "comparisons", None, None, None, False,
                                        f"{why}: nothing compared; record metrics with --update-baseline"))  # fmt: skip
+    result.checks.extend(_verdict_checks(report))
     log.info("gate: %s", result.summary())
     return result
+
+
+def _verdict_checks(report: Mapping[str, Any]) -> list[GateCheck]:
+    """The run's own rule (``validate.verdict``): what ships fails a data set it was judged on -> a regression, unless
+    the run was told to ship it anyway (``verdict.accept_partial``, ``--accept-partial``), which the table then says."""
+    verdict = verdict_of(report)
+    if not verdict.misses:
+        return []
+    stage = str((shipped(report).stage or {}).get("name") or "(shipped)")
+    if verdict.accepted:
+        return [GateCheck(stage, "judged data sets", None, None, None, True, f"accepted with --accept-partial: {'; '.join(verdict.misses)}")]
+    return [GateCheck(stage, "judged data sets", None, None, None, False,
+                      f"PARTIAL: {'; '.join(verdict.misses)}; rerun with --accept-partial to ship it anyway")]  # fmt: skip
 
 
 def _cross_notice(report_class: str, baseline_class: str, recorded: list[str]) -> str:
