@@ -33,6 +33,7 @@ __all__ = ["MAX_MAP_TOKENS", "MapInputs", "checkpoint_attention_section", "one_t
 log = logging.getLogger(__name__)
 
 MAX_MAP_TOKENS = 32  # a map of more tokens than this is unreadable at report width
+_MAX_TRIED = 3  # files read in search of probabilities (MiniLM: ~0.6 s each): the shipped one and its nearest twins
 _FUSED = {"MultiHeadAttention": "com.microsoft.MultiHeadAttention", "Attention": "the ONNX Attention op", "Loop": "a Loop over query blocks"}
 
 
@@ -97,7 +98,7 @@ def _candidates(report: Mapping[str, Any], report_dir: Path) -> list[tuple[Path,
     for s in [*others, *(s for s in report.get("stages", []) if s.get("precision") == "fp32" and s not in others and s is not stage)]:
         if (p := stage_file(s, report_dir)) is not None:
             out.append((p, s, f"{p.name} ({s['name']})"))
-    return out
+    return out[:_MAX_TRIED]
 
 
 def checkpoint_attention_section(reference: Any, inputs: MapInputs, report: Mapping[str, Any], report_dir: Path) -> AttentionSection:
