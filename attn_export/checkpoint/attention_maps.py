@@ -5,7 +5,7 @@ rebuilds the reference layer from report.json (``validate.attention_report``); a
 cannot be rebuilt from it, so the run draws these while it holds the model. Eager maps are
 the user's model as transformers runs it (``LibraryReference.attentions``, eager attention);
 exported maps are the Softmax outputs of a copy of the ONNX file with every main-graph Softmax
-added as a graph output (``validate.patterns.expose_softmax_outputs``), run in ONNX Runtime.
+added as a graph output (``validate.patterns.expose_softmax``), run in ONNX Runtime.
 One text and one layer keep the cost small (MiniLM: ~0.4 s, most of it copying the graph).
 
 A fused attention form (``com.microsoft.MultiHeadAttention``, the ONNX ``Attention`` op,

@@ -99,3 +99,16 @@ def test_a_checkpoint_run_s_report_has_attention_maps_or_says_why(bert: Path, tm
     assert "## Attention maps per head: eager vs exported" in md
     assert ("(attention_maps.png)" in md and "attention maps, the user's model (transformers, eager) vs " in md) or "no attention maps: " in md, md
     assert (tmp_path / "out" / "attention_maps.png").is_file() == ("no attention maps" not in md)
+
+
+def test_layer_n_of_a_checkpoint_draws_its_own_heads_from_the_hidden_states_entering_it(bert: Path, tmp_path: Path):
+    """``--layers N``: the exported file is layer N alone (inputs x, key_padding_mask); its one Softmax is layer N's."""
+    from attn_export.export import ExportSpec
+    from attn_export.subjects.encoder_layer import EncoderLayerSubject
+
+    subject = EncoderLayerSubject(RunConfig(checkpoint=str(bert), layers="1", out=tmp_path / "run", **RUN))
+    subject.export(subject.module, tmp_path / "model.onnx", ExportSpec(attention="decomposed"))
+    inputs = subject.map_inputs()
+    assert (inputs.layer, inputs.softmax_index, inputs.softmax_count) == (1, 0, 1) and set(inputs.onnx_feed) == {"x", "key_padding_mask"}
+    sec = checkpoint_attention_section(subject.reference, inputs, _report(("onnx-fp32", tmp_path / "model.onnx")), tmp_path)
+    assert sec.note == "" and np.abs(sec.eager_maps - sec.onnx_maps).max() < 1e-5, sec.note
