@@ -34,8 +34,8 @@ import numpy as np
 from attn_export.host.memory import format_bytes
 from attn_export.validate.attention_report import AttentionSection, attention_section
 from attn_export.validate.headline import headline
-from attn_export.validate.report_header import header_tables
 from attn_export.validate.report import atomic_write_text, load_report
+from attn_export.validate.report_header import header_tables
 
 __all__ = ["markdown_escape", "write_reports"]
 

@@ -58,7 +58,11 @@ def _count(n: Any) -> str:
 
 def _lengths(p: Mapping[str, Any]) -> str:
     """A length profile (``subjects.text_data.length_profile``): texts and tokens min / p50 / p90 / max."""
-    spread = ", ".join(f"{k} {readable(p[k]) if not isinstance(p[k], float) else f'{p[k]:.0f}'}" for k in ("min", "p50", "p90", "max") if k in p)
+    spread = ", ".join(
+        f"{k} {readable(p[k]) if not isinstance(p[k], float) else f'{p[k]:.0f}'}"
+        for k in ("min", "p50", "p90", "max")
+        if k in p
+    )
     return f"{p.get('texts', '?')} texts: {spread}"
 
 
@@ -71,7 +75,9 @@ def _shape(m: Mapping[str, Any]) -> str:
     parts = [f"d_model {m['d_model']}" if "d_model" in m else "", f"{m['heads']} heads" if "heads" in m else ""]
     if "num_layers" in m:
         layers = m.get("layers")
-        parts.append(f"{m['num_layers']} layers" + ("" if layers in (None, "all") else f" (exported: {readable(layers)})"))
+        parts.append(
+            f"{m['num_layers']} layers" + ("" if layers in (None, "all") else f" (exported: {readable(layers)})")
+        )
     return ", ".join(p for p in parts if p)
 
 
@@ -84,7 +90,11 @@ def _params(m: Mapping[str, Any]) -> str:
 def _pooling(p: Any) -> str:
     if not isinstance(p, Mapping):
         return readable(p)
-    return f"{p.get('name') or '+'.join(p.get('modes') or [])} ({p['source']})" if p.get("source") else str(p.get("name", readable(p)))
+    return (
+        f"{p.get('name') or '+'.join(p.get('modes') or [])} ({p['source']})"
+        if p.get("source")
+        else str(p.get("name", readable(p)))
+    )
 
 
 def _fidelity(f: Mapping[str, Any]) -> str:
@@ -92,7 +102,9 @@ def _fidelity(f: Mapping[str, Any]) -> str:
     outs = [o for o in (f.get("outputs") or {}).values() if isinstance(o, Mapping)]
     cos = [o["min_cosine"] for o in outs if isinstance(o.get("min_cosine"), (int, float))]
     diff = [o["max_abs"] for o in outs if isinstance(o.get("max_abs"), (int, float))]
-    figures = ", ".join(x for x in (f"min cosine {min(cos):.6f}" if cos else "", f"max |diff| {max(diff):.1e}" if diff else "") if x)
+    figures = ", ".join(
+        x for x in (f"min cosine {min(cos):.6f}" if cos else "", f"max |diff| {max(diff):.1e}" if diff else "") if x
+    )
     probes = ", ".join(str(k) for k in (f.get("probes") or {}))
     bar = ", ".join(f"{k} {readable(v)}" for k, v in (f.get("tolerance") or {}).items())
     verdict = {True: "PASS", False: "FAIL"}.get(f.get("passed"), "-")
@@ -149,13 +161,25 @@ def _threads(e: Mapping[str, Any]) -> str:
     p = e.get("process") if isinstance(e.get("process"), Mapping) else {}
     bits = []
     if p.get("omp_wait_policy"):
-        bits.append(f"OpenMP wait {p['omp_wait_policy']}" + ("" if p.get("omp_wait_policy_applied", True) else ", as found"))
+        bits.append(
+            f"OpenMP wait {p['omp_wait_policy']}" + ("" if p.get("omp_wait_policy_applied", True) else ", as found")
+        )
     if "flush_denormals" in p:
         bits.append("denormals flushed" if p["flush_denormals"] else "denormals kept")
     return f"{e.get('threads', p.get('threads', '-'))}" + (f" ({', '.join(bits)})" if bits else "")
 
 
-_VERSIONS = ("attn_export", "python", "torch", "onnx", "onnxruntime", "transformers", "sentence_transformers", "numpy", "tensorrt")
+_VERSIONS = (
+    "attn_export",
+    "python",
+    "torch",
+    "onnx",
+    "onnxruntime",
+    "transformers",
+    "sentence_transformers",
+    "numpy",
+    "tensorrt",
+)
 
 
 def _versions(e: Mapping[str, Any]) -> str:
