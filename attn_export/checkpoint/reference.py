@@ -70,6 +70,7 @@ class LibraryReference:
             self.model = None  # the pipeline's Transformer module is the same AutoModel: load it once
         auto = self.model if self.model is not None else getattr(self.pipeline[0], "model", None)  # type: ignore[index]
         self.takes_token_types = auto is not None and "token_type_ids" in inspect.signature(auto.forward).parameters  # not DistilBERT
+        self._auto = auto  # transformers' model itself (inside the pipeline when there is one): ``attentions`` reads it
         # what SentenceTransformer.encode applies before the model: the token limit (None: a plain folder) and the prompts
         self.max_seq_length: int | None = getattr(self.pipeline, "max_seq_length", None) if self.pipeline is not None else None
         self.prompts: dict[str, str] = dict(getattr(self.pipeline, "prompts", None) or {}) if self.pipeline is not None else {}
@@ -103,6 +104,21 @@ class LibraryReference:
             sentence_embedding=embedding.float().numpy(),
             logits=None if logits is None else logits.float().numpy(),
         )
+
+
+    @torch.no_grad()
+    def attentions(self, input_ids: np.ndarray, attention_mask: np.ndarray, token_type_ids: np.ndarray | None = None) -> list[np.ndarray]:
+        """Every layer's attention probabilities (B, H, S, S), float32, from transformers' eager attention
+        (``output_attentions=True``): what the report's attention maps compare an export against."""
+        auto = self._auto
+        if auto is None:
+            raise CheckpointError(f"{self.description} exposes no transformers model to read attention probabilities from")
+        feed = {"input_ids": torch.as_tensor(np.asarray(input_ids), dtype=torch.int64),
+                "attention_mask": torch.as_tensor(np.asarray(attention_mask), dtype=torch.int64)}  # fmt: skip
+        if token_type_ids is not None and self.takes_token_types:
+            feed["token_type_ids"] = torch.as_tensor(np.asarray(token_type_ids), dtype=torch.int64)
+        out = auto(**feed, output_attentions=True)
+        return [a.float().numpy() for a in out.attentions or ()]
 
 
 @contextlib.contextmanager

@@ -367,9 +367,11 @@ def run(cfg: RunConfig, progress: Progress | None = None, quiet: bool = False) -
         result.report.write(cfg.out / "report.json")
         if cfg.render:
             from attn_export.validate.render import write_reports
+            from attn_export.validate.report import load_report
 
             say("rendering report.md and report.html")
-            write_reports(cfg.out / "report.json", cfg.out, attention="auto" if subject.renders_attention_maps else None)
+            attention = subject.report_attention(load_report(cfg.out / "report.json"), cfg.out)  # maps or why not, while the model is loaded
+            write_reports(cfg.out / "report.json", cfg.out, attention=attention)
         # matplotlib figures (and the run's sessions) sit in reference cycles: collect them before the
         # run is committed, so their finalizers run (and an interrupt landing in one surfaces) while the
         # run can still be rolled back, not at interpreter exit after the signal handlers are gone.

@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
@@ -57,15 +58,13 @@ class Subject(TransformSubject, Protocol):
     @property
     def deploy_name(self) -> str: ...
     def bundle_reference(self, tolerance_key: str) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Tolerance]]: ...
-    @property
-    def renders_attention_maps(self) -> bool: ...
+    def report_attention(self, report: Mapping[str, Any], report_dir: Path) -> Any: ...
 
 
 class BaseSubject(ABC):
     """What every subject shares; subclasses implement the rest of ``Subject``."""
 
     kind: ClassVar[str]
-    renders_attention_maps: ClassVar[bool] = False  # report.html's per-head maps rebuild the layer from report.json
     deploy_name: ClassVar[str] = "model"  # the Triton model name
 
     @property
@@ -92,6 +91,11 @@ class BaseSubject(ABC):
     @abstractmethod
     def module_slots(self, student: nn.Module) -> list[ModuleSlot]:
         """The places of ``student`` (a copy of ``module``) a transform may rewrite, with the reference's module at each."""
+
+    def report_attention(self, report: Mapping[str, Any], report_dir: Path) -> Any:
+        """What the report shows for attention maps: ``validate.render.write_reports``' ``attention`` argument
+        ("auto": the renderer rebuilds the layer from report.json; an ``AttentionSection``: maps or a note; None: no section)."""
+        return None
 
     def training_defaults(self) -> Mapping[str, Any]:
         """The settings a training transform starts from on this subject (each takes the keys its config has)."""

@@ -20,6 +20,7 @@ shipped corpus (and long texts, for a long ``--seq-len``) judged beside it as na
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +120,22 @@ class EncoderSubject(BaseSubject):
     def notes(self) -> list[str]:
         """What the report must say about the data: a lowered --max-len, the prompt applied, texts dropped."""
         return list(self.text_notes)
+
+    def map_inputs(self) -> Any:
+        """The attention maps' input (``checkpoint.attention_maps.MapInputs``): one report text; the last layer, which
+        carries every earlier layer's error into its probabilities."""
+        from attn_export.checkpoint.attention_maps import MapInputs, one_text
+
+        t = self.tokens["report"]
+        tokens, text = one_text(t.texts, t.input_ids, t.attention_mask, t.token_type_ids)
+        layers = self.encoder.config.num_hidden_layers
+        return MapInputs(tokens, tokens, layer=layers - 1, softmax_index=layers - 1, softmax_count=layers, text=text)
+
+    def report_attention(self, report: Mapping[str, Any], report_dir: Path) -> Any:
+        """The heads of one layer, the user's model against the shipped ONNX file, on one real text (or a note why not)."""
+        from attn_export.checkpoint.attention_maps import checkpoint_attention_section
+
+        return checkpoint_attention_section(self.reference, self.map_inputs(), report, report_dir)
 
     def describe_data(self) -> str:
         t = self.tokens

@@ -75,6 +75,17 @@ class EncoderLayerSubject(EncoderSubject):
                                   for i in range(0, len(acts), FEED_BATCH)]  # fmt: skip
         return self._feeds[split]
 
+    def map_inputs(self) -> Any:
+        """Layer N's heads: the exported layer takes the hidden states that enter it (the eager encoder's, fidelity-checked)."""
+        from attn_export.checkpoint.attention_maps import MapInputs
+        from attn_export.checkpoint.text import TokenBatch, all_layer_inputs
+
+        whole = super().map_inputs()
+        t = whole.tokens
+        acts = all_layer_inputs(self.encoder, TokenBatch(t["input_ids"], t["attention_mask"], [], t.get("token_type_ids")), layers=[self.index])[self.index]
+        feed = {"x": acts.x, "key_padding_mask": acts.key_padding_mask}
+        return MapInputs(t, feed, layer=self.index, softmax_index=0, softmax_count=1, text=whole.text)
+
     def latency_feed(self) -> Feed:
         from attn_export.checkpoint.text import all_layer_inputs
 

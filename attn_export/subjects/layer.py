@@ -10,6 +10,7 @@ from ``seed + 1`` and ``seed + 3``. Latency is timed on random inputs of the run
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,6 @@ class LayerSubject(BaseSubject):
     """``--layer`` (transformer, mha, self-attention, block-sparse, linear) at ``--d-model``/``--heads``."""
 
     kind = "layer"
-    renders_attention_maps = True
     deploy_name = "attn"
     select_error_name = "relative L2 of the output"
 
@@ -113,6 +113,10 @@ class LayerSubject(BaseSubject):
                     info[attr] = value
                     break
         return info
+
+    def report_attention(self, report: Mapping[str, Any], report_dir: Path) -> Any:
+        """The renderer rebuilds the reference layer from report.json (``validate.attention_report``)."""
+        return "auto"
 
     def inputs_info(self) -> dict[str, Any]:
         c = self.cfg

@@ -27,7 +27,7 @@ from attn_export.errors import AttnExportError
 from attn_export.validate.headline import shipped
 from attn_export.validate.tolerances import TOLERANCES
 
-__all__ = ["AttentionSection", "attention_section", "describe_maps"]
+__all__ = ["AttentionSection", "attention_section", "describe_maps", "shipped_onnx", "stage_file"]
 
 log = logging.getLogger(__name__)
 
@@ -63,17 +63,27 @@ def describe_maps(eager: np.ndarray, onnx: np.ndarray, what: str, max_abs_bar: f
     return f"attention maps, eager fp32 vs {what}, per head: {verdict}; {figures}", failed
 
 
-def _artifact(report: Mapping[str, Any], report_dir: Path) -> tuple[Path | None, Mapping[str, Any] | None, str]:
+def stage_file(stage: Mapping[str, Any], report_dir: Path, names: tuple[str, ...] = ()) -> Path | None:
+    """A stage's ONNX file: by ``names`` or its own file name beside the report, else at its recorded path; None if absent."""
+    artifact = str(stage.get("artifact") or "")
+    if not artifact.endswith(".onnx"):
+        return None
+    for candidate in [*(report_dir / n for n in (*names, Path(artifact).name) if n), Path(artifact)]:
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def shipped_onnx(report: Mapping[str, Any], report_dir: Path) -> tuple[Path | None, Mapping[str, Any] | None, str]:
     """The shipped ONNX file (beside the report, or at its recorded path), its stage, and how to name it."""
     ship = shipped(report)
     stage = ship.stage
     if stage is None or not str(stage.get("artifact") or "").endswith(".onnx"):
         return None, None, ""
-    names = [n for n in (ship.file, Path(str(stage["artifact"])).name) if n]
-    for candidate in [*(report_dir / n for n in names), Path(str(stage["artifact"]))]:
-        if candidate.is_file():
-            return candidate, stage, f"{candidate.name} ({stage['name']}, the shipped artifact)"
-    return None, stage, ""
+    path = stage_file(stage, report_dir, (ship.file,) if ship.file else ())
+    if path is None:
+        return None, stage, ""
+    return path, stage, f"{path.name} ({stage['name']}, the shipped artifact)"
 
 
 def attention_section(report: Mapping[str, Any], report_dir: Path, max_seq: int = 32) -> AttentionSection:
@@ -87,6 +97,9 @@ def attention_section(report: Mapping[str, Any], report_dir: Path, max_seq: int 
     from attn_export.validate.patterns import check_attention_patterns, has_attention_maps
 
     m, inputs = report.get("model") or {}, report.get("inputs") or {}
+    if m.get("checkpoint"):  # validate/ sits below checkpoint/: the run that holds the model draws them (checkpoint.attention_maps)
+        return AttentionSection(note="no attention maps: a checkpoint's maps are drawn by the run that loads it (attn-export --checkpoint ...); "
+                                "re-rendering report.json alone cannot load the model")  # fmt: skip
     if not {"layer", "d_model", "heads"} <= set(m) or m["layer"] not in LAYERS:
         return AttentionSection(note=f"no attention maps: the report's model ({m.get('layer', 'unnamed')}) is not a reference layer that can be rebuilt")
     if int(m["d_model"]) > _MAX_REBUILD_D_MODEL:
@@ -103,7 +116,7 @@ def attention_section(report: Mapping[str, Any], report_dir: Path, max_seq: int 
             )
     except AttnExportError as err:
         return AttentionSection(note=f"no attention maps: {err}")
-    artifact, stage, what = _artifact(report, report_dir)
+    artifact, stage, what = shipped_onnx(report, report_dir)
     if artifact is None or stage is None:
         return AttentionSection(note="no attention maps: the shipped ONNX artifact was not found next to the report")
     rng = np.random.default_rng(seed)

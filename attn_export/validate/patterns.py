@@ -42,6 +42,7 @@ __all__ = [
     "attention_maps",
     "check_attention_patterns",
     "eager_attention_maps",
+    "expose_softmax",
     "expose_softmax_outputs",
     "has_attention_maps",
 ]
@@ -126,14 +127,13 @@ def eager_attention_maps(model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> 
     return _as_bhll(weights.float().numpy(), attn, int(batch), int(length))
 
 
-def expose_softmax_outputs(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> list[str]:
-    """Copy ``src`` to ``dst`` with every Softmax output of the main graph added as a graph output; returns their names.
+def expose_softmax(model: ir.Model) -> list[str]:
+    """Add every Softmax output of ``model``'s main graph as a graph output, in place; returns their names in graph order.
 
     A Softmax inside a subgraph (the ``long-seq`` form's Loop over query blocks) is not
     exposed: its output is one block of one iteration, a name the main graph does not
     have (ONNX Runtime refuses such a model: "Graph output ... does not exist").
     """
-    model = ir.load(src)
     outputs = {v.name for v in model.graph.outputs}
     names: list[str] = []
     for node in model.graph:  # the main graph only, not Loop/If bodies
@@ -145,6 +145,13 @@ def expose_softmax_outputs(src: str | os.PathLike[str], dst: str | os.PathLike[s
                 value.type = ir.TensorType(ir.DataType.FLOAT)
             model.graph.outputs.append(value)
         names.append(value.name)
+    return names
+
+
+def expose_softmax_outputs(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> list[str]:
+    """Copy ``src`` to ``dst`` with every Softmax output of the main graph added as a graph output (``expose_softmax``)."""
+    model = ir.load(src)
+    names = expose_softmax(model)
     ir.save(model, dst)
     return names
 

@@ -6,7 +6,7 @@ point label cut by the axes frame. Fixed offsets cannot avoid that for every rep
 (``Text.get_window_extent`` with the figure's renderer) stays inside the axes and clear of
 every marker and label placed so far. ``layout_problems`` measures the finished figure the
 same way: overlapping texts, a legend over a bar or a marker, a point label crossing the frame
-of its axes. ``plots._save`` logs what it finds; the tests require none.
+of its axes, a plot's tick labels running into another plot (issue 33's sensitivity panels). ``plots._save`` logs what it finds; the tests require none.
 """
 
 from __future__ import annotations
@@ -108,6 +108,12 @@ def layout_problems(fig: Any) -> list[str]:
         for u, other in boxes[i + 1 :]:
             if _overlap(box, other, slack=1.0):
                 problems.append(f"texts {t.get_text()!r} and {u.get_text()!r} overlap")
+    hidden = _undrawn_tick_labels(fig)
+    for ax in fig.axes:  # issue 33: a right panel's tick labels drawn over the panel on its left
+        ticks = [t for t in (*ax.get_xticklabels(), *ax.get_yticklabels()) if t.get_visible() and t.get_text().strip() and id(t) not in hidden]
+        for other in fig.axes:
+            if other is not ax and any(_overlap(t.get_window_extent(renderer), other.get_window_extent(renderer)) for t in ticks):
+                problems.append(f"the tick labels of {ax.get_title()!r} run into the plot {other.get_title()!r}")
     for ax in fig.axes:
         area = ax.get_window_extent(renderer)
         for t in ax.texts:

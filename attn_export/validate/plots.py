@@ -18,6 +18,7 @@ import matplotlib
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
 
 from attn_export.validate.error_histogram import error_histogram, histogram_from_details
 from attn_export.validate.pareto import ParetoPoint, pareto_front, points_from_report
@@ -186,23 +187,31 @@ def plot_seq_scaling(bench: Mapping[str, Any], path: str | os.PathLike[str], bat
 def plot_attention_maps(
     eager_maps: np.ndarray, onnx_maps: np.ndarray, path: str | os.PathLike[str], batch_index: int = 0, max_tokens: int = 64, label: str = "ONNX"
 ) -> Path:
-    """Per head: eager map, exported map and |difference|, side by side (rows = heads)."""
+    """Per head: eager map, exported map and |difference|, side by side (rows = heads), each column with its colour scale.
+
+    The probabilities share one scale (0 to the largest), so eager and exported read alike; the
+    differences share another across heads, so a head that differs more is visibly brighter."""
     e = np.asarray(eager_maps)[batch_index, :, :max_tokens, :max_tokens]  # (H, Lq, Lk)
     o = np.asarray(onnx_maps)[batch_index, :, :max_tokens, :max_tokens]
     heads = e.shape[0]
-    fig = _figure(figsize=(7.5, 2.3 * heads), layout="constrained")
-    axes = fig.subplots(heads, 3, squeeze=False)
+    diffs = np.abs(e.astype(np.float64) - o)  # (H, Lq, Lk)
+    fig = _figure(figsize=(8.5, 1.9 * heads + 1.2), layout="constrained")
+    grid = fig.add_gridspec(heads + 1, 3, height_ratios=[1.0] * heads + [0.07])  # the last row: the colour scales
+    axes = np.array([[fig.add_subplot(grid[h, c]) for c in range(3)] for h in range(heads)])
     vmax = float(max(e.max(initial=0.0), o.max(initial=0.0))) or 1.0
+    dmax = float(diffs.max(initial=0.0)) or 1e-12
+    probs = diff_img = None
     for h in range(heads):
-        diff = np.abs(e[h].astype(np.float64) - o[h])
-        for col, (img, title, kw) in enumerate(
-            ((e[h], "eager", {"vmin": 0, "vmax": vmax}), (o[h], label, {"vmin": 0, "vmax": vmax}), (diff, f"|diff| max {diff.max(initial=0):.1e}", {"cmap": "magma"}))
-        ):
+        for col, (img, title) in enumerate(((e[h], "eager"), (o[h], label), (diffs[h], f"|diff| max {diffs[h].max(initial=0):.1e}"))):
             ax = axes[h, col]
-            ax.imshow(img, aspect="auto", interpolation="nearest", **kw)
+            shown = ax.imshow(img, aspect="auto", interpolation="nearest", **({"cmap": "magma", "vmin": 0, "vmax": dmax} if col == 2 else {"vmin": 0, "vmax": vmax}))
+            probs, diff_img = (shown, diff_img) if col < 2 else (probs, shown)
             ax.set_title(f"head {h}: {title}", fontsize=8)
             ax.set_xticks([])
             ax.set_yticks([])
+    # one colour scale per kind, under the columns it reads
+    fig.colorbar(probs, cax=fig.add_subplot(grid[heads, :2]), orientation="horizontal", label="attention probability")
+    fig.colorbar(diff_img, cax=fig.add_subplot(grid[heads, 2]), orientation="horizontal", label="|eager - exported|")
     fig.suptitle("Attention probabilities per head (query rows x key columns)", fontsize=10)
     return _save(fig, path)
 
@@ -223,7 +232,8 @@ def plot_sensitivity(report: Mapping[str, Any], path: str | os.PathLike[str]) ->
     if not stages:
         return None
     rows = max(len({g["group"] for g in mp["gemms"]}) for _, mp in stages)
-    fig = _figure(figsize=(6.5 * len(stages), 0.28 * rows + 1.6))
+    # constrained layout sizes each panel around its own group names, so a right panel's labels never run into the left one
+    fig = _figure(figsize=(7.5 * len(stages), 0.3 * rows + 1.9), layout="constrained")
     axes = fig.subplots(1, len(stages), squeeze=False)
     for ax, (name, mp) in zip(axes[0], stages):
         groups: dict[str, dict[str, Any]] = {}
@@ -236,8 +246,11 @@ def plot_sensitivity(report: Mapping[str, Any], path: str | os.PathLike[str]) ->
         ax.barh(y, vals, color=["#e8590c" if f else "#3a7bd5" for f in floated])
         ax.set_yticks(y, [g["group"] for g in order], fontsize=7)
         ax.set_xscale("log")
+        # whole decades on the axis: values within one decade would otherwise get crowded minor-tick labels
+        ax.set_xlim(10 ** math.floor(math.log10(vals.min())), 10 ** max(math.ceil(math.log10(vals.max())), math.floor(math.log10(vals.min())) + 1))
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("error with only this group in int8 (" + ("1 - mean embedding cosine" if report.get("model", {}).get("subject") == "encoder" else "relative L2") + ")")
         kept = sum(floated)
-        ax.set_title(f"{name}: {kept} group(s) kept in {mp.get('float_precision', 'float')} (orange), the rest int8 (blue)", fontsize=9)
+        ax.set_title(f"{name}: {kept} group(s) kept in {mp.get('float_precision', 'float')} (orange),\nthe rest int8 (blue)", fontsize=9)
         ax.grid(alpha=0.3, axis="x")
     return _save(fig, path)

@@ -10,9 +10,12 @@ not markup: the HTML escapes it, and the Markdown escapes HTML and Markdown synt
 Both open with the verdict line (``validate.headline``): PASS/PARTIAL/FAIL, the file that ships
 and why, its accuracy on every judged data set, its speed-up and size, then the other selections
 (the fp32 form's); in the HTML it is the first element of the page (``id="verdict"``), visible
-without scrolling. A checkpoint's stage table carries the
+without scrolling. Below it, the header is labelled tables (``validate.report_header``): model,
+inputs and environment, one row per fact, rounded for reading (a Markdown table each;
+``<table id="header-model">``...); report.json keeps the exact values. A checkpoint's stage table carries the
 figures its tolerance judges (mean and min embedding cosine, top-1 neighbour agreement). The
-attention-maps section (``validate.attention_report``) is best effort and never a failed render.
+attention-maps section (``validate.attention_report``; a checkpoint run draws its own,
+``checkpoint.attention_maps``) is best effort and never a failed render: no maps is one line saying why.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from attn_export.host.memory import format_bytes
 from attn_export.validate.attention_report import AttentionSection, attention_section
 from attn_export.validate.headline import headline
 from attn_export.validate.report import atomic_write_text, load_report
+from attn_export.validate.report_header import header_tables
 
 __all__ = ["markdown_escape", "write_reports"]
 
@@ -85,24 +89,6 @@ def _rows(report: Mapping[str, Any]) -> list[tuple[str, ...]]:
     return rows
 
 
-def _value(v: Any) -> str:
-    """A header value on one line: nested objects as k=v, lists comma-separated."""
-    if isinstance(v, Mapping):
-        return "{" + ", ".join(f"{k}={_value(x)}" for k, x in v.items()) + "}"
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_value(x) for x in v) + "]"
-    return str(v)
-
-
-def _header(report: Mapping[str, Any]) -> list[tuple[str, str]]:
-    out = []
-    for key in ("model", "inputs", "environment"):
-        val = report.get(key) or {}
-        if val:
-            out.append((key, ", ".join(f"{k}={_value(v)}" for k, v in val.items())))
-    return out
-
-
 # The punctuation that can start markup mid-line ("#", "+" and "-" only matter at a line
 # start, and every line here starts with "- " or "| "; "(" and "!" only after "]" or before "[").
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
@@ -131,6 +117,8 @@ def _plots(
     section: AttentionSection | None = None
     if attention == "auto":
         section = attention_section(report, report_dir)
+    elif isinstance(attention, AttentionSection):  # drawn by the run (a checkpoint's: checkpoint.attention_maps)
+        section = attention
     elif attention is not None:
         section = AttentionSection(attention[0], attention[1], attention[2] if len(attention) > 2 else "ONNX")
     if section is not None and section.eager_maps is not None and section.onnx_maps is not None:
@@ -182,9 +170,10 @@ def _markdown(report: Mapping[str, Any], pngs: Mapping[str, Path], section: Atte
     line = headline(report)
     lines = ["# attn-export report", "", f"**{line.verdict}** · " + " · ".join(esc(x) for x in line.parts()), ""]
     lines += [f"- {esc(x)}" for x in line.below] + ([""] if line.below else [])
-    lines += [f"- **{esc(k)}**: {esc(v)}" for k, v in _header(report)]
+    for table in header_tables(report):  # one labelled table per section, one row per fact (issue 33)
+        lines += [f"| {table.title} | |", "|---|---|"] + [f"| {esc(k)} | {esc(v)} |" for k, v in table.rows] + [""]
     columns = _columns(report)
-    lines += ["", "## Stages", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["## Stages", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(esc(c) for c in r) + " |" for r in _rows(report)]
     by_input = _latency_by_input(report)
     if by_input:
@@ -210,7 +199,9 @@ _CSS = (
     "body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}"
     "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
     "td:first-child,th:first-child{text-align:left}.PASS{color:#1a7f37;font-weight:600}.FAIL{color:#c62828;font-weight:600}"
-    "img{max-width:100%;border:1px solid #eee}dt{font-weight:600}"
+    "img{max-width:100%;border:1px solid #eee}"
+    ".facts{margin:0 0 1em;width:100%}.facts caption{text-align:left;font-weight:600;padding:.3em 0}"
+    ".facts th,.facts td{text-align:left;vertical-align:top}.facts th{width:14em;font-weight:600;background:#f6f8fa}"
     ".verdict{font-size:15px;padding:.6em .8em;border-radius:4px;margin:0 0 1em}.PASS-box{background:#e6f4ea}.FAIL-box{background:#fdecea}"
     ".PARTIAL{color:#a15c00;font-weight:600}.PARTIAL-box{background:#fff4e0}.below-verdict{margin:-.6em 0 1em .8em}"
 )
@@ -218,7 +209,11 @@ _CSS = (
 
 def _html(report: Mapping[str, Any], pngs: Mapping[str, Path], section: AttentionSection | None = None) -> str:
     esc = html.escape
-    head = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in _header(report))
+    head = "".join(
+        f'<table class="facts" id="header-{t.key}"><caption>{esc(t.title)}</caption>'
+        + "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in t.rows) + "</table>"
+        for t in header_tables(report)
+    )  # fmt: skip
     th = "".join(f"<th>{esc(c)}</th>" for c in _columns(report))
     line = headline(report)
     verdict = f'<p id="verdict" class="verdict {line.verdict}-box"><b class="{line.verdict}">{line.verdict}</b> · ' + " · ".join(esc(x) for x in line.parts()) + "</p>"
@@ -247,7 +242,7 @@ def _html(report: Mapping[str, Any], pngs: Mapping[str, Path], section: Attentio
     notes = "".join(f"<li>{esc(n)}</li>" for n in report.get("notes", []))
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>attn-export report</title><style>{_CSS}</style></head>'
-        f"<body>{verdict}<h1>attn-export report</h1><dl>{head}</dl><h2>Stages</h2><table><tr>{th}</tr>{trs}</table>{figs}"
+        f"<body>{verdict}<h1>attn-export report</h1><div id='header'>{head}</div><h2>Stages</h2><table><tr>{th}</tr>{trs}</table>{figs}"
         + (f"<h2>Notes</h2><ul>{notes}</ul>" if notes else "")
         + "</body></html>\n"
     )
@@ -257,13 +252,14 @@ def write_reports(
     report: str | os.PathLike[str] | Mapping[str, Any],
     out_dir: str | os.PathLike[str],
     bench_json: str | os.PathLike[str] | Mapping[str, Any] | None = None,
-    attention: str | tuple[np.ndarray, np.ndarray] | tuple[np.ndarray, np.ndarray, str] | None = "auto",
+    attention: str | AttentionSection | tuple[np.ndarray, np.ndarray] | tuple[np.ndarray, np.ndarray, str] | None = "auto",
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Path]:
     """Write the PNGs, report.md and report.html into ``out_dir``; returns name -> path.
 
     ``attention="auto"`` draws attention maps when the report's layer can be rebuilt and an
-    ONNX artifact exists; pass ``(eager_maps, onnx_maps[, label])`` to draw given maps, None to skip.
+    ONNX artifact exists; pass an ``AttentionSection`` (maps or a note, as a checkpoint run draws them) or
+    ``(eager_maps, onnx_maps[, label])`` to draw given maps, None to skip.
     """
     from attn_export.validate.schema import BenchSchema, read_json, validate, validate_report
 

@@ -133,3 +133,7 @@ def test_a_tagger_int8_run_end_to_end_reports_labels_and_the_worst_token(tagger:
         assert "embedding" not in details and details["logits"]["per"] == "token" and ", token " in details["logits"]["worst"], stage["name"]
     markdown = (tmp_path / "out" / "report.md").read_text()
     assert "label agreement" in markdown and "real tokens" in markdown and "neighbour" not in markdown
+    # issue 33: a checkpoint report draws one layer's heads, the user's model against the shipped file
+    assert "attention maps, the user's model (transformers, eager) vs model.int8.onnx (int8-dynamic, the shipped artifact), layer 1, on '" in (
+        markdown.replace("\\", "")), markdown  # fmt: skip
+    assert (tmp_path / "out" / "attention_maps.png").is_file()

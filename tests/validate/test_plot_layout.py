@@ -76,3 +76,49 @@ def test_labels_are_placed_clear_of_each_other_and_inside_the_frame():
     place_labels(ax, xy, ["int8-dynamic", "int8-static", "lowrank-int8", "eager", "fastest"], [True, False, False, True, False])
     found = layout_problems(fig)
     assert found == []
+
+
+def _sensitivity_report(stages: int = 2) -> dict:
+    """Static int8 stages with long group names; one stage's sensitivities all within one decade (crowded log ticks)."""
+    r = checkpoint_report().to_dict()
+    r["model"]["subject"] = "encoder"
+    for i, s in enumerate(r["stages"][:stages]):
+        gemms = [{"gemm": f"g{j}", "group": f"encoder.layers.{j // 4}.{('qkv', 'attn_out', 'mlp.w_in', 'mlp.w_out')[j % 4]}",
+                  "precision": "fp32" if j == 0 else "int8", "sensitivity": (2.11 + 0.001 * j) * 1e-5 if i else 10 ** (-12 + j / 3), "rank": j}
+                 for j in range(8)]  # fmt: skip
+        s["details"]["mixed_precision"] = {"gemms": gemms, "float_precision": "fp32", "mode": "auto"}
+    return r
+
+
+def test_sensitivity_panels_keep_their_labels_apart(tmp_path, problems):
+    """Issue 33: the right panel's group names ran over the left panel, and a stage whose values sit in one decade got
+    overlapping minor-tick labels; each panel now has whole decades and room for its own names."""
+    assert plots.plot_sensitivity(_sensitivity_report(), tmp_path / "sensitivity.png") is not None
+    assert list(problems.values()) == [[]], problems
+
+
+def test_the_layout_check_finds_tick_labels_running_into_the_next_plot():
+    fig = plots._figure(figsize=(6, 2))  # the old sensitivity layout: two panels side by side, no room for long names
+    for ax in fig.subplots(1, 2):
+        ax.barh([0, 1], [1, 2])
+        ax.set_yticks([0, 1], ["encoder.layers.1.mlp.w_out.something", "encoder.layers.0.attn_out.something"])
+        ax.set_title("panel")
+    assert any("tick labels of 'panel' run into the plot 'panel'" in p for p in layout_problems(fig)), layout_problems(fig)
+
+
+def test_attention_maps_have_a_colour_scale_per_kind_and_a_clean_layout(tmp_path, problems, monkeypatch):
+    rng = np.random.default_rng(0)
+    eager = rng.random((1, 3, 10, 10))
+    eager /= eager.sum(-1, keepdims=True)
+    saved = {}
+    save = plots._save
+
+    def keep(fig, path):
+        saved["fig"] = fig
+        return save(fig, path)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    plots.plot_attention_maps(eager, eager + 1e-4 * rng.random(eager.shape), tmp_path / "maps.png", label="int8")
+    labels = sorted(filter(None, (ax.get_xlabel() for ax in saved["fig"].axes)))  # the maps have none: the colour bars' labels
+    assert labels == ["attention probability", "|eager - exported|"], labels
+    assert list(problems.values()) == [[]], problems

@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -73,11 +74,12 @@ def test_report_from_json_file_without_maps(tmp_path):
     assert files["report.html"].parent == tmp_path / "out"
 
 
-def _chromium_images(page: str, tmp_path) -> dict[str, str]:
-    """Load ``page`` in headless Chromium; img id -> "WxH:complete" as the browser decoded it."""
+def _chromium_page(page: str, tmp_path) -> tuple[dict[str, str], dict[str, int]]:
+    """Load ``page`` in headless Chromium: (img id -> "WxH:complete" as the browser decoded it, header table id -> its rows)."""
     probe = (
         "<script>window.addEventListener('load',function(){var r=[];"
         "document.querySelectorAll('img').forEach(function(i){r.push(i.id+':'+i.naturalWidth+'x'+i.naturalHeight+':'+i.complete)});"
+        "document.querySelectorAll('#header table').forEach(function(t){r.push(t.id+':'+t.rows.length)});"
         "var p=document.createElement('pre');p.id='probe';p.textContent=r.join(';');document.body.appendChild(p)});</script>"
     )
     probed = tmp_path / "probe.html"
@@ -90,7 +92,12 @@ def _chromium_images(page: str, tmp_path) -> dict[str, str]:
     dom = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=120).stdout
     m = re.search(r'<pre id="probe">([^<]*)</pre>', dom)
     assert m, f"probe script did not run; chromium printed: {dom[:300]!r}"
-    return dict(item.split(":", 1) for item in m.group(1).split(";") if item)
+    found = dict(item.split(":", 1) for item in m.group(1).split(";") if item)
+    return {k: v for k, v in found.items() if not k.startswith("header-")}, {k: int(v) for k, v in found.items() if k.startswith("header-")}
+
+
+def _chromium_images(page: str, tmp_path) -> dict[str, str]:
+    return _chromium_page(page, tmp_path)[0]
 
 
 def _assert_loaded(images: dict[str, str]) -> None:
@@ -260,10 +267,10 @@ def test_markdown_escapes_html_and_table_syntax(tmp_path):
     for tag in ("<script", "<img src=x", "<iframe", "<b>bold", 'href="javascript'):
         assert tag not in rendered, f"{tag} injected into the rendered report.md"
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in rendered and "a | b" in rendered
-    rows = re.findall(r"<tr>(.*?)</tr>", rendered, re.S)
+    rows = [r for r in re.findall(r"<tr>(.*?)</tr>", rendered, re.S) if r.count("<td") + r.count("<th") != 2]  # the header's are (fact, value)
     assert len(rows) == 1 + 3 and all(r.count("<td") + r.count("<th") == 12 for r in rows), rows
     assert "onnx|fp32 &lt;b&gt;bold&lt;/b&gt;" in rows[1]
-    assert "cpu={isa_class=x86-avx2, flags=[avx2, fma]}" in md.replace("\\", "")
+    assert "| CPU | x86-avx2 (avx2, fma) |" in md.replace("\\", "") and "| host | &lt;iframe src=evil&gt; |" in md
     page = files["report.html"].read_text()
     assert "<script>alert" not in page and "<iframe" not in page
 
@@ -338,3 +345,71 @@ def test_the_verdict_is_visible_in_the_first_screen_and_nothing_overflows(kind, 
     pass_box, pass_text = np.array([0xE6, 0xF4, 0xEA]), np.array([0x1A, 0x7F, 0x37])  # report.html's CSS for a PASS verdict
     assert np.mean(np.abs(box - pass_box).sum(-1) < 12) > 0.5, "the verdict box is not painted where the DOM puts it"
     assert np.sum(np.abs(box - pass_text).sum(-1) < 60) > 30, "no PASS text drawn in the verdict box"
+
+
+# --- the header: labelled tables, one row per fact (issue 33) --------------------------------------
+
+MINILM_HEADER = Path(__file__).parent / "data" / "minilm_report_header.json"
+
+
+def _minilm_report() -> dict:
+    """The checkpoint fixture's stages under the model, inputs and environment a real MiniLM int8 run recorded."""
+    from test_headline import checkpoint_report
+
+    report = checkpoint_report().to_dict()
+    header = json.loads(MINILM_HEADER.read_text())
+    return {**report, **{k: header[k] for k in ("model", "inputs", "environment")}}
+
+
+def _md_header(md: str) -> str:
+    return md[md.index("\n\n", md.index("**PASS**")) : md.index("## Stages")]
+
+
+def test_the_header_is_labelled_tables_one_fact_a_row_without_dict_syntax(tmp_path):
+    files = write_reports(_minilm_report(), tmp_path, attention=None)
+    md = files["report.md"].read_text()
+    head = _md_header(md)
+    for token in ("{", "}", "True", "False", "None", "=["):
+        assert token not in head, f"{token!r} in report.md's header:\n{head}"
+    text = head.replace("\\", "")
+    for row in ("| Model | |", "| Inputs | |", "| Environment | |", "| family | bert |", "| pooling | mean+normalize (1_Pooling/config.json) |",
+                "| checkpoint | minilm (", "| shape | d_model 384, 12 heads, 6 layers |", "| parameters | 22.6 M |",
+                "| lengths judged (tokens) | 320 texts: min 14, p50 26, p90 35, max 64 |",
+                "| timed on | real texts (batch 8, 40 batches, 22% padding); fixed (batch 8, 79% padding) |",
+                "| CPU | AMD EPYC (x86_64), 2 cores, x86-avx512-vnni (avx2, avx512f, avx512bw, avx512_vnni) |",
+                "| versions | attn_export 0.1.0, python 3.11.7, torch 2.13.0+cpu, onnx 1.23.2, onnxruntime 1.32.0, numpy 2.4.6 |"):  # fmt: skip
+        assert row in text, f"{row!r} not in report.md's header:\n{text}"
+    assert "| fidelity to the reference | PASS: min cosine 1.000000, max |diff| 3.3e-06 on " in text  # rounded here; exact in report.json
+    assert all(line.count(" | ") == 1 for line in text.strip().splitlines() if line.startswith("| ") and "---" not in line)  # two columns
+    page = files["report.html"].read_text()
+    for key in ("model", "inputs", "environment"):
+        assert f'<table class="facts" id="header-{key}"><caption>{key.capitalize()}</caption>' in page
+    assert "<tr><th>family</th><td>bert</td></tr>" in page and "<dt>" not in page
+
+
+def test_a_key_no_row_reads_still_shows_flattened_and_readable(tmp_path):
+    report = _minilm_report()
+    report["environment"]["gpu"] = {"name": "H200", "mig": False, "driver": None, "clocks_mhz": [1980, 2619.5]}
+    head = _md_header(write_reports(report, tmp_path, attention=None)["report.md"].read_text()).replace("\\", "")
+    assert "| gpu · name | H200 |" in head and "| gpu · mig | no |" in head and "| gpu · driver | - |" in head, head
+    assert "| gpu · clocks mhz | 1980, 2620 |" in head or "| gpu · clocks_mhz | 1980, 2620 |" in head, head
+    assert "{" not in head and "None" not in head and "False" not in head
+
+
+def test_a_layer_report_header_reads_the_same_way(rendered):
+    head = _md_header(rendered("transformer", "padding")["report.md"].read_text()).replace("\\", "")
+    assert "| subject | transformer |" in head and "| shape | d_model 64, 4 heads |" in head and "| mask | padding |" in head, head
+    assert "{" not in head and "True" not in head and "None" not in head
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not installed (apt-get install -y chromium)")
+def test_a_checkpoint_report_shows_its_header_tables_and_every_plot_in_headless_chromium(tmp_path):
+    from attn_export.validate.attention_report import AttentionSection
+
+    eager, onnx = _maps()
+    section = AttentionSection(eager, onnx, "int8-dynamic (layer 5)", "attention maps, the user's model vs model.int8.onnx")
+    files = write_reports(_minilm_report(), tmp_path, attention=section)
+    images, tables = _chromium_page(files["report.html"].read_text(), tmp_path)
+    assert set(images) >= {"plot-latency", "plot-attention_maps"}, images
+    _assert_loaded(images)
+    assert set(tables) == {"header-model", "header-inputs", "header-environment"} and min(tables.values()) >= 5, tables
