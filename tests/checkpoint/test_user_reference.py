@@ -18,7 +18,9 @@ from attn_export.cli import main
 from attn_export.config.run import RunConfig
 from attn_export.pipeline.runner import run
 
-TINY_RUN = ["--max-len", "32", "--repeats", "1", "--warmup", "0", "--batch", "2", "--seq-len", "16", "--max-texts", "16", "--threads", "1"]
+# one export (--encoder-form padded): these runs are about the judge and the pooling, not the forms (test_encoder_forms.py)
+TINY_RUN = ["--max-len", "32", "--repeats", "1", "--warmup", "0", "--batch", "2", "--seq-len", "16", "--max-texts", "16", "--threads", "1",
+            "--encoder-form", "padded"]
 
 
 def _tokenizer(folder: Path, vocab: int = 100, pad: int = 1) -> None:
