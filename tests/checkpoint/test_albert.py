@@ -163,9 +163,7 @@ def _char_tokenizer(folder: Path) -> int:
 
 @pytest.mark.slow  # the default suite runs the CLI on this family in c27 (tests/reliability/test_round4_init.py)
 def test_the_cli_checkpoint_path_passes_on_a_tiny_albert(tmp_path):
-    """``attn-export --checkpoint DIR``: the fidelity check at load, the export and the judge, as a user runs it.
-
-    One form (padded): ALBERT's packed export runs in the default suite's c27-albert (tests/reliability/test_round4_init.py)."""
+    """``attn-export --checkpoint DIR``: the fidelity check at load, the export and the judge, as a user runs it."""
     from attn_export.cli import main
 
     T = transformers_module()
@@ -174,7 +172,7 @@ def test_the_cli_checkpoint_path_passes_on_a_tiny_albert(tmp_path):
     vocab = _char_tokenizer(folder)
     torch.manual_seed(0)
     T.AlbertModel(T.AlbertConfig(**{**SIZES, "vocab_size": vocab, "max_position_embeddings": 160})).eval().save_pretrained(str(folder))
-    run = ["--repeats", "1", "--warmup", "0", "--batch", "2", "--seq-len", "16", "--max-texts", "16", "--threads", "1", "--quiet", "--encoder-form", "padded"]
+    run = ["--repeats", "1", "--warmup", "0", "--batch", "2", "--seq-len", "16", "--max-texts", "16", "--threads", "1", "--quiet"]
     assert main(["--checkpoint", str(folder), "--out", str(tmp_path / "out"), *run]) == 0
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     model = report["model"]
