@@ -106,7 +106,7 @@ def test_encoder_cli_command(tmp_path, minilm_dir, capsys):
 
     args = ["encoder", "--layers", "5", "--precision", "fp32", "--low-rank-targets", "q", "--distill", "5", "--int8-mode", "dynamic",
             "--out", str(tmp_path), "--seq-len", "16", "--batch", "2", "--warmup", "0", "--repeats", "1", "--threads", "2", "--json",
-            "--max-texts", "32"]  # fmt: skip
+            "--max-texts", "16"]  # fmt: skip
     assert main(args) == 0
     report = json.loads(capsys.readouterr().out)
     assert [s["name"] for s in report["stages"]] == ["onnx-fp32", "lowrank", "lowrank+distill", "lowrank-int8-dynamic"]

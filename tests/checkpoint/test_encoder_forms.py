@@ -53,7 +53,7 @@ def test_an_auto_run_judges_both_forms_and_ships_the_selected_file(tmp_path):
     """fp32 only (the int8 selection's candidates from both forms are the plan's, checked above; an int8 run of both
     forms is bench/real_text.py's and the docs' run): both exports judged, the faster meeting its tolerance is model.onnx."""
     out = tmp_path / "out"
-    cfg = RunConfig(checkpoint="minilm", out=out, repeats=1, warmup=0, batch=2, seq_len=32, threads=2, render=False, max_texts=40)
+    cfg = RunConfig(checkpoint="minilm", out=out, repeats=1, warmup=0, batch=2, seq_len=32, threads=2, render=False, max_texts=16)
     run(cfg)
     report = json.loads((out / "report.json").read_text())
     stages = {s["name"]: s for s in report["stages"]}
