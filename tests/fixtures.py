@@ -140,3 +140,24 @@ def wordpiece_tokenizer(folder, vocab_size: int = 400) -> int:  # type: ignore[n
     tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
     tok.save(str(Path(folder) / "tokenizer.json"))
     return tok.get_vocab_size()
+
+
+def main_option_defaults() -> dict[str, tuple[str, object, str]]:
+    """Main-command flag (``--quantize``) -> (its parameter name, its Python default, the text inside ``[default: ...]`` of
+    its --help, click's brackets around a described default removed; "" for a switch, which shows none)."""
+    import re
+
+    import typer
+
+    from attn_export.cli.app import _register, app
+
+    _register()
+    root = typer.main.get_command(app)
+    ctx = root.make_context("attn-export", [], resilient_parsing=True)
+    out = {}
+    for p in root.params:
+        if p.param_type_name == "option" and p.name != "help":
+            found = re.search(r"\[default: (.*)\]", " ".join(p.get_help_record(ctx)[1].split()))
+            shown = found.group(1) if found else ""
+            out[p.opts[0]] = (p.name, p.default, shown[1:-1] if shown.startswith("(") and shown.endswith(")") else shown)
+    return out

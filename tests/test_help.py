@@ -54,17 +54,10 @@ def test_help_imports_neither_torch_nor_onnx():
 
 
 def _main_options() -> dict[str, tuple[object, str]]:
-    """Main-command option name -> (its Python default, the text inside ``[default: ...]``)."""
-    _register()
-    root = typer.main.get_command(app)
-    ctx = root.make_context("attn-export", [], resilient_parsing=True)
-    out = {}
-    for p in root.params:
-        if p.param_type_name == "option" and p.name != "help":
-            found = re.search(r"\[default: (.*)\]", p.get_help_record(ctx)[1])
-            shown = found.group(1) if found else ""  # a switch (off unless given) shows none
-            out[p.name] = (p.default, shown[1:-1] if shown.startswith("(") and shown.endswith(")") else shown)  # click brackets described defaults
-    return out
+    """Main-command option name -> (its Python default, the text inside ``[default: ...]``; "" for a switch)."""
+    from fixtures import main_option_defaults
+
+    return {name: (default, shown) for name, default, shown in main_option_defaults().values()}
 
 
 def _resolved_defaults() -> dict[str, str]:

@@ -157,7 +157,7 @@ _JUDGE = "Accuracy options"
 AtolOpt = Annotated[Optional[list[str]], typer.Option("--atol", metavar="[OUTPUT:]VALUE", help="Max abs error bound for every output, or one (y:1e-3); repeatable, as Polygraphy's --atol.", show_default="the tolerance table's", rich_help_panel=_JUDGE)]
 RtolOpt = Annotated[Optional[list[str]], typer.Option("--rtol", metavar="[OUTPUT:]VALUE", help="Relative L2 error bound for every output, or one; repeatable.", show_default="the tolerance table's", rich_help_panel=_JUDGE)]
 CosineMinOpt = Annotated[Optional[list[str]], typer.Option("--cosine-min", metavar="[OUTPUT:]VALUE", help="Minimum cosine to the reference for every output, or one; repeatable.", show_default="the tolerance table's", rich_help_panel=_JUDGE)]
-AcceptPartialOpt = Annotated[bool, typer.Option("--accept-partial", metavar="", help="Ship a model that meets its tolerance on the report split but fails another data set it was judged on (the shipped corpus, long texts filling --seq-len): exit 0 instead of 3 (PARTIAL), recorded in report.json.", show_default="off", rich_help_panel=_JUDGE)]
+AcceptPartialOpt = Annotated[bool, typer.Option("--accept-partial", metavar="", help="Ship a model that meets its tolerance on the report split but fails another data set it was judged on (the shipped corpus, long texts filling --seq-len): exit 0 instead of 3 (PARTIAL), recorded in report.json.", rich_help_panel=_JUDGE)]
 _DEPLOY = "Deployment options"
 
 LowRankOpt = Annotated[

@@ -76,18 +76,24 @@ def test_the_view_reproduces_the_quantizer_and_the_float_graph(subject, fp32, tm
     assert float(np.abs(all_int8 - quantized).max()) < 0.05 * scale, "the view computes the quantizer's arithmetic, up to float summation"
 
 
-def test_auto_keeps_the_broken_gemm_in_float_and_ships_the_quantizers_model(subject, fp32, tmp_path):
+def _quantize_with_fallback(subject, fp32, out, break_one: bool) -> tuple[object, list[str]]:
+    """``quantize_dynamic_onnx`` with the auto fallback (after breaking one GEMM when asked): (its result, the broken MatMul)."""
     chosen, results = [], []
 
     def keep_float(float_graph, all_int8):
-        chosen.append(_break(all_int8, float_graph))
+        if break_one:
+            chosen.append(_break(all_int8, float_graph))
         nodes, result = dynamic_fallback(float_graph, all_int8, subject, "int8", FallbackGoal(), "auto", 8, 1, _runner)
         results.append(result)
         return nodes
 
-    out = tmp_path / "dyn.onnx"
     quantize_dynamic_onnx(fp32, out, per_channel=True, keep_float=keep_float)
-    result = results[0]
+    return results[0], chosen
+
+
+def test_auto_keeps_the_broken_gemm_in_float_and_ships_the_quantizers_model(subject, fp32, tmp_path):
+    out = tmp_path / "dyn.onnx"
+    result, chosen = _quantize_with_fallback(subject, fp32, out, break_one=True)
     assert result.float_groups == [BROKEN] and result.met, result.describe()
     assert [s["met"] for s in result.steps] == [False, True], "all int8 fails, the broken group in float meets the goal, then it stops"
     assert result.gemms[0]["rank"] is not None and next(g for g in result.gemms if g["group"] == BROKEN)["rank"] == 1
@@ -98,16 +104,8 @@ def test_auto_keeps_the_broken_gemm_in_float_and_ships_the_quantizers_model(subj
 
 
 def test_auto_ranks_nothing_when_the_all_int8_model_meets_the_goal(subject, fp32, tmp_path):
-    results = []
-
-    def keep_float(float_graph, all_int8):
-        nodes, result = dynamic_fallback(float_graph, all_int8, subject, "int8", FallbackGoal(), "auto", 8, 1, _runner)
-        results.append(result)
-        return nodes
-
     out = tmp_path / "dyn.onnx"
-    quantize_dynamic_onnx(fp32, out, per_channel=True, keep_float=keep_float)
-    result = results[0]
+    result, _ = _quantize_with_fallback(subject, fp32, out, break_one=False)
     assert result.met and result.float_groups == [] and result.gemms == [] and len(result.steps) == 1, result.to_dict()
     assert "every GEMM in int8" in result.describe()
     assert len(quantized_matmuls(ir.load(out))) == 4

@@ -13,9 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import typer
 
-from attn_export.cli.app import _register, app
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -49,16 +47,9 @@ def readme_defaults(text: str) -> list[tuple[int, str, str]]:
 
 def cli_defaults() -> dict[str, tuple[object, str]]:
     """Main-command flag -> (its Python default, the default its --help shows, brackets removed; "" for none)."""
-    _register()
-    root = typer.main.get_command(app)
-    ctx = root.make_context("attn-export", [], resilient_parsing=True)
-    out = {}
-    for p in root.params:
-        if p.param_type_name == "option" and p.name != "help":
-            found = re.search(r"\[default: (.*)\]", " ".join(p.get_help_record(ctx)[1].split()))
-            shown = found.group(1) if found else ""
-            out[p.opts[0]] = (p.default, shown[1:-1] if shown.startswith("(") and shown.endswith(")") else shown)
-    return out
+    from fixtures import main_option_defaults
+
+    return {flag: (default, shown) for flag, (_, default, shown) in main_option_defaults().items()}
 
 
 def drift(text: str) -> list[str]:
