@@ -84,7 +84,7 @@ def test_int8_run_lists_every_artifact_and_writes_no_carriage_returns_to_a_log(t
     # the answer first, and a passing run says FAIL nowhere (issue 23: "attention maps (artifact): FAIL" under a PASS)
     assert lines[0].startswith("PASS | ships model.int8.onnx (int8-"), lines[0]
     md, page = (tmp_path / "out" / "report.md").read_text(), (tmp_path / "out" / "report.html").read_text()
-    assert md.splitlines()[2].startswith("**PASS** · ships model.int8.onnx") and '<body><p id="verdict" class="verdict PASS-box">' in page
+    assert md.splitlines()[0].startswith("**PASS** · ships model.int8.onnx") and '<body><p id="verdict" class="verdict PASS-box">' in page
     for where, content in (("console", text), ("report.md", md), ("report.html", page[page.index("<body>") :])):  # the CSS names a FAIL class
         assert "FAIL" not in content, f"{where} of a passing run says FAIL: {content[content.find('FAIL') - 200 : content.find('FAIL') + 100]}"
     assert "attention maps, eager fp32 vs model.int8.onnx" in md.replace("\\", "")

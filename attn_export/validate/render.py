@@ -168,8 +168,9 @@ def _latency_by_input(report: Mapping[str, Any]) -> list[tuple[str, ...]]:
 def _markdown(report: Mapping[str, Any], pngs: Mapping[str, Path], section: AttentionSection | None = None) -> str:
     esc = markdown_escape
     line = headline(report)
-    lines = ["# attn-export report", "", f"**{line.verdict}** · " + " · ".join(esc(x) for x in line.parts()), ""]
-    lines += [f"- {esc(x)}" for x in line.below] + ([""] if line.below else [])
+    # the verdict is the file's first line, as it is the page's first element and the console's first line (issue 33)
+    lines = [f"**{line.verdict}** · " + " · ".join(esc(x) for x in line.parts()), ""]
+    lines += [f"- {esc(x)}" for x in line.below] + ([""] if line.below else []) + ["# attn-export report", ""]
     for table in header_tables(report):  # one labelled table per section, one row per fact (issue 33)
         lines += [f"| {table.title} | |", "|---|---|"] + [f"| {esc(k)} | {esc(v)} |" for k, v in table.rows] + [""]
     columns = _columns(report)

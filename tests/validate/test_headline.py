@@ -111,7 +111,7 @@ def test_every_report_form_opens_with_the_verdict(make, tmp_path):
     assert console.splitlines()[0] == str(line), console[:400]
     files = write_reports(report.to_dict(), tmp_path, attention=None)
     md = files["report.md"].read_text().splitlines()
-    assert md[0] == "# attn-export report" and md[2].startswith("**PASS** · ships model.int8.onnx"), md[:3]
+    assert md[0].startswith("**PASS** · ships model.int8.onnx") and md[2] == "# attn-export report", md[:3]
     page = files["report.html"].read_text()
     assert _first_html_element(page) == '<p id="verdict" class="verdict PASS-box">', page[:300]
     assert "ships model.int8.onnx" in page[: page.index("<h1>")]

@@ -107,8 +107,8 @@ def test_console_md_and_html_lead_with_the_same_partial_line(tmp_path):
     assert lines[0] == str(line) and lines[1] == line.below[0], lines[:2]
     files = write_reports(report, tmp_path, attention=None)
     md = files["report.md"].read_text().splitlines()
-    assert md[2].startswith("**PARTIAL** · model.int8.onnx (int8-dynamic-packed) fails on long texts"), md[:3]
-    assert "ships model.int8.onnx" in md[2] and md[4].startswith("- fp32 form: model.onnx"), md[:5]
+    assert md[0].startswith("**PARTIAL** · model.int8.onnx (int8-dynamic-packed) fails on long texts"), md[:3]
+    assert "ships model.int8.onnx" in md[0] and md[2].startswith("- fp32 form: model.onnx"), md[:5]
     page = files["report.html"].read_text()
     assert '<p id="verdict" class="verdict PARTIAL-box"><b class="PARTIAL">PARTIAL</b>' in page and "ships model.int8.onnx" in page[: page.index("<h1>")]
 
