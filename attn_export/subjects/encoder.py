@@ -9,12 +9,11 @@ the pooled embedding's neighbours. The project's own layers are the export path;
 artifact is judged against is the model as its own library runs it: transformers' model and,
 where the folder has them, the sentence-transformers modules (``checkpoint.reference``). At
 load, a fidelity check (``checkpoint.fidelity``) refuses, in one line, a checkpoint the
-project's layers do not reproduce, so no run can pass against a re-implementation.
-
-Data roles (``subjects.text_data``): the user's texts (``--calib FILE.txt``, split 60/20/20)
-or the shipped corpus's three disjoint splits; every figure is on the report split, with the
-shipped corpus (and long texts, for a long ``--seq-len``) judged beside it as named figures.
-``EncoderLayerSubject`` (layer N of the same checkpoint) reuses all of this.
+project's layers do not reproduce, so no run can pass against a re-implementation. Data roles
+(``subjects.text_data``): the user's texts (``--calib FILE.txt``, split 60/20/20) or the shipped
+corpus's three disjoint splits; every figure is on the report split, with the shipped corpus (and
+long texts, for a long ``--seq-len``) judged beside it as named figures. ``EncoderLayerSubject``
+(layer N of the same checkpoint) reuses all of this.
 """
 
 from __future__ import annotations
@@ -268,8 +267,7 @@ class EncoderSubject(BaseSubject):
         runner = self.encoder_runner(candidate)
         return [runner.infer(f) for f in self._set(name).feeds(batch, trim=True, limit=limit)]
 
-    def _judged(self, name: str, outputs: list[dict[str, np.ndarray]], limit: int | None = None,
-                batch: int = FEED_BATCH) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:  # fmt: skip
+    def _judged(self, name: str, outputs: list[dict[str, np.ndarray]], limit: int | None = None, batch: int = FEED_BATCH) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:  # fmt: skip
         """(reference rows, candidate rows, where) of the output users read (``judged_output``) on set ``name``: one row per
         text, or per real token of a token head (``where``: each row's text and position; None for sentence embeddings).
         ``outputs`` (of the first ``limit`` texts, in batches of ``batch``) are compared with the reference's same first rows."""
@@ -311,8 +309,7 @@ class EncoderSubject(BaseSubject):
 
         return FallbackGoal(tolerance_spec(tolerance_key).embedding_goal if self.judged_output == "sentence_embedding" else None)
 
-    def _agreement(self, name: str, outputs: list[dict[str, np.ndarray]], tolerance_key: str,
-                   batch: int = FEED_BATCH) -> tuple[dict[str, Any], list[str], Any, Any]:  # fmt: skip
+    def _agreement(self, name: str, outputs: list[dict[str, np.ndarray]], tolerance_key: str, batch: int = FEED_BATCH) -> tuple[dict[str, Any], list[str], Any, Any]:  # fmt: skip
         """The figures of what users read on set ``name`` (``details.embedding``, or ``details.logits`` with the worst row
         named), the violations of its bar, the accuracy, and the bar itself (as the report records it)."""
         from attn_export.checkpoint.metrics import classification_agreement, embedding_agreement
@@ -348,8 +345,7 @@ class EncoderSubject(BaseSubject):
     def judge(self, candidate: Runner, split: Split, tolerance_key: str, batch: int | None = None) -> Judgement:
         """Against the user's model on ``split``, on what its users read (``judged_output``); on the report split also on
         every extra set, named, beside the verdict, and on the select split on their twins (a selection requires them).
-        ``batch``: texts per batch (``FEED_BATCH`` by default); a dynamic int8 model's ranges are per batch, so its
-        fallback judges wide batches (``mixed_precision.WIDE_BATCH``)."""
+        ``batch``: texts per batch (``FEED_BATCH``); dynamic int8 ranges are per batch, so its fallback judges wide ones."""
         from attn_export.validate.error_histogram import error_histogram
 
         batch = batch or FEED_BATCH
