@@ -64,6 +64,16 @@ def save(model, folder: Path) -> Path:
     return folder
 
 
+SMALL_RUN = dict(max_len=32, seq_len=16, batch=2, threads=1, max_texts=16)  # RunConfig fields of a quick subject over a tiny checkpoint
+
+
+def saved_with_wordpiece(name: str, folder: Path) -> Path:
+    """``build(name)`` saved in ``folder`` beside a small real WordPiece tokenizer.json (its vocabulary sizes the model)."""
+    from fixtures import wordpiece_tokenizer
+
+    return save(build(name, vocab_size=wordpiece_tokenizer(folder)), folder)
+
+
 def probe(pad_id: int, vocab: int = 100, lengths: tuple[int, ...] = (20, 9, 5, 1), seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """input_ids (B, S) and attention_mask with rows of ``lengths`` real tokens, pads = ``pad_id``."""
     g = np.random.default_rng(seed)

@@ -9,20 +9,17 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fixtures import wordpiece_tokenizer
-from hf_models import build, save
+from hf_models import SMALL_RUN, saved_with_wordpiece
 
 from attn_export.checkpoint.attention_maps import checkpoint_attention_section, one_text
 from attn_export.config.run import RunConfig
 
-RUN = dict(max_len=32, seq_len=16, batch=2, threads=1, max_texts=16)
+RUN = SMALL_RUN
 
 
 @pytest.fixture(scope="module")
 def bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("bert")
-    vocab = wordpiece_tokenizer(folder)
-    return save(build("bert", vocab_size=vocab), folder)
+    return saved_with_wordpiece("bert", tmp_path_factory.mktemp("bert"))
 
 
 @pytest.fixture(scope="module")

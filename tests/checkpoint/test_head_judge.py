@@ -16,21 +16,18 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fixtures import wordpiece_tokenizer
-from hf_models import Altered, build, save
+from hf_models import SMALL_RUN, Altered, saved_with_wordpiece
 
 from attn_export.checkpoint.metrics import classification_agreement, embedding_agreement, logit_rows
 from attn_export.config.run import RunConfig
 from attn_export.runtime.base import Feed
 
-RUN = dict(max_len=32, seq_len=16, batch=2, threads=1, max_texts=16)
+RUN = SMALL_RUN
 
 
 @pytest.fixture(scope="module")
 def tagger(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("tagger")
-    vocab = wordpiece_tokenizer(folder)
-    return save(build("bert-token", vocab_size=vocab), folder)
+    return saved_with_wordpiece("bert-token", tmp_path_factory.mktemp("tagger"))
 
 
 @pytest.fixture(scope="module")
