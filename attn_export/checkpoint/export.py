@@ -18,10 +18,11 @@ from dataclasses import replace
 
 import torch
 
-from attn_export.errors import ExportError
+from attn_export.errors import ConfigError, ExportError
 from attn_export.export import ExportResult, ExportSpec, export_module
 from attn_export.layers.encoder import SentenceEncoder, encoder_input_names
 from attn_export.layers.packed import PackedEncoder
+from attn_export.layers.packed_forms import PACKED_FORMS
 
 __all__ = [
     "ENCODER_INPUT_NAMES",
@@ -81,6 +82,9 @@ def export_encoder(encoder: SentenceEncoder, path: str | os.PathLike[str], spec:
     outputs = list(encoder.output_names)  # SentenceEncoder.output_names, plus "logits" with a task head
     inputs = list(encoder.input_names)  # input_ids, attention_mask[, token_type_ids]
     module = PackedEncoder(encoder) if spec.encoder_form == "packed" else encoder
+    if isinstance(module, PackedEncoder) and module.needs_score_bias and not PACKED_FORMS[spec.attention].score_bias:
+        raise ConfigError(f"the {spec.attention} attention form takes no score bias or window (a packed-query IAttention takes no "
+                          "attn_mask), but this model adds one; export --encoder-form padded")  # fmt: skip
     result = export_module(module.eval(), path, spec, example, inputs, outputs, encoder_dynamic_axes(inputs))
     if result.input_names != inputs or result.output_names != outputs:
         raise ExportError(

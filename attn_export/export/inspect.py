@@ -16,7 +16,7 @@ __all__ = ["FUSED_ATTENTION_OPS", "GraphSummary", "Island", "summarize_graph"]
 
 # (domain, op_type) of single-node attention kernels the toolkit emits.
 FUSED_ATTENTION_OPS: frozenset[tuple[str, str]] = frozenset(
-    {("", "Attention"), ("com.microsoft", "MultiHeadAttention"), ("com.microsoft", "GroupQueryAttention")}
+    {("", "Attention"), ("com.microsoft", "MultiHeadAttention"), ("com.microsoft", "GroupQueryAttention"), ("trt", "TRT_Attention")}
 )
 _ISLAND_OPS = ("Softmax", "LayerNormalization")
 

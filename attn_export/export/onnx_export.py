@@ -28,6 +28,7 @@ from attn_export.errors import ExportError
 from attn_export.export.inspect import GraphSummary, summarize_graph
 from attn_export.export.passes.linear_gemm import gemm_to_linear, linear_to_gemm
 from attn_export.export.forms.long_seq import LongSeqLowering, lower_long_seq
+from attn_export.export.forms.trt_packed import FORM_PASSES
 from attn_export.export.passes.mask_free_attention import mask_free_attention
 from attn_export.export.passes.row_layernorm import layernorm_on_rows
 from attn_export.export.spec import ExportSpec
@@ -201,6 +202,8 @@ def export_module(
             lowering = None
             if spec.attention == "long-seq":  # placeholders -> ONNX Runtime kernels (export/long_seq.py)
                 lowering = lower_long_seq(program.model, query_block=spec.long_seq_block, strategy=spec.long_seq_strategy)
+            if (form_pass := FORM_PASSES.get(spec.attention)) is not None:  # the form's own last touch (export/forms/)
+                form_pass(program.model)
             linear_gemms = linear_to_gemm(program.model) if spec.resolved_linear_gemm else 0
             if not spec.resolved_linear_gemm:
                 gemm_to_linear(program.model)  # 2-D Linears (packed rows) as MatMul + Add: what the int8 quantizer reads

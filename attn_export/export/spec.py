@@ -16,8 +16,9 @@ LONG_SEQ_STRATEGIES: tuple[str, ...] = ("auto", "chunked")
 # The ONNX Attention op exists from opset 23; the decomposed form runs from opset 17
 # (LayerNormalization) and JetPack 6's TensorRT 10.3 parses up to opset 20.
 # long-seq lowers to com.microsoft kernels plus Loop/Gather/Slice, all in opset 17.
-MIN_OPSET: dict[str, int] = {"decomposed": 17, "onnx-attention": 23, "ort-contrib": 17, "long-seq": 17}
-DEFAULT_OPSET: dict[str, int] = {"decomposed": 18, "onnx-attention": 23, "ort-contrib": 18, "long-seq": 18}
+# trt-packed's attention is the parser's own trt.TRT_Attention custom op: the rest of the graph is opset 17+.
+MIN_OPSET: dict[str, int] = {"decomposed": 17, "onnx-attention": 23, "ort-contrib": 17, "long-seq": 17, "trt-packed": 17}
+DEFAULT_OPSET: dict[str, int] = {"decomposed": 18, "onnx-attention": 23, "ort-contrib": 18, "long-seq": 18, "trt-packed": 18}
 MAX_OPSET = 24
 
 
@@ -77,9 +78,12 @@ class ExportSpec:
             raise ConfigError(f"expected encoder form in {', '.join(ENCODER_FORMS)}, got {self.encoder_form!r}; use padded")
         if self.encoder_form == "packed" and self.attention not in PACKED_ATTENTION_FORMS:
             raise ConfigError(
-                f"expected --attention decomposed or ort-contrib for the packed encoder form, got {self.attention!r}; "
-                "use ort-contrib on ONNX Runtime, decomposed elsewhere"
+                f"expected --attention {', '.join(PACKED_ATTENTION_FORMS)} for the packed encoder form, got {self.attention!r}; "
+                "use ort-contrib on ONNX Runtime, trt-packed on TensorRT 11, decomposed elsewhere"
             )
+        if self.attention == "trt-packed" and self.encoder_form != "packed":
+            raise ConfigError("--attention trt-packed attends the packed encoder's real tokens only; add --encoder-form packed "
+                              "(a --checkpoint run) or pick another --attention")  # fmt: skip
         if self.example_batch < 1 or self.example_seq < 1:
             raise ConfigError(
                 f"expected positive example shapes, got batch={self.example_batch}, seq={self.example_seq}"

@@ -15,8 +15,9 @@ and, inside:
 3. attends per sequence: each sequence's rows are gathered into a compact, right-padded
    (B, W, D) batch, W = the longest sequence (not S), attention runs with a key-length mask,
    and the outputs are gathered back to rows. On ONNX Runtime the kernel is
-   ``com.microsoft.MultiHeadAttention`` (``attention_form == "ort-contrib"``); otherwise the
-   explicit math below, with the scores and softmax in float32. A model with a score bias
+   ``com.microsoft.MultiHeadAttention`` (``attention_form == "ort-contrib"``); on TensorRT 11
+   the rows go ungathered into ``IAttention`` with packed layouts (``"trt-packed"``); otherwise the
+   explicit math below, with the scores and softmax in float32 (``layers.packed_forms``). A model with a score bias
    (MPNet's relative positions, ``layers.position_bias``) gets it over the compact slots,
    computed once from each slot's position in the padded grid, as MultiHeadAttention's
    ``attention_bias`` (``export.passes.mask_free_attention`` then leaves that node alone).
@@ -56,6 +57,7 @@ from attn_export.errors import ConfigError
 from attn_export.layers.disentangled import DisentangledSelfAttention
 from attn_export.layers.encoder import EncoderConfig, SentenceEncoder
 from attn_export.layers.masks import keep_to_bias
+from attn_export.layers.packed_forms import PACKED_FORMS
 from attn_export.layers.prenorm import PreNormLayer
 from attn_export.layers.self_attention import SelfAttention
 from attn_export.layers.transformer import TransformerLayer
@@ -143,23 +145,16 @@ def packed_attention(
     query whose output no row reads; every real query has at least itself as a key, so no
     row that is read is fully masked.
     """
+    packed_form = PACKED_FORMS[form]
+    if torch.onnx.is_in_onnx_export() and packed_form.export is not None:  # the form's own node (layers.packed_forms)
+        if bias is not None and not packed_form.score_bias:
+            raise ConfigError(f"the {form} attention form takes no score bias or window; export --encoder-form padded for this model")
+        return packed_form.export(q, k, v, index, heads, bias)  # (T+1, D)
     b, w = index.slot.shape
     d = q.shape[-1]
-    dh = d // heads
     # F.embedding is a row gather with a 2-D index: one ONNX Gather straight to (B, W, D), no Reshape
     qb, kb, vb = (F.embedding(index.slot, x) for x in (q, k, v))  # (B, W, D)
-    if torch.onnx.is_in_onnx_export() and form == "ort-contrib":
-        out = torch.onnx.ops.symbolic(
-            "com.microsoft::MultiHeadAttention",
-            # key_padding_mask (B,): keys [0, count) per sequence; attention_bias (B, H, W, W) when the model has one
-            [qb, kb, vb, None, index.counts.to(torch.int32), *(() if bias is None else (bias.to(q.dtype),))],
-            {"num_heads": heads, "scale": 1.0 / math.sqrt(dh)},
-            dtype=q.dtype,
-            shape=qb.shape,
-            version=1,
-        )  # (B, W, D)
-    else:
-        out = _compact_math(qb, kb, vb, index.counts, heads, sdpa=impl == "sdpa" and not torch.onnx.is_in_onnx_export(), bias=bias)
+    out = _compact_math(qb, kb, vb, index.counts, heads, sdpa=impl == "sdpa" and not torch.onnx.is_in_onnx_export(), bias=bias)
     return out.reshape(b * w, d).index_select(0, index.back)  # (T+1, D)
 
 
@@ -214,6 +209,14 @@ class PackedEncoder(nn.Module):
     @property
     def config(self) -> EncoderConfig:
         return self.encoder.config
+
+    @property
+    def needs_score_bias(self) -> bool:
+        """A layer adds a score bias or a window to its attention (MPNet, DeBERTa, local layers): what the forms
+        without ``score_bias`` (``layers.packed_forms``) cannot export."""
+        return self.encoder.position_bias is not None or any(
+            layer.self_attn.window is not None or isinstance(layer.self_attn, DisentangledSelfAttention) for layer in self.encoder.layers
+        )
 
     @property
     def input_names(self) -> tuple[str, ...]:

@@ -33,8 +33,9 @@ __all__ = [
 # How a whole encoder is exported (--encoder-form): on the padded (B, S) grid, or on its real
 # tokens only (layers.packed); "auto" (the option's default) is the plan's choice, not a form.
 ENCODER_FORMS: tuple[str, ...] = ("padded", "packed")
-# Attention forms the packed encoder exports: ONNX Runtime's kernel, or the portable math.
-PACKED_ATTENTION_FORMS: tuple[str, ...] = ("decomposed", "ort-contrib")
+# Attention forms the packed encoder exports: ONNX Runtime's kernel, TensorRT 11's packed IAttention, or the portable
+# math (layers.packed_forms has what each writes).
+PACKED_ATTENTION_FORMS: tuple[str, ...] = ("decomposed", "ort-contrib", "trt-packed")
 
 # --int8-mode and --quantize take the compression registry's route names and precisions
 # (compress.registry.route_names / precisions): a new method adds its own.
@@ -56,7 +57,8 @@ INT8_QAT_SCALES: tuple[str, ...] = ("learned", "frozen")
 POOLING_MODES: tuple[str, ...] = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
 
 # How attention is written into the ONNX graph (``export/``), and how eager computes it (``layers/``).
-ATTENTION_FORMS: tuple[str, ...] = ("decomposed", "onnx-attention", "ort-contrib", "long-seq")
+# "trt-packed" is the packed encoder's only (TensorRT 11's IAttention on the real tokens: layers.packed_forms).
+ATTENTION_FORMS: tuple[str, ...] = ("decomposed", "onnx-attention", "ort-contrib", "long-seq", "trt-packed")
 ATTENTION_IMPLS: tuple[str, ...] = ("math", "sdpa")
 LOW_RANK_TARGET_NAMES: tuple[str, ...] = ("q", "k", "v", "o", "ffn")
 
