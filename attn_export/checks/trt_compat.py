@@ -25,7 +25,8 @@ import onnx.numpy_helper
 import onnx_ir as ir
 
 from attn_export.checks.trt_attention import attention_findings, mha_fusion_findings
-from attn_export.checks.trt_support import MIN_OPSET, OP_SUPPORT, Finding, escape_text, max_opset
+from attn_export.checks.trt_packed import trt_attention_rules
+from attn_export.checks.trt_support import CUSTOM_OP_SUPPORT, MIN_OPSET, OP_SUPPORT, Finding, escape_text, max_opset
 from attn_export.errors import CompatibilityError, ConfigError
 from attn_export.targets.shape_profile import ShapeProfile
 from attn_export.targets.trt_releases import TrtVersion, release
@@ -246,9 +247,13 @@ def _check_io(value: ir.Value, profiles: ShapeProfile | None) -> list[Finding]:
 def _check_node(node: ir.Node, version: TrtVersion) -> list[Finding]:
     name, op, domain = node.name or "", node.op_type, node.domain or ""
     if domain not in ("", "ai.onnx"):
-        hint = "export with --attention onnx-attention (TensorRT >= 10.14) or decomposed" if domain == "com.microsoft" else "TensorRT needs a plugin for it"
-        return [Finding("error", name, f"{domain}.{op}", f"custom-domain op {domain}.{op} has no TensorRT importer; {hint}")]
-    sup = OP_SUPPORT.get(op)
+        sup = CUSTOM_OP_SUPPORT.get((domain, op))  # the parser's own custom ops (trt.TRT_Attention); others need a plugin
+        if sup is None:
+            hint = "export with --attention onnx-attention (TensorRT >= 10.14) or decomposed" if domain == "com.microsoft" else "TensorRT needs a plugin for it"
+            return [Finding("error", name, f"{domain}.{op}", f"custom-domain op {domain}.{op} has no TensorRT importer; {hint}")]
+        op = f"{domain}.{op}"
+    else:
+        sup = OP_SUPPORT.get(op)
     if sup is None:
         return [Finding("error", name, op, f"{op} is not in the TensorRT operator table; check onnx-tensorrt operators.md before building")]
     if sup.since is None:
@@ -297,6 +302,8 @@ def _unsupported_hint(op: str) -> str:
 def _downgrade_hint(op: str) -> str:
     if op == "Attention":
         return "export with --attention decomposed (or --target jetson) for this TensorRT"
+    if op == "trt.TRT_Attention":
+        return "TensorRT 10.x has no packed attention: export --encoder-form padded (length-bucketed profiles) for this TensorRT"
     return "re-export without it or target a newer TensorRT"
 
 
@@ -314,7 +321,9 @@ def const_array(value: ir.Value | None) -> np.ndarray | None:
 
 def _op_rules(node: ir.Node, op: str, name: str, version: TrtVersion) -> list[Finding]:
     out: list[Finding] = []
-    if op in _QUANT_OPS:
+    if op == "trt.TRT_Attention":
+        out.extend(trt_attention_rules(node, version))
+    elif op in _QUANT_OPS:
         out.extend(_qdq_rules(node, op, name))
     elif op == "LayerNormalization" and any(o.uses() for o in node.outputs[1:]):
         out.append(Finding("error", name, op, "only LayerNormalization's first output Y is supported; drop Mean/InvStdDev outputs"))

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attn_export.targets.trt_releases import RELEASES, TrtVersion
+from attn_export.targets.trt_releases import PACKED_ATTENTION, RELEASES, TrtVersion
 from attn_export.targets.trt_releases import SOURCES as RELEASE_SOURCES
 
-__all__ = ["escape_text", "Finding", "OpSupport", "OP_SUPPORT", "max_opset", "MIN_OPSET", "OPERATORS_MD", "OPSET_SOURCES", "CHANGELOG"]
+__all__ = ["escape_text", "Finding", "OpSupport", "OP_SUPPORT", "CUSTOM_OP_SUPPORT", "max_opset", "MIN_OPSET", "OPERATORS_MD", "OPSET_SOURCES", "CHANGELOG"]
 
 F = frozenset({"FLOAT", "FLOAT16", "BFLOAT16"})
 FI = F | {"INT32", "INT64"}
@@ -181,6 +181,14 @@ OP_SUPPORT: dict[str, OpSupport] = {
         "TfIdfVectorizer", "Unique", "Col2Im", "CenterCropPad", "AffineGrid", "ImageDecoder", "Bernoulli")},
 }
 
+
+# Ops of custom domains the parser imports itself (no plugin), by (domain, op): the TensorRT parser's own "trt" ops
+# (onnx-tensorrt docs/TRT_custom_ops.md). Any other custom-domain op needs a plugin and is an error.
+CUSTOM_OP_SUPPORT: dict[tuple[str, str], OpSupport] = {
+    ("trt", "TRT_Attention"): _s(F, (0, 1, 2), since=PACKED_ATTENTION, checked=TrtVersion(11, 4),
+                                 note="IAttention with packed (PACKED_NHD) or padded query and key/value layouts",
+                                 source=RELEASE_SOURCES["packed-11.0"]),
+}
 
 # Each release -> (the highest default-domain opset its parser accepts, the source): the release table's column
 # (targets/trt_releases.py), which the exporter's default opset follows as well.

@@ -160,17 +160,24 @@ class SessionFromOnnx:
         kwargs = {"disabled_optimizers": list(self.disabled_optimizers)} if self.disabled_optimizers else {}
         try:
             return ort.InferenceSession(self.path, sess_options=so, providers=providers, **kwargs)
-        except Exception as err:  # NOT_IMPLEMENTED for a float type ORT has no kernels for (bf16): emulate it, else re-raise
+        except Exception as err:  # a TensorRT-only op or a float type ORT has no kernels for (bf16): emulate it, else re-raise
             import onnx
 
+            from attn_export.export.forms.trt_packed import decomposed_twin, has_trt_attention
             from attn_export.runtime.emulate import emulated_model, needs_emulation
 
             proto = onnx.load(self.path)
+            twin = has_trt_attention(proto)
+            if twin:  # TensorRT 11's packed IAttention: its decomposed twin (export/forms/trt_packed.py) runs the same numbers
+                proto, _ = decomposed_twin(proto)
             emulate = needs_emulation(proto)
-            if emulate is None:
+            if emulate is None and not twin:
                 raise
-            log.debug("%s: %s; running it in fp32 with %s rounding", self.path, str(err).splitlines()[0], emulate)
-            return ort.InferenceSession(emulated_model(proto, emulate).SerializeToString(), sess_options=so, providers=providers, **kwargs)
+            log.debug("%s: %s; running %s", self.path, str(err).splitlines()[0],
+                      " and ".join(([f"fp32 with {emulate} rounding"] if emulate else []) + (["its decomposed twin"] if twin else [])))
+            if emulate is not None:
+                proto = emulated_model(proto, emulate)
+            return ort.InferenceSession(proto.SerializeToString(), sess_options=so, providers=providers, **kwargs)
 
 
 class OrtRunner(Runner):

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from attn_export.errors import ConfigError
 from attn_export.export.spec import DEFAULT_OPSET, MIN_OPSET, ExportSpec
 from attn_export.targets.gpu_arch import ARCHS
-from attn_export.targets.trt_releases import RELEASES, Release, TrtVersion, release_for_target
+from attn_export.targets.trt_releases import PACKED_ATTENTION, RELEASES, Release, TrtVersion, release_for_target
 from attn_export.vocab.precisions import get_precision
 
 __all__ = ["FP16_MODES", "INT8_MODES", "Target", "TARGETS", "DEFAULT_TARGET", "get_target", "export_spec_for", "targets_with"]
@@ -147,6 +147,24 @@ class Target:
             return f"the {self.name} target's route policy ships no {precision}{reason}; {alt}, or --quantize {self._other_8bit(precision)}"
         return f"the {self.name} target's route policy ships {precision} by {', '.join(listed)} only{reason}; use --int8-mode {listed[0]}"
 
+    def packed_refusal(self, trt_version: str | None = None) -> str | None:
+        """Why the packed encoder form never ships on this target at ``trt_version`` (None: it may).
+
+        The packed form needs attention over ragged sequences: ONNX Runtime's kernels, or on TensorRT the
+        packed ``IAttention`` of 11.0 and later (``trt_releases.PACKED_ATTENTION``). TensorRT 10.x has no
+        packed attention, and the BERT demo's variable-length plugins were removed in 11.0, so a 10.x
+        engine stays padded, with length-bucketed optimization profiles limiting what the padding costs.
+        """
+        if not self.trt_releases:
+            return None
+        row = self.release(trt_version)
+        if row.version >= PACKED_ATTENTION:
+            return None
+        newer = [str(v) for v in self.trt_releases if v >= PACKED_ATTENTION]
+        alt = f", or --trt-version {newer[-1]}" if newer else ""
+        return (f"--encoder-form packed needs TensorRT >= {PACKED_ATTENTION} (packed IAttention), but TensorRT {row.version} has no packed "
+                f"attention; use --encoder-form padded, whose engine gets length-bucketed profiles{alt}")  # fmt: skip
+
     def _other_8bit(self, precision: str) -> str:
         return next((p for p in self.route_preference if p != precision), "auto")
 
@@ -170,7 +188,7 @@ _TENSORRT: dict[str, object] = {
     "emulation": "runs on TensorRT; ONNX Runtime CPU checks the exported graph's numerics here, and --build-engine "
                  "validates the engine itself on a GPU",
     "select_by": "accuracy",
-    "packed_attention": "decomposed",
+    "packed_attention": "trt-packed",  # TensorRT 11's packed IAttention (packed_refusal: none on 10.x); source: trt_releases.SOURCES["packed-11.0"]
     "explicit_quantization": True,
 }
 
