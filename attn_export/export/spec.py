@@ -57,7 +57,7 @@ class ExportSpec:
     mask_free_attention: bool = False  # the packed form's MultiHeadAttention masked through Q/K channels: ORT CPU's flash kernel
 
     def __post_init__(self) -> None:
-        if self.attention not in ATTENTION_FORMS:
+        if self.attention not in (*ATTENTION_FORMS, *PACKED_ATTENTION_FORMS):
             raise ConfigError(f"expected --attention in {', '.join(ATTENTION_FORMS)}, got {self.attention!r}")
         if self.precision not in PRECISIONS:
             raise ConfigError(f"expected --precision in {', '.join(PRECISIONS)}, got {self.precision!r}")

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attn_export.errors import ConfigError
-from attn_export.vocab.choices import ATTENTION_FORMS, ATTENTION_IMPLS, check_heads
+from attn_export.vocab.choices import ATTENTION_FORMS, ATTENTION_IMPLS, PACKED_ATTENTION_FORMS, check_heads
 
 __all__ = ["AttentionProjections", "fuse_qkv_", "set_attention_form_", "set_attention_impl_"]
 
@@ -93,8 +93,8 @@ def fuse_qkv_(model: nn.Module) -> int:
 
 def set_attention_form_(model: nn.Module, form: str) -> int:
     """Choose the exported attention form for every attention block; returns how many."""
-    if form not in ATTENTION_FORMS:
-        raise ConfigError(f"attention form must be one of {', '.join(ATTENTION_FORMS)}, got {form!r}")
+    if form not in (*ATTENTION_FORMS, *PACKED_ATTENTION_FORMS):  # the packed encoder's own forms: layers.packed_forms
+        raise ConfigError(f"attention form must be one of {', '.join(dict.fromkeys((*ATTENTION_FORMS, *PACKED_ATTENTION_FORMS)))}, got {form!r}")
     count = 0
     for mod in model.modules():
         if hasattr(mod, "attention_form"):

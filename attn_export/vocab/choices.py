@@ -57,8 +57,8 @@ INT8_QAT_SCALES: tuple[str, ...] = ("learned", "frozen")
 POOLING_MODES: tuple[str, ...] = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
 
 # How attention is written into the ONNX graph (``export/``), and how eager computes it (``layers/``).
-# "trt-packed" is the packed encoder's only (TensorRT 11's IAttention on the real tokens: layers.packed_forms).
-ATTENTION_FORMS: tuple[str, ...] = ("decomposed", "onnx-attention", "ort-contrib", "long-seq", "trt-packed")
+# The packed encoder's own forms (PACKED_ATTENTION_FORMS) add "trt-packed", which a target chooses (--encoder-form packed).
+ATTENTION_FORMS: tuple[str, ...] = ("decomposed", "onnx-attention", "ort-contrib", "long-seq")
 ATTENTION_IMPLS: tuple[str, ...] = ("math", "sdpa")
 LOW_RANK_TARGET_NAMES: tuple[str, ...] = ("q", "k", "v", "o", "ffn")
 

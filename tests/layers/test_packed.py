@@ -293,7 +293,7 @@ def test_gemm_to_linear_keeps_the_product(tmp_path: Path) -> None:
 
 
 def test_packed_form_refuses_what_it_cannot_run(encoder: SentenceEncoder) -> None:
-    with pytest.raises(ConfigError, match="decomposed or ort-contrib"):
+    with pytest.raises(ConfigError, match="decomposed, ort-contrib, trt-packed for the packed encoder form"):
         ExportSpec(attention="long-seq", encoder_form="packed")
     with pytest.raises(ConfigError, match="encoder form"):
         ExportSpec(encoder_form="ragged")
