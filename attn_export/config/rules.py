@@ -87,7 +87,7 @@ def check_combinations(cfg: Any) -> None:
         raise ConfigError(f"--trt-version applies to TensorRT targets; use --target {' or '.join(targets_with('trt_releases'))} (got {cfg.target})")
     if target.trt_releases:
         _check_release(cfg, target)
-        if cfg.encoder_form == "packed" and (why := target.packed_refusal(cfg.trt_version)):  # the target's route policy
+        if cfg.encoder_form == "packed" and (why := target.packed_refusal(cfg.trt_version, cfg.quantize)):  # the target's route policy
             raise ConfigError(why)
     if cfg.gpu_arch is not None and not target.gpu_archs:
         raise ConfigError(f"--gpu-arch names the GPU a TensorRT engine is built for; use --target {' or '.join(targets_with('gpu_archs'))} "

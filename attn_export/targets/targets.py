@@ -147,18 +147,22 @@ class Target:
             return f"the {self.name} target's route policy ships no {precision}{reason}; {alt}, or --quantize {self._other_8bit(precision)}"
         return f"the {self.name} target's route policy ships {precision} by {', '.join(listed)} only{reason}; use --int8-mode {listed[0]}"
 
-    def packed_refusal(self, trt_version: str | None = None) -> str | None:
+    def packed_refusal(self, trt_version: str | None = None, quantize: str | None = None) -> str | None:
         """Why the packed encoder form never ships on this target at ``trt_version`` (None: it may).
 
         The packed form needs attention over ragged sequences: ONNX Runtime's kernels, or on TensorRT the
         packed ``IAttention`` of 11.0 and later (``trt_releases.PACKED_ATTENTION``). TensorRT 10.x has no
         packed attention, and the BERT demo's variable-length plugins were removed in 11.0, so a 10.x
         engine stays padded, with length-bucketed optimization profiles limiting what the padding costs.
+        ``quantize``: the run's ``--quantize``; the packed TensorRT graph is built in float only (see the message).
         """
         if not self.trt_releases:
             return None
         row = self.release(trt_version)
         if row.version >= PACKED_ATTENTION:
+            if quantize not in (None, "none"):  # the Q/DQ calibrator runs the graph in ONNX Runtime, which has no TRT_Attention
+                return (f"--quantize {quantize} with --encoder-form packed on TensorRT: ONNX Runtime's calibrator cannot run the packed "
+                        "IAttention (trt.TRT_Attention); use --encoder-form padded for an 8-bit engine, or drop --quantize")  # fmt: skip
             return None
         newer = [str(v) for v in self.trt_releases if v >= PACKED_ATTENTION]
         alt = f", or --trt-version {newer[-1]}" if newer else ""

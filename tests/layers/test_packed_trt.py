@@ -90,6 +90,8 @@ def test_the_twin_replaces_every_trt_attention_and_nothing_else(trt_packed: Path
     assert not any(n.domain == "trt" for n in twin.graph.node) and "trt" not in {o.domain for o in twin.opset_import}
     kept = {n.name for n in model.graph.node if n.domain != "trt"}
     assert kept <= {n.name for n in twin.graph.node}, "the twin keeps every other node of the deployed graph"
+    values = {o for n in model.graph.node for o in n.output}
+    assert values <= {o for n in twin.graph.node for o in n.output}, "and every value name (what probes and comparisons read)"
 
 
 def _trt_attention(inputs: list[str], **attrs: object) -> onnx.ModelProto:
@@ -139,6 +141,14 @@ def test_the_route_policy_refuses_packed_on_tensorrt_10_by_name(target: str, ver
     with pytest.raises(ConfigError, match=r"TensorRT 10\.\d+ has no packed attention; use --encoder-form padded, whose engine gets "
                                           "length-bucketed profiles"):  # fmt: skip
         RunConfig(checkpoint="minilm", target=target, trt_version=version, encoder_form="packed")
+
+
+def test_the_packed_tensorrt_graph_is_float_only() -> None:
+    """Its Q/DQ calibration would run in ONNX Runtime, which has no TRT_Attention kernel: refused in one line, before any work."""
+    from attn_export.config.run import RunConfig
+
+    with pytest.raises(ConfigError, match="--quantize int8 with --encoder-form packed on TensorRT: ONNX Runtime's calibrator cannot run"):
+        RunConfig(checkpoint="minilm", target="tensorrt", trt_version="11.4", encoder_form="packed", quantize="int8")
 
 
 def test_tensorrt_11_plans_the_packed_iattention() -> None:

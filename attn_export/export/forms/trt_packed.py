@@ -115,7 +115,9 @@ def _decompose(node: ir.Node, prefix: str) -> None:
     graph = node.graph
     if graph is None:
         raise ExportError(f"TRT_Attention node {node.name!r} is not in a graph")
+    name = node.outputs[0].name
     ir.convenience.replace_nodes_and_values(graph, node, [node], list(tape.nodes), [node.outputs[0]], [out])
+    out.name = name  # the twin keeps every value name of the deployed graph (what probes and comparisons read)
 
 
 # The graph pass each attention form needs after export (export.onnx_export runs it): returns how many nodes it changed.
