@@ -6,8 +6,8 @@ docs/TRT_custom_ops.md (``TRT_Attention``): ``query_form``/``kv_form`` are ``"pa
 lengths (input 6 ``query_lengths``, input 7 ``kv_lengths``, INT32, cumulative [batch + 1]); ``attn_mask``
 (input 3) "is not supported when query_form is packed_nhd". The two lengths must be distinct tensors
 (TensorRT-Edge-LLM, tensorrt_edgellm/models/ops.py: "TRT requires distinct inputs for these positions").
-Which release imports the op at all is ``trt_support.CUSTOM_OP_SUPPORT`` (11.0: the first bindings with
-``AttentionIOForm.PACKED_NHD``). Whether a fused kernel exists follows ``trt_attention.iattention_kernel``
+Which release imports the op at all is ``trt_support.CUSTOM_OP_SUPPORT`` (11.0); its packed forms need 11.1
+("Updated TRT_Attention to support raggedness", onnx/onnx-tensorrt#1057). Whether a fused kernel exists follows ``trt_attention.iattention_kernel``
 (fp16/bf16, head sizes 16-256 in multiples of 8); a node without one builds only when
 ``TRT_decomposable`` is 1.
 """
@@ -18,7 +18,7 @@ import onnx_ir as ir
 
 from attn_export.checks.trt_attention import iattention_kernel
 from attn_export.checks.trt_support import Finding
-from attn_export.targets.trt_releases import TrtVersion
+from attn_export.targets.trt_releases import PACKED_ATTENTION, TrtVersion
 
 __all__ = ["trt_attention_rules"]
 
@@ -42,6 +42,9 @@ def trt_attention_rules(node: ir.Node, version: TrtVersion) -> list[Finding]:
     for attr, form in forms.items():
         if form not in _FORMS:
             out.append(Finding("error", name, op, f"{attr} {form!r} is not an IO form the parser knows; use {' or '.join(_FORMS)}"))
+        elif form == "packed_nhd" and version < PACKED_ATTENTION:
+            out.append(Finding("error", name, op, f"{attr} packed_nhd needs TensorRT >= {PACKED_ATTENTION} (TRT_Attention gained raggedness "
+                                                  f"there), target is {version}; export --encoder-form padded for this TensorRT"))  # fmt: skip
     if forms["query_form"] == "packed_nhd" and _input(node, _MASK) is not None:
         out.append(Finding("error", name, op, "attn_mask is not supported with a packed query (query_form packed_nhd); drop the mask "
                                               "(the lengths bound each sequence) or use the padded form"))  # fmt: skip

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attn_export.targets.trt_releases import PACKED_ATTENTION, RELEASES, TrtVersion
+from attn_export.targets.trt_releases import RELEASES, TRT_ATTENTION_OP, TrtVersion
 from attn_export.targets.trt_releases import SOURCES as RELEASE_SOURCES
 
 __all__ = ["escape_text", "Finding", "OpSupport", "OP_SUPPORT", "CUSTOM_OP_SUPPORT", "max_opset", "MIN_OPSET", "OPERATORS_MD", "OPSET_SOURCES", "CHANGELOG"]
@@ -185,9 +185,9 @@ OP_SUPPORT: dict[str, OpSupport] = {
 # Ops of custom domains the parser imports itself (no plugin), by (domain, op): the TensorRT parser's own "trt" ops
 # (onnx-tensorrt docs/TRT_custom_ops.md). Any other custom-domain op needs a plugin and is an error.
 CUSTOM_OP_SUPPORT: dict[tuple[str, str], OpSupport] = {
-    ("trt", "TRT_Attention"): _s(F, (0, 1, 2), since=PACKED_ATTENTION, checked=TrtVersion(11, 4),
-                                 note="IAttention with packed (PACKED_NHD) or padded query and key/value layouts",
-                                 source=RELEASE_SOURCES["packed-11.0"]),
+    ("trt", "TRT_Attention"): _s(F, (0, 1, 2), since=TRT_ATTENTION_OP, checked=TrtVersion(11, 4),
+                                 note="IAttention with padded, or from 11.1 packed (PACKED_NHD), query and key/value layouts",
+                                 source=f"{RELEASE_SOURCES['trt-attention-11.0']}; {RELEASE_SOURCES['packed-11.1']}"),
 }
 
 # Each release -> (the highest default-domain opset its parser accepts, the source): the release table's column

@@ -10,9 +10,12 @@ branching on names. Each form says what it attends over and what it cannot take:
   parser's ``trt.TRT_Attention`` custom op with ``query_form``/``kv_form`` ``"packed_nhd"``, which it
   imports as one ``IAttention`` with ``AttentionIOForm.PACKED_NHD`` query and key/value layouts and the
   cumulative token counts as its ``query_lengths``/``key_value_lengths`` (onnx-tensorrt
-  docs/TRT_custom_ops.md, ``TRT_Attention``: Q/K/V [T, H, Dh], inputs 6 and 7 INT32 [batch + 1]; the
-  11.x bindings' ``IAttention.query_form``/``key_value_form``/``query_lengths``/``key_value_lengths``,
-  tests/fixtures/trt/trt-11.4.0.106.json). ``attn_mask`` "is not supported when query_form is
+  docs/TRT_custom_ops.md, ``TRT_Attention``: Q/K/V [T, H, Dh], inputs 6 and 7 INT32 [batch + 1]; the op
+  arrived in 11.0 and "support raggedness" in 11.1, onnx/onnx-tensorrt#1054 and #1057; the 11.x bindings'
+  ``IAttention.query_form``/``key_value_form``/``query_lengths``/``key_value_lengths``,
+  tests/fixtures/trt/trt-11.4.0.106.json). A later revision of that schema "mirrors IAttention directly",
+  with the lengths at inputs 4 and 5 and no scaling; no release note of 11.2-11.4 mentions a change, so the
+  export follows the 11.1 schema and pre-scales Q (``scale`` 1), which is right under both. ``attn_mask`` "is not supported when query_form is
   packed_nhd", so this form takes no score bias and no window. The spare row (``layers.packed``) is a
   one-token sequence of its own, so every row of Q lies inside ``query_lengths`` and none reads memory
   the kernel never wrote. ``query_lengths`` and ``kv_lengths`` are two tensors: TensorRT-Edge-LLM
@@ -81,13 +84,16 @@ def cumulative_lengths(counts: torch.Tensor) -> torch.Tensor:
 def _trt_packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, index, heads: int, bias: torch.Tensor | None) -> torch.Tensor:  # noqa: ANN001
     n, d = q.shape  # n = T + 1 rows
     dh = d // heads
-    q3, k3, v3 = (x.reshape(n, heads, dh) for x in (q, k, v))  # (T+1, H, Dh): PACKED_NHD
+    # Q pre-scaled and scale=1: right whether the importer scales by the attribute (TRT_custom_ops.md as of 11.1, "based on
+    # Attention-23") or, as its later schema says, "does not use ... scale" (TensorRT-Edge-LLM pre-scales Q the same way)
+    q3 = (q * (1.0 / math.sqrt(dh))).reshape(n, heads, dh)  # (T+1, H, Dh): PACKED_NHD
+    k3, v3 = (x.reshape(n, heads, dh) for x in (k, v))  # (T+1, H, Dh)
     query_lengths = cumulative_lengths(index.counts)  # (B+2,)
     kv_lengths = cumulative_lengths(index.counts + 0)  # the same offsets as a second tensor (distinct inputs)
     out = torch.onnx.ops.symbolic(
         f"{TRT_DOMAIN}::{TRT_ATTENTION}",
         [q3, k3, v3, None, None, None, query_lengths, kv_lengths],  # attn_mask, past_key, past_value: absent
-        {"query_form": "packed_nhd", "kv_form": "packed_nhd", "scale": 1.0 / math.sqrt(dh), "TRT_decomposable": 1},
+        {"query_form": "packed_nhd", "kv_form": "packed_nhd", "scale": 1.0, "TRT_decomposable": 1},
         dtype=q.dtype,
         shape=q3.shape,
         version=1,

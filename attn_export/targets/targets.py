@@ -151,7 +151,7 @@ class Target:
         """Why the packed encoder form never ships on this target at ``trt_version`` (None: it may).
 
         The packed form needs attention over ragged sequences: ONNX Runtime's kernels, or on TensorRT the
-        packed ``IAttention`` of 11.0 and later (``trt_releases.PACKED_ATTENTION``). TensorRT 10.x has no
+        packed ``IAttention`` its ONNX parser imports from 11.1 (``trt_releases.PACKED_ATTENTION``). TensorRT 10.x has no
         packed attention, and the BERT demo's variable-length plugins were removed in 11.0, so a 10.x
         engine stays padded, with length-bucketed optimization profiles limiting what the padding costs.
         ``quantize``: the run's ``--quantize``; the packed TensorRT graph is built in float only (see the message).
@@ -166,8 +166,8 @@ class Target:
             return None
         newer = [str(v) for v in self.trt_releases if v >= PACKED_ATTENTION]
         alt = f", or --trt-version {newer[-1]}" if newer else ""
-        return (f"--encoder-form packed needs TensorRT >= {PACKED_ATTENTION} (packed IAttention), but TensorRT {row.version} has no packed "
-                f"attention; use --encoder-form padded, whose engine gets length-bucketed profiles{alt}")  # fmt: skip
+        return (f"--encoder-form packed needs TensorRT >= {PACKED_ATTENTION} (packed IAttention from ONNX), but TensorRT {row.version} has no "
+                f"packed attention; use --encoder-form padded, whose engine gets length-bucketed profiles{alt}")  # fmt: skip
 
     def _other_8bit(self, precision: str) -> str:
         return next((p for p in self.route_preference if p != precision), "auto")
@@ -192,7 +192,7 @@ _TENSORRT: dict[str, object] = {
     "emulation": "runs on TensorRT; ONNX Runtime CPU checks the exported graph's numerics here, and --build-engine "
                  "validates the engine itself on a GPU",
     "select_by": "accuracy",
-    "packed_attention": "trt-packed",  # TensorRT 11's packed IAttention (packed_refusal: none on 10.x); source: trt_releases.SOURCES["packed-11.0"]
+    "packed_attention": "trt-packed",  # TensorRT 11's packed IAttention (packed_refusal: none on 10.x); source: trt_releases.SOURCES["packed-11.1"]
     "explicit_quantization": True,
 }
 

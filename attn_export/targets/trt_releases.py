@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from attn_export.errors import ConfigError
 
-__all__ = ["JETPACKS", "PACKED_ATTENTION", "RELEASES", "SOURCES", "JetPack", "Release", "TrtVersion", "jetson_archs", "jetson_releases", "known_releases",
+__all__ = ["JETPACKS", "PACKED_ATTENTION", "RELEASES", "SOURCES", "TRT_ATTENTION_OP", "JetPack", "Release", "TrtVersion", "jetson_archs", "jetson_releases", "known_releases",
            "parse_trt_version", "release", "release_for_target"]
 
 @dataclass(frozen=True, order=True)
@@ -88,12 +88,13 @@ SOURCES: dict[str, str] = {
     "Edge-LLM's support matrix lists Jetson Orin on JetPack 7.2 (https://nvidia.github.io/TensorRT-Edge-LLM/0.11.1/user_guide/"
     "getting_started/support-matrix.html); Torch-TensorRT 2.12.1 builds Jetson Thor against TensorRT 10.16 "
     "(https://github.com/pytorch/tensorrt/releases/tag/v2.12.1)",
-    "packed-11.0": "IAttention's packed layouts: the TensorRT 11.0.0.114 and 11.4.0.106 Python bindings have AttentionIOForm "
+    "trt-attention-11.0": "onnx/onnx-tensorrt#1054, ONNX-TRT 11.0 GA: 'Added support for custom operators `TRT_Attention`, "
+    "`TRT_MoE`, and `TRT_KVCacheUpdate`'",
+    "packed-11.1": "IAttention's packed layouts: the TensorRT 11.0.0.114 and 11.4.0.106 Python bindings have AttentionIOForm "
     "(PADDED_BHND, PACKED_NHD) and IAttention.query_form/key_value_form/query_lengths/key_value_lengths, 10.14.1.48 has "
-    "neither (tests/fixtures/trt/*.json); the ONNX parser imports them from its trt.TRT_Attention custom op (onnx-tensorrt "
-    "docs/TRT_custom_ops.md: query_form/kv_form \"packed_nhd\", inputs query_lengths/kv_lengths INT32 [batch + 1]); "
-    "TensorRT-Edge-LLM's trt_ragged_attention emits it for 'TRT >= 11' (tensorrt_edgellm/models/ops.py). Which 11.x parser "
-    "first lists TRT_Attention was not read: held to 11.0, the first release whose bindings have the packed forms",
+    "neither (tests/fixtures/trt/*.json); the ONNX parser takes them from ONNX through trt.TRT_Attention from 11.1: "
+    "onnx/onnx-tensorrt#1057 and the TensorRT 11.1 release, Parsers: 'Updated TRT_Attention to support raggedness'; "
+    "onnx-tensorrt docs/TRT_custom_ops.md: query_form/kv_form \"packed_nhd\", query_lengths/kv_lengths INT32 [batch + 1]",
     "parser-10.16": "no operators.md of onnx-tensorrt release/10.16 was read: 10.16 is held to 10.15's parser ceiling (opset 24), "
     "which every 10.x release since 10.15 keeps",
 }
@@ -180,9 +181,10 @@ RELEASES: dict[TrtVersion, Release] = {r.version: r for r in (
 )}  # fmt: skip
 
 
-# The first release whose IAttention takes packed (ragged) query and key/value layouts, as the ONNX parser's
-# trt.TRT_Attention imports them (SOURCES["packed-11.0"]); TensorRT 10.x has no packed attention at all.
-PACKED_ATTENTION = TrtVersion(11, 0)
+# The first release whose ONNX parser imports packed (ragged) query and key/value layouts into IAttention, through its
+# trt.TRT_Attention custom op (SOURCES["packed-11.1"]; the op itself is 11.0's, without them); 10.x has no packed attention.
+PACKED_ATTENTION = TrtVersion(11, 1)
+TRT_ATTENTION_OP = TrtVersion(11, 0)  # the parser's trt.TRT_Attention custom op (SOURCES["trt-attention-11.0"])
 
 
 def known_releases() -> str:

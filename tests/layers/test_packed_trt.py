@@ -54,12 +54,13 @@ def test_every_layer_attends_its_real_rows_in_one_packed_iattention(trt_packed: 
     for n in nodes:
         attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
         assert attrs["query_form"] == attrs["kv_form"] == b"packed_nhd" and attrs["TRT_decomposable"] == 1
+        assert attrs["scale"] == 1.0, "Q comes pre-scaled: right whether or not the importer applies scale"
         assert list(n.input[3:6]) == ["", "", ""], "no attn_mask, past_key or past_value with a packed query"
         assert n.input[6] and n.input[7] and n.input[6] != n.input[7], "query_lengths and kv_lengths must be two tensors"
     assert not [n for n in graph.node if n.op_type == "Softmax"], "the attention is IAttention's, not decomposed around it"
 
 
-@pytest.mark.parametrize("version", ["11.0", "11.4"])
+@pytest.mark.parametrize("version", ["11.1", "11.4"])
 def test_check_trt_passes_on_11(trt_packed: Path, version: str) -> None:
     report = check_trt_compat(trt_packed, version, PROFILE, "fp32")
     assert report and not report.errors, str(report)
@@ -71,6 +72,12 @@ def test_check_trt_refuses_it_by_name_on_10_14(trt_packed: Path) -> None:
     assert not report
     messages = {f.message for f in report.errors if f.op == "trt.TRT_Attention"}
     assert messages and all("needs TensorRT >= 11.0, target is 10.14" in m and "--encoder-form padded" in m for m in messages), str(report)
+
+
+def test_check_trt_holds_the_packed_forms_to_11_1(trt_packed: Path) -> None:
+    """11.0's parser has TRT_Attention, but its raggedness arrived in 11.1 (onnx/onnx-tensorrt#1057)."""
+    report = check_trt_compat(trt_packed, "11.0", PROFILE, "fp32")
+    assert not report and all("packed_nhd needs TensorRT >= 11.1" in f.message for f in report.errors), str(report)
 
 
 def test_onnx_runtime_runs_the_twin_and_it_equals_the_padded_encoder_on_every_mask(encoder: SentenceEncoder, trt_packed: Path) -> None:
@@ -134,11 +141,11 @@ def test_an_fp32_iattention_that_cannot_decompose_is_an_error() -> None:
     assert any("set TRT_decomposable=1" in f.message for f in report.errors), str(report)
 
 
-@pytest.mark.parametrize(("target", "version"), [("tensorrt", "10.14"), ("tensorrt", None), ("jetson", "10.3"), ("ort-tensorrt", "10.9")])
-def test_the_route_policy_refuses_packed_on_tensorrt_10_by_name(target: str, version: str | None) -> None:
+@pytest.mark.parametrize(("target", "version"), [("tensorrt", "10.14"), ("tensorrt", None), ("tensorrt", "11.0"), ("jetson", "10.3"), ("ort-tensorrt", "10.9")])
+def test_the_route_policy_refuses_packed_before_tensorrt_11_1_by_name(target: str, version: str | None) -> None:
     from attn_export.config.run import RunConfig
 
-    with pytest.raises(ConfigError, match=r"TensorRT 10\.\d+ has no packed attention; use --encoder-form padded, whose engine gets "
+    with pytest.raises(ConfigError, match=r"TensorRT 1[01]\.\d+ has no packed attention; use --encoder-form padded, whose engine gets "
                                           "length-bucketed profiles"):  # fmt: skip
         RunConfig(checkpoint="minilm", target=target, trt_version=version, encoder_form="packed")
 
