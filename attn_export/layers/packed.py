@@ -15,7 +15,7 @@ and, inside:
 3. attends per sequence: each sequence's rows are gathered into a compact, right-padded
    (B, W, D) batch, W = the longest sequence (not S), attention runs with a key-length mask,
    and the outputs are gathered back to rows. On ONNX Runtime the kernel is
-   ``com.microsoft.MultiHeadAttention`` (``attention_form == "ort-contrib"``); on TensorRT 11
+   ``com.microsoft.MultiHeadAttention`` (``attention_form == "ort-contrib"``); on TensorRT 11.1+
    the rows go ungathered into ``IAttention`` with packed layouts (``"trt-packed"``); otherwise the
    explicit math below, with the scores and softmax in float32 (``layers.packed_forms``). A model with a score bias
    (MPNet's relative positions, ``layers.position_bias``) gets it over the compact slots,

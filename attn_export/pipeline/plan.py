@@ -318,7 +318,7 @@ def encoder_forms(cfg: RunConfig, profile: SubjectProfile) -> tuple[tuple[str, .
     if target.select_by != "latency":  # the two forms cannot be timed against each other here
         return ("padded",), ("--encoder-form auto: padded for TensorRT: the packed graph passes check-trt's static checks, but its "
                              "data-dependent shapes (NonZero) are unverified without a GPU build and its speed is not measured here; "
-                             "pass --encoder-form packed to ship it (TensorRT >= 11: packed IAttention)")  # fmt: skip
+                             "pass --encoder-form packed to ship it (TensorRT >= 11.1: packed IAttention)")  # fmt: skip
     if cfg.attention not in (None, "auto") and cfg.attention not in PACKED_ATTENTION_FORMS:
         return ("padded",), f"--encoder-form auto: padded (--attention {cfg.attention} has no packed form)"
     if cfg.low_rank is not None or cfg.distill is not None:

@@ -50,7 +50,7 @@ def trt_packed(encoder: SentenceEncoder, tmp_path_factory: pytest.TempPathFactor
 def test_every_layer_attends_its_real_rows_in_one_packed_iattention(trt_packed: Path) -> None:
     graph = onnx.load(str(trt_packed)).graph
     nodes = [n for n in graph.node if (n.domain, n.op_type) == ("trt", "TRT_Attention")]
-    assert len(nodes) == CONFIG.num_hidden_layers
+    assert [n.name for n in nodes] == [f"packed_iattention_{i}" for i in range(CONFIG.num_hidden_layers)]
     for n in nodes:
         attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
         assert attrs["query_form"] == attrs["kv_form"] == b"packed_nhd" and attrs["TRT_decomposable"] == 1

@@ -3,7 +3,9 @@
 The form (``layers.packed_forms``) writes ``trt.TRT_Attention`` nodes that TensorRT 11's ONNX parser
 imports as one ``IAttention`` with packed (``PACKED_NHD``) query and key/value layouts. Two passes:
 
-* ``separate_lengths``: the exporter's optimizer merges the identical ``query_lengths`` and
+* ``finish_packed_iattention``: names each node ``packed_iattention_<i>`` in graph order (what check-trt
+  and the engine's layer names show, instead of the exporter's ``node__symbolic``), then
+  ``separate_lengths``: the exporter's optimizer merges the identical ``query_lengths`` and
   ``kv_lengths`` computations into one value; TensorRT needs two distinct tensors in those positions
   (TensorRT-Edge-LLM, tensorrt_edgellm/models/ops.py, ``trt_ragged_attention``: "TRT requires
   distinct inputs for these positions"), so ``kv_lengths`` goes through an ``Identity``.
@@ -27,7 +29,7 @@ import onnx_ir as ir
 from attn_export.errors import ExportError
 from attn_export.layers.packed_forms import TRT_ATTENTION, TRT_DOMAIN
 
-__all__ = ["FORM_PASSES", "decomposed_twin", "has_trt_attention", "separate_lengths"]
+__all__ = ["FORM_PASSES", "decomposed_twin", "finish_packed_iattention", "has_trt_attention", "separate_lengths"]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +60,15 @@ def separate_lengths(model: ir.Model) -> int:
         node.replace_input_with(_KV_LENGTHS, copy.outputs[0])
         count += 1
     return count
+
+
+def finish_packed_iattention(model: ir.Model) -> int:
+    """Name every ``TRT_Attention`` ``packed_iattention_<i>`` and give it distinct lengths (in place); returns how many nodes."""
+    nodes = _trt_nodes(model)
+    for i, node in enumerate(nodes):
+        node.name = f"packed_iattention_{i}"
+    separate_lengths(model)
+    return len(nodes)
 
 
 def decomposed_twin(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
@@ -121,4 +132,4 @@ def _decompose(node: ir.Node, prefix: str) -> None:
 
 
 # The graph pass each attention form needs after export (export.onnx_export runs it): returns how many nodes it changed.
-FORM_PASSES = {"trt-packed": separate_lengths}
+FORM_PASSES = {"trt-packed": finish_packed_iattention}
