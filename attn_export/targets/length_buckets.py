@@ -41,6 +41,7 @@ __all__ = [
     "bucket_of",
     "bucket_profiles",
     "check_sort_window",
+    "default_buckets",
     "choose_profile",
     "padding_fractions",
     "parse_length_buckets",
@@ -120,6 +121,15 @@ def _volume(shape: Sequence[int]) -> int:
     for d in shape:
         n *= int(d)
     return n
+
+
+def default_buckets(longest: int, first: int = 16) -> tuple[int, ...]:
+    """Powers of two from ``first`` up to the first that holds ``longest`` tokens: what the report measures
+    when no ``--length-buckets`` were given (the engine then has one profile)."""
+    out = [first]
+    while out[-1] < longest:
+        out.append(out[-1] * 2)
+    return tuple(out)
 
 
 def bucket_of(length: int, buckets: Sequence[int]) -> int:

@@ -82,3 +82,25 @@ def test_padding_on_the_shipped_corpus_report_split() -> None:
     got = padding_fractions(lengths, 8, (32, 64, 128), sort_window=256).fractions
     assert got["packed"] == 0.0 < got["bucketed"] < got["padded"] < got["bucket_max"], got
     assert 0.1 < got["padded"] < 0.5, got  # real sentences: a sizeable share of the grid is padding
+
+
+def test_report_gives_the_padding_per_strategy_on_tensorrt_targets_only() -> None:
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from attn_export.subjects.text_data import tensorrt_padding
+    from attn_export.validate.report_header import header_tables
+
+    mask = np.array([[1] * n + [0] * (9 - n) for n in (5, 1, 4, 2, 9, 3)])
+    tokens = SimpleNamespace(attention_mask=mask)
+    engine = SimpleNamespace(length_buckets=(4, 8, 16), sort_window=6)
+    trt = SimpleNamespace(target_info=SimpleNamespace(trt_releases=("10.3",)), engine=engine, batch=2)
+    got = tensorrt_padding(tokens, trt)["tensorrt_padding"]
+    assert (got["padded"], got["bucketed"], got["bucket_max"], got["packed"]) == (0.3333, 0.2, 0.5, 0.0)
+    cpu = SimpleNamespace(target_info=SimpleNamespace(trt_releases=()), engine=None, batch=2)
+    assert tensorrt_padding(tokens, cpu) == {}
+    default = tensorrt_padding(tokens, SimpleNamespace(target_info=trt.target_info, engine=None, batch=2))["tensorrt_padding"]
+    assert default["length_buckets"] == [16] and default["sort_window"] is None and default["bucketed"] == default["padded"]
+    rows = dict(next(t for t in header_tables({"inputs": {"tensorrt_padding": got}}) if t.key == "inputs").rows)
+    assert rows["padding on TensorRT"] == "padded 33.3%, bucketed 20.0%, bucket max 50.0%, packed 0.0% (batches of 2, sort window 6, buckets 4,8,16)"
