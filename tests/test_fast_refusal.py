@@ -56,6 +56,8 @@ def _checkpoint_dir(tmp_path: Path, **overrides: object) -> Path:
         (["--checkpoint", "/no/such/checkpoint"], "expected --checkpoint to be a checkpoint directory"),
         (["--opset", "99"], "expected --opset"),
         (["--max-memory", "lots"], "expected --max-memory as a size"),
+        (["--target", "ort-tensorrt", "--length-buckets", "32,64"], "--length-buckets builds one engine profile per bucket"),
+        (["--target", "tensorrt", "--sort-window", "0"], "expected --sort-window as a positive number of texts"),
     ],
 )
 def test_bad_values_are_refused_before_any_heavy_import(tmp_path, args, needle):

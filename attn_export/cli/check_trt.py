@@ -67,7 +67,7 @@ def engine_spec_from_options(
         dla_core=dla_core,
         gpu_fallback=gpu_fallback,
         strongly_typed=strongly_typed,
-        length_buckets=parse_length_buckets(length_buckets),
+        length_buckets=parse_length_buckets(length_buckets) or None,
         sort_window=sort_window,
     )
 

@@ -78,7 +78,7 @@ def check_sort_window(window: int | None, flag: str = "--sort-window") -> None:
         raise ConfigError(f"expected {flag} as a positive number of texts, got {window!r}")
 
 
-def bucket_profiles(base: ShapeProfile, buckets: Sequence[int]) -> tuple[ShapeProfile, ...]:
+def bucket_profiles(base: ShapeProfile, buckets: Sequence[int] | None) -> tuple[ShapeProfile, ...]:
     """One profile per bucket: seq from the previous bucket + 1 up to the bucket (opt = max = the bucket).
 
     The batch range is ``base``'s. The ranges do not overlap, so each length has one profile

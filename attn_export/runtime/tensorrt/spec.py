@@ -72,7 +72,7 @@ class EngineSpec:
     gpu_fallback: bool = True
     strongly_typed: bool | None = None
     gpu_arch: str | None = None  # the GPU the engine is built for (targets/gpu_arch.py): a precision it lacks is refused
-    length_buckets: tuple[int, ...] = ()  # one optimization profile per bucket (targets/length_buckets.py); () = one profile
+    length_buckets: tuple[int, ...] | None = None  # one optimization profile per bucket (targets/length_buckets.py); None: one profile
     sort_window: int | None = None  # texts the runner may sort by length before cutting batches; None = the batch itself
 
     def __post_init__(self) -> None:
