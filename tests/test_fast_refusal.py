@@ -58,6 +58,7 @@ def _checkpoint_dir(tmp_path: Path, **overrides: object) -> Path:
         (["--max-memory", "lots"], "expected --max-memory as a size"),
         (["--target", "ort-tensorrt", "--length-buckets", "32,64"], "--length-buckets builds one engine profile per bucket"),
         (["--target", "tensorrt", "--sort-window", "0"], "expected --sort-window as a positive number of texts"),
+        (["--target", "tensorrt", "--length-buckets", "32,64"], "the largest --length-buckets 64 cannot hold texts of --seq-len 128"),
     ],
 )
 def test_bad_values_are_refused_before_any_heavy_import(tmp_path, args, needle):

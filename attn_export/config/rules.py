@@ -89,6 +89,10 @@ def check_combinations(cfg: Any) -> None:
         if "engine" not in target.deploys:
             raise ConfigError(f"--length-buckets builds one engine profile per bucket; use --target {' or '.join(_deploying('engine'))} "
                               f"(got --target {cfg.target}, which builds one profile)")  # fmt: skip
+        longest, flag = (cfg.resolved_max_len, "--max-len") if cfg.is_checkpoint else (cfg.seq_len, "--seq-len")
+        if cfg.engine.length_buckets[-1] < longest:
+            raise ConfigError(f"the largest --length-buckets {cfg.engine.length_buckets[-1]} cannot hold texts of {flag} {longest} tokens; "
+                              f"add a bucket >= {longest} or lower {flag}")  # fmt: skip
         if cfg.bundle is not None:
             raise ConfigError("--length-buckets builds its profiles with --build-engine; the Jetson bundle's build_engine.sh builds one "
                               "profile: drop --length-buckets or --bundle")  # fmt: skip

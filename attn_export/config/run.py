@@ -290,7 +290,11 @@ class RunConfig:
 
     @property
     def max_seq_len(self) -> int:
-        """The longest sequence the deployment expects: ``--max-shape``'s when given, else ``--seq-len``."""
+        """The longest sequence the deployment expects: the largest ``--length-buckets``, else ``--max-shape``'s when given,
+        else ``--seq-len``."""
+        buckets = getattr(self.engine, "length_buckets", None)
+        if buckets:
+            return int(buckets[-1])
         profiles = getattr(self.engine, "profiles", None)
         return int(profiles.max[1]) if profiles is not None else int(self.seq_len)
 
