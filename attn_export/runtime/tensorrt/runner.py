@@ -225,6 +225,12 @@ class TrtRunner(Runner):
         self.engine = None
 
     @property
+    def active_profile(self) -> int:
+        """The optimization profile the last batch ran on (0 before the first, and for a one-profile engine)."""
+        self.activate()
+        return self._active
+
+    @property
     def input_names(self) -> list[str]:
         self.activate()
         return list(self._inputs)

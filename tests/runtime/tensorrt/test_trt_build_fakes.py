@@ -271,9 +271,10 @@ def test_length_buckets_build_one_profile_each_and_the_runner_picks_the_smallest
     assert [p["x"]["max"] for p in sidecar.all_profiles()] == [[4, 16, 4], [4, 24, 4], [4, 32, 4]]
     assert sidecar.profiles == sidecar.all_profiles()[0]
     with TrtRunner(EngineFromPath(result.engine_path)) as runner:
-        for shape in ((2, 20, 4), (2, 22, 4), (1, 9, 4), (4, 32, 4)):
+        for shape, profile in (((2, 20, 4), 1), ((2, 22, 4), 1), ((1, 9, 4), 0), ((4, 32, 4), 2)):
             x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
             np.testing.assert_array_equal(runner.infer({"x": x})["y"], 2 * x)
+            assert runner.active_profile == profile
         assert world.called("set_optimization_profile_async") == [1, 0, 2]  # a switch only when the profile changes
         with pytest.raises(EngineError, match=r"no optimization profile of the engine holds shapes .*profile 2: x \(1, 25, 4\)\.\.\(4, 32, 4\)"):
             runner.infer({"x": np.zeros((5, 8, 4), np.float32)})
