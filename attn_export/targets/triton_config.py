@@ -11,8 +11,8 @@ hand-written config is checked against them before anything is built or written.
 * dims (without the batch dim): a dim equal at min and max in every profile is that number,
   any other is -1;
 * ``instance_group.profile``: every profile's index when there are several, so the backend
-  chooses among all of them (Triton model_config.proto: "profile: ... the optimization
-  profile(s) to use for this instance group").
+  chooses among all of them (Triton's model_config.proto: ``ModelInstanceGroup.profile`` lists
+  the TensorRT optimization profiles an instance may use; triton-inference-server/server#919).
 
 No TensorRT here, and tritonclient's protos are imported only where a config is parsed.
 """

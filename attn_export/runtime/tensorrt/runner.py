@@ -210,7 +210,7 @@ class TrtRunner(Runner):
             ranges = "; ".join(f"profile {i}: " + ", ".join(f"{n} {tuple(p[n][0])}..{tuple(p[n][2])}" for n in p) for i, p in enumerate(self._all_profiles))
             raise EngineError(f"no optimization profile of the engine holds shapes {shapes} ({ranges}); split the batch or rebuild with a larger --length-buckets")
         if index != self._active:
-            # TensorRT: "the profile is switched ... asynchronously in the given stream" (IExecutionContext docs)
+            # IExecutionContext::setOptimizationProfileAsync switches on the given stream and returns false for a bad index
             if not self.context.set_optimization_profile_async(index, int(self.stream)):
                 raise EngineError(f"TensorRT refused to switch to optimization profile {index}; see the TensorRT log")
             self._active = index
