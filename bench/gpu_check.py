@@ -3,7 +3,8 @@
 Run on a machine with a CUDA GPU (``python bench/gpu_check.py``); it prints one table:
 eager CUDA fp32 (the reference), eager fp16, torch SDPA fp16, and, when ``tensorrt`` is
 importable, fp16 and int8 engines with their accuracy against eager fp32, whether attention
-fused into an MHA kernel, and latency p50/p90 in ms with the speedup over eager fp32. All
+fused into an MHA kernel, and latency p50/p90 in ms with the speedup over eager fp32; then an fp16
+engine with length-bucketed profiles, run at four lengths (the profile each ran on, its cosine). All
 variants are timed in one process, round-robin on the same inputs (``time_runners``), with
 host<->device copies included for every runner. Budget: under 5 minutes on one GPU.
 
@@ -88,6 +89,32 @@ def build_trt(layer: MaskedLayer, work: Path, precision: str, profile: ShapeProf
     return TrtRunner(EngineFromPath(result.engine_path), name=f"tensorrt-{precision}"), f"{result.attention_fused}/{result.attention_blocks}"
 
 
+def bucket_check(layer: MaskedLayer, work: Path, profile: ShapeProfile, reference: EagerRunner, batch: int) -> bool:
+    """An fp16 engine with one profile per length bucket (TensorRT 10.x's answer to padding, docs/targets.md): each
+    batch length runs on the smallest profile holding it and matches eager fp32 at fp16's tolerance. False on a miss."""
+    import tensorrt as trt
+
+    from attn_export.runtime.tensorrt import EngineFromPath, EngineSpec, TrtRunner, build_engine
+
+    target = "tensorrt" if parse_trt_version(trt.__version__) >= parse_trt_version("10.14") else "jetson"
+    onnx_path = work / f"{target}-fp16-buckets.onnx"
+    export_onnx(layer, onnx_path, export_spec_for(target, "fp16"))
+    buckets = (32, 64, 128, profile.max[1])
+    spec = EngineSpec(precision="fp16", profiles=profile, workspace_bytes=4 << 30, timing_cache=str(work / "timing.cache"),
+                      strongly_typed=True if target == "tensorrt" else None, length_buckets=buckets)  # fmt: skip
+    result = build_engine(onnx_path, work / f"{target}-fp16-buckets.engine", spec)
+    ok = True
+    with TrtRunner(EngineFromPath(result.engine_path), name="tensorrt-fp16-buckets") as runner:
+        for seq in (20, 50, 100, 200):
+            x, kpm = example_inputs_for(layer, batch, seq, 512, torch.float32, seed=seq)
+            feed = {"x": x.numpy(), "key_padding_mask": kpm.numpy()}
+            acc = accuracy(reference.infer(feed)["y"], runner.infer(feed)["y"])
+            miss = tolerance_for("fp16").violations(acc)
+            ok &= not miss
+            print(f"  length buckets {buckets}: seq {seq} ran on profile {runner.active_profile}, cosine {acc.cosine:.6f}" + (f" FAIL {miss}" if miss else ""))
+    return ok
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batch", type=int, default=8)
@@ -136,6 +163,12 @@ def main(argv: list[str] | None = None) -> int:
                 failed = True
                 print(f"TensorRT {precision} build failed: {type(err).__name__}: {err}")
                 traceback.print_exc(limit=3)
+        try:
+            failed |= not bucket_check(layer, work, profile, fp32, args.batch)
+        except Exception as err:
+            failed = True
+            print(f"TensorRT length-bucket build failed: {type(err).__name__}: {err}")
+            traceback.print_exc(limit=3)
     lat = time_runners(runners, feed, warmup=args.warmup, repeats=args.repeats, batch=args.batch)
     rows = []
     for name, runner in runners.items():

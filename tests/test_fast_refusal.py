@@ -56,6 +56,9 @@ def _checkpoint_dir(tmp_path: Path, **overrides: object) -> Path:
         (["--checkpoint", "/no/such/checkpoint"], "expected --checkpoint to be a checkpoint directory"),
         (["--opset", "99"], "expected --opset"),
         (["--max-memory", "lots"], "expected --max-memory as a size"),
+        (["--target", "ort-tensorrt", "--length-buckets", "32,64"], "--length-buckets builds one engine profile per bucket"),
+        (["--target", "tensorrt", "--sort-window", "0"], "expected --sort-window as a positive number of texts"),
+        (["--target", "tensorrt", "--length-buckets", "32,64"], "the largest --length-buckets 64 cannot hold texts of --seq-len 128"),
     ],
 )
 def test_bad_values_are_refused_before_any_heavy_import(tmp_path, args, needle):
@@ -110,3 +113,22 @@ def test_config_reading_modules_are_light(name):
     code = f"import sys, {name}; print([m for m in {HEAVY!r} if m in sys.modules])"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(
+    "extra,needle",
+    [
+        (["--max-shape", "16x128"], "--triton-config: max_batch_size 32 exceeds the engine's 16"),
+        (["--length-buckets", "64,32"], "expected --length-buckets strictly increasing"),
+    ],
+)
+def test_triton_config_and_buckets_refused_before_torch(tmp_path, extra, needle):
+    """A hand config asking a larger batch than the engine's profiles hold: one line, exit 2, nothing imported or written."""
+    pytest.importorskip("tritonclient.grpc.model_config_pb2", reason="tritonclient is not installed (pip install 'tritonclient[grpc]')")
+    hand = tmp_path / "config.pbtxt"
+    hand.write_text("max_batch_size: 32\n")
+    args = ["--target", "tensorrt", "--build-engine", "--triton", str(tmp_path / "triton"), "--triton-config", str(hand), *extra]
+    res = _refuse([*args, "--out", str(tmp_path / "out")])
+    lines = res["stderr"].strip().splitlines()
+    assert res["rc"] == 2 and len(lines) == 1 and needle in lines[0], res
+    assert res["heavy"] == [] and not (tmp_path / "out").exists() and not (tmp_path / "triton").exists()

@@ -89,9 +89,10 @@ _NOTHING = {"checkpoint": "none: a reference layer", "low_rank": "no factorizati
             "timing_cache": "none", "dla_core": "none (GPU only)", "atol": "the tolerance table's", "rtol": "the tolerance table's",
             "cosine_min": "the tolerance table's", "pooling": "the model's (1_Pooling/config.json), else mean",
             "prompt": "the model's default_prompt_name, else none",
-            "gpu_arch": "the one GPU the Jetson release runs on (10.3: sm87, 10.13: sm110), else unknown"}  # fmt: skip
+            "gpu_arch": "the one GPU the Jetson release runs on (10.3: sm87, 10.13: sm110), else unknown",
+            "triton_config": "derived from the engine's profiles", "length_buckets": "one profile", "sort_window": "the batch (no reordering)"}  # fmt: skip
 _ENGINE = {"hardware_compatibility": "hardware_compatibility", "version_compatible": "version_compatible", "builder_optimization_level": "optimization_level",
-           "workspace": "workspace_bytes", "timing_cache": "timing_cache", "dla_core": "dla_core"}  # fmt: skip
+           "workspace": "workspace_bytes", "timing_cache": "timing_cache", "dla_core": "dla_core", "sort_window": "sort_window"}  # fmt: skip
 
 
 def test_every_main_command_default_shown_is_the_real_default():

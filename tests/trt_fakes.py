@@ -493,6 +493,10 @@ class _Engine:
         shapes = self._header["profiles"][profile_index][name]
         return [tuple(s) for s in shapes]
 
+    @property
+    def num_optimization_profiles(self) -> int:
+        return max(1, len(self._header["profiles"]))
+
 
 class _Inspector:
     def _init(self, engine: Any) -> None:
@@ -506,10 +510,18 @@ class _Inspector:
 
 class _Context:
     def _init(self, engine: Any) -> None:
-        self._engine, self._shapes, self._addr = engine, {}, {}
+        self._engine, self._shapes, self._addr, self._profile = engine, {}, {}, 0
+
+    def set_optimization_profile_async(self, profile_index: int, stream_handle: int) -> bool:
+        if not 0 <= profile_index < self._engine.num_optimization_profiles:
+            return False  # TensorRT logs an error and returns false for an index the engine lacks
+        self._profile = int(profile_index)
+        self._shapes.clear()  # input shapes are per profile: the caller sets them again
+        self._trt_module._world.record("set_optimization_profile_async", int(profile_index))
+        return True
 
     def set_input_shape(self, name: str, shape: Any) -> bool:
-        lo, _, hi = self._engine.get_tensor_profile_shape(name, 0) if any(d < 0 for d in self._engine._find(name)[3]) else [self._engine._find(name)[3]] * 3
+        lo, _, hi = self._engine.get_tensor_profile_shape(name, self._profile) if any(d < 0 for d in self._engine._find(name)[3]) else [self._engine._find(name)[3]] * 3
         shape = tuple(shape)
         if len(shape) != len(lo) or any(s < a or s > b for s, a, b in zip(shape, lo, hi)):
             return False

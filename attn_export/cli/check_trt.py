@@ -22,6 +22,7 @@ from attn_export.cli.help import one_of
 from attn_export.errors import ConfigError
 from attn_export.host.memory import parse_bytes
 from attn_export.runtime.tensorrt.spec import EngineSpec, ShapeProfile
+from attn_export.targets.length_buckets import parse_length_buckets
 from attn_export.targets.trt_releases import known_releases
 from attn_export.vocab.precisions import precision_names
 
@@ -51,6 +52,8 @@ def engine_spec_from_options(
     dla_core: int | None = engine_default("dla_core"),
     gpu_fallback: bool = engine_default("gpu_fallback"),
     strongly_typed: bool | None = engine_default("strongly_typed"),
+    length_buckets: str | None = None,
+    sort_window: int | None = engine_default("sort_window"),
 ) -> EngineSpec:
     """The CLI's engine options as an ``EngineSpec`` (validated there)."""
     return EngineSpec(
@@ -64,6 +67,8 @@ def engine_spec_from_options(
         dla_core=dla_core,
         gpu_fallback=gpu_fallback,
         strongly_typed=strongly_typed,
+        length_buckets=parse_length_buckets(length_buckets) or None,
+        sort_window=sort_window,
     )
 
 

@@ -53,6 +53,9 @@ from attn_export.cli.options import (
     MaxShapeOpt,
     MaxTextsOpt,
     MinShapeOpt,
+    LengthBucketsOpt,
+    SortWindowOpt,
+    TritonConfigOpt,
     OpsetOpt,
     OptLevelOpt,
     OptShapeOpt,
@@ -88,7 +91,8 @@ TOLERANCE_OPTIONS = {"atol": "atol", "rtol": "rtol", "cosine_min": "cosine-min"}
 # Engine options map into EngineSpec (RunConfig.engine), option -> its EngineSpec field; the rest map 1:1 onto RunConfig.
 ENGINE_OPTIONS = {"min_shape": "profiles", "opt_shape": "profiles", "max_shape": "profiles", "workspace": "workspace_bytes",
                   "timing_cache": "timing_cache", "hardware_compatibility": "hardware_compatibility", "version_compatible": "version_compatible",
-                  "builder_optimization_level": "optimization_level", "dla_core": "dla_core"}  # fmt: skip
+                  "builder_optimization_level": "optimization_level", "dla_core": "dla_core",
+                  "length_buckets": "length_buckets", "sort_window": "sort_window"}  # fmt: skip
 
 
 def config_from_options(options: dict[str, Any]) -> Any:
@@ -110,6 +114,7 @@ def config_from_options(options: dict[str, Any]) -> Any:
         workspace=engine_args["workspace"], timing_cache=engine_args["timing_cache"],
         hardware_compatibility=engine_args["hardware_compatibility"], version_compatible=engine_args["version_compatible"],
         optimization_level=engine_args["builder_optimization_level"], dla_core=engine_args["dla_core"],
+        length_buckets=engine_args["length_buckets"], sort_window=engine_args["sort_window"],
     )  # fmt: skip
     return RunConfig(**opts, engine=engine)
 
@@ -196,9 +201,12 @@ def register(app: typer.Typer) -> None:
         version_compatible: VersionCompatOpt = engine_default("version_compatible"),
         builder_optimization_level: OptLevelOpt = engine_default("optimization_level"),
         dla_core: DlaCoreOpt = engine_default("dla_core"),
+        length_buckets: LengthBucketsOpt = None,
+        sort_window: SortWindowOpt = engine_default("sort_window"),
         build_engine: BuildEngineOpt = run_default("build_engine"),
         bundle: BundleOpt = run_default("bundle"),
         triton: TritonOpt = run_default("triton"),
+        triton_config: TritonConfigOpt = run_default("triton_config"),
         atol: AtolOpt = None,
         rtol: RtolOpt = None,
         cosine_min: CosineMinOpt = None,

@@ -57,6 +57,9 @@ __all__ = [
     "MaxMemoryOpt",
     "MaxShapeOpt",
     "MinShapeOpt",
+    "LengthBucketsOpt",
+    "SortWindowOpt",
+    "TritonConfigOpt",
     "OpsetOpt",
     "OptLevelOpt",
     "OptShapeOpt",
@@ -200,6 +203,9 @@ DlaCoreOpt = Annotated[Optional[int], typer.Option("--dla-core", help="DLA core 
 BuildEngineOpt = Annotated[bool, typer.Option("--build-engine", metavar="", help="Build and validate a TensorRT engine (needs TensorRT and a GPU).", rich_help_panel=_DEPLOY)]
 BundleOpt = Annotated[Optional[Path], typer.Option("--bundle", help="Write a Jetson bundle (model, build_engine.sh, validate_on_device.py) to DIR.", show_default="none", rich_help_panel=_DEPLOY)]
 TritonOpt = Annotated[Optional[Path], typer.Option("--triton", help="Write a Triton model repository to DIR.", show_default="none", rich_help_panel=_DEPLOY)]
+TritonConfigOpt = Annotated[Optional[Path], typer.Option("--triton-config", metavar="FILE", help="Your config.pbtxt for the TensorRT plan in --triton, used only if the engine's profiles can serve it (max batch, dims).", show_default="derived from the engine's profiles", rich_help_panel=_DEPLOY)]
+LengthBucketsOpt = Annotated[Optional[str], typer.Option("--length-buckets", metavar="L1,L2,...", help="One engine profile per token-length bucket, e.g. 32,64,128 (TensorRT 10.x has no packed attention); the runner picks the smallest that holds a batch.", show_default="one profile", rich_help_panel=_DEPLOY)]
+SortWindowOpt = Annotated[Optional[int], typer.Option("--sort-window", metavar="N", help="Texts the runner may sort by length before cutting batches (less padding, more reordering); the report gives the padding it leaves.", show_default="the batch (no reordering)", rich_help_panel=_DEPLOY)]
 
 _CHECKPOINT = "Checkpoint options"
 CheckpointMainOpt = Annotated[

@@ -81,6 +81,21 @@ def check_combinations(cfg: Any) -> None:
 
     if cfg.bundle is not None and "bundle" not in target.deploys:
         raise ConfigError(f"--bundle writes a Jetson bundle; add --target {' or '.join(_deploying('bundle'))} (got --target {cfg.target})")
+    if cfg.triton_config is not None and (cfg.triton is None or not cfg.build_engine):
+        raise ConfigError("--triton-config describes the TensorRT plan of a Triton repository; add --triton DIR and --build-engine, or drop it")
+    if getattr(cfg.engine, "length_buckets", ()):
+        # the profiles are added with the TensorRT Python API (runtime/tensorrt/build.py); the bundle's build_engine.sh
+        # (trtexec) and the TensorRT EP build one profile from --min/--opt/--max-shape
+        if "engine" not in target.deploys:
+            raise ConfigError(f"--length-buckets builds one engine profile per bucket; use --target {' or '.join(_deploying('engine'))} "
+                              f"(got --target {cfg.target}, which builds one profile)")  # fmt: skip
+        longest, flag = (cfg.resolved_max_len, "--max-len") if cfg.is_checkpoint else (cfg.seq_len, "--seq-len")
+        if cfg.engine.length_buckets[-1] < longest:
+            raise ConfigError(f"the largest --length-buckets {cfg.engine.length_buckets[-1]} cannot hold texts of {flag} {longest} tokens; "
+                              f"add a bucket >= {longest} or lower {flag}")  # fmt: skip
+        if cfg.bundle is not None:
+            raise ConfigError("--length-buckets builds its profiles with --build-engine; the Jetson bundle's build_engine.sh builds one "
+                              "profile: drop --length-buckets or --bundle")  # fmt: skip
     if cfg.build_engine and "engine" not in target.deploys:
         raise ConfigError(f"--build-engine needs a TensorRT target; use --target {' or '.join(_deploying('engine'))} (got {cfg.target})")
     if cfg.trt_version is not None and not target.trt_releases:

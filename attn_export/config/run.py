@@ -98,6 +98,7 @@ class RunConfig:
     build_engine: bool = False
     bundle: Path | None = None
     triton: Path | None = None
+    triton_config: Path | None = None  # a hand-written config.pbtxt for the TensorRT plan, checked against the engine's profiles
     # output
     out: Path = field(default_factory=lambda: Path("attn-export-out"))
     force: bool = False  # files attn-export did not write in --out, --bundle, --triton: moved into a new folder beside each, instead of a refusal
@@ -170,6 +171,18 @@ class RunConfig:
         timing_cache = getattr(self.engine, "timing_cache", None)
         if timing_cache:
             check_output_file(Path(timing_cache), "--timing-cache")
+        if self.triton_config is not None:
+            self.check_triton_config()
+
+    def check_triton_config(self) -> None:
+        """A hand ``--triton-config`` parses and asks no larger batch than the engine's profiles will hold (the built
+        engine's own profiles are checked again when the repository is written)."""
+        from attn_export.targets.triton_config import EngineLimits, check_hand_config, read_hand_config
+
+        hand = read_hand_config(Path(self.triton_config))  # type: ignore[arg-type]
+        profiles = self.engine_spec(self.precision).optimization_profiles
+        limits = EngineLimits(min(p.max[0] for p in profiles), {e.name: tuple(int(d) for d in e.dims) for e in hand.input}, len(profiles))
+        check_hand_config(hand, limits)
 
     def preflight(self) -> None:
         """Every check that needs the filesystem or the machine, before the first model is built:
@@ -277,7 +290,11 @@ class RunConfig:
 
     @property
     def max_seq_len(self) -> int:
-        """The longest sequence the deployment expects: ``--max-shape``'s when given, else ``--seq-len``."""
+        """The longest sequence the deployment expects: the largest ``--length-buckets``, else ``--max-shape``'s when given,
+        else ``--seq-len``."""
+        buckets = getattr(self.engine, "length_buckets", None)
+        if buckets:
+            return int(buckets[-1])
         profiles = getattr(self.engine, "profiles", None)
         return int(profiles.max[1]) if profiles is not None else int(self.seq_len)
 

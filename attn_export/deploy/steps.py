@@ -59,9 +59,11 @@ def write_bundle(subject: Any, onnx_path: Path, bundle_dir: Path, spec: Any, pre
     return write_jetson_bundle(onnx_path, bundle_dir, spec, feed, reference, tolerances, trt_version=trt_version)
 
 
-def write_triton(onnx_path: Path, repo_dir: Path, spec: Any, engine_path: Path | None, model_name: str, say: Callable[[str], None]) -> Path:
+def write_triton(onnx_path: Path, repo_dir: Path, spec: Any, engine_path: Path | None, model_name: str, say: Callable[[str], None],
+                 hand_config: Path | None = None) -> Path:  # fmt: skip
     from attn_export.deploy.triton_repo import write_triton_repo
 
     say(f"writing Triton model repository {repo_dir}")
-    max_batch = spec.profiles.max[0] if spec.profiles else None
-    return write_triton_repo(repo_dir, model_name, onnx_path, engine_path, max_batch_size=max_batch, profiles=spec.profiles)
+    profiles = spec.optimization_profiles
+    max_batch = min(p.max[0] for p in profiles) if profiles else None  # the largest batch every profile holds
+    return write_triton_repo(repo_dir, model_name, onnx_path, engine_path, max_batch_size=max_batch, profiles=spec.profiles, hand_config=hand_config)

@@ -11,7 +11,14 @@ Configs are built as ``tritonclient.grpc.model_config_pb2.ModelConfig`` messages
 written with ``google.protobuf.text_format``, so they are valid by construction. Names and
 dtypes come from the ONNX graph; the batch dim is left to Triton (``max_batch_size``) when
 it is dynamic in the export, and the sequence dim is -1. ``max_batch_size`` and dynamic
-batching must agree with the export and with the engine's optimization profile.
+batching must agree with the export and with the engine's optimization profiles.
+
+The TensorRT plan's config is derived from the profiles the engine was built with, read from
+its sidecar (``targets.triton_config.engine_limits``): ``max_batch_size`` is the largest batch
+every profile holds, each input's dims are fixed where every profile fixes them and -1 elsewhere,
+and an engine with several profiles (length buckets) lists them all in its instance group. A
+hand-written config (``--triton-config FILE``) is used instead only when the engine can serve it:
+a larger ``max_batch_size``, an input the engine lacks or a fixed dim it does not have is refused.
 
 A version-compatible engine embeds TensorRT's lean runtime, which Triton's TensorRT
 backend only loads when the server runs with ``--backend-config=tensorrt,version-compatible=true``
@@ -38,6 +45,7 @@ from attn_export.host.lazy import require
 from attn_export.deploy.folder import publish, staging
 from attn_export.errors import ConfigError
 from attn_export.targets.shape_profile import ShapeProfile
+from attn_export.targets.triton_config import EngineLimits, check_hand_config, engine_limits, read_hand_config
 
 __all__ = ["write_triton_repo", "server_command", "TRITON_DTYPES", "DEFAULT_MAX_BATCH", "VERSION_COMPATIBLE_FLAG"]
 
@@ -103,11 +111,28 @@ def _io(values: Any, inits: set[str]) -> list[tuple[str, int, list[int | None]]]
     return out
 
 
-def _resolve_batch(batch_dynamic: bool, max_batch_size: int | None, dynamic_batching: bool, profiles: ShapeProfile | None, engine: bool) -> int:
+def _engine_limits(engine_path: str | os.PathLike[str]) -> EngineLimits | None:
+    """The Triton limits of the engine's real profiles, from its sidecar (None without one: a plan attn-export did not build)."""
+    from attn_export.runtime.tensorrt.sidecar import read_sidecar, sidecar_path_for
+
+    if not sidecar_path_for(engine_path).is_file():
+        return None
+    profiles = read_sidecar(engine_path).all_profiles()
+    return engine_limits(profiles) if profiles else None
+
+
+def _resolve_batch(batch_dynamic: bool, max_batch_size: int | None, dynamic_batching: bool, profiles: ShapeProfile | None, engine: bool,
+                   limits: EngineLimits | None = None) -> int:  # fmt: skip
     if not batch_dynamic:
         if dynamic_batching or max_batch_size:
             raise ConfigError("the model's batch dim is static, so Triton cannot batch it; export with a dynamic batch or pass dynamic_batching=False")
         return 0
+    if engine and limits is not None:  # the built engine's real profiles decide, not the options it was asked for
+        mbs = max_batch_size if max_batch_size is not None else limits.max_batch
+        if mbs > limits.max_batch:
+            raise ConfigError(f"max_batch_size {mbs} exceeds the engine's {limits.max_batch} (the largest batch its optimization profiles hold); "
+                              f"lower it or rebuild with a larger --max-shape")  # fmt: skip
+        return mbs
     mbs = max_batch_size if max_batch_size is not None else (profiles.max[0] if profiles else DEFAULT_MAX_BATCH)
     if mbs < 1:
         raise ConfigError(f"expected max_batch_size >= 1 for a dynamic batch dim, got {mbs}")
@@ -134,6 +159,34 @@ def _config(name: str, platform: str, inputs: list, outputs: list, mbs: int, dyn
     return cfg
 
 
+def _apply_engine_profiles(cfg: Any, limits: EngineLimits | None) -> Any:
+    """Give the plan's config the engine's input dims and, with several profiles, all of their indices."""
+    if limits is None:
+        return cfg
+    if cfg.max_batch_size > 0:
+        for entry in cfg.input:
+            if entry.name in limits.dims:
+                del entry.dims[:]
+                entry.dims.extend(limits.dims[entry.name])
+    if limits.profiles > 1:
+        for group in cfg.instance_group:
+            del group.profile[:]
+            group.profile.extend(str(i) for i in range(limits.profiles))
+    return cfg
+
+
+def _hand_trt_config(path: str | os.PathLike[str], name: str, limits: EngineLimits | None, mbs: int) -> Any:
+    """The user's config for the plan, checked against the engine (its sidecar's profiles, else the requested profile)."""
+    cfg = read_hand_config(path)
+    if limits is None:
+        limits = EngineLimits(mbs, {e.name: tuple(int(d) for d in e.dims) for e in cfg.input}, 1)
+    check_hand_config(cfg, limits)
+    if cfg.platform and cfg.platform != "tensorrt_plan" or cfg.backend and cfg.backend != "tensorrt":
+        raise ConfigError(f"--triton-config {path}: platform {cfg.platform or cfg.backend!r} is not TensorRT's; use platform \"tensorrt_plan\"")
+    cfg.name, cfg.platform = name, "tensorrt_plan"
+    return cfg
+
+
 def _write_model(repo: Path, model: str, cfg: Any, artifact: str | os.PathLike[str], filename: str) -> Path:
     """``repo/model/config.pbtxt`` and ``repo/model/1/<filename>`` (``repo`` is the staging folder)."""
     from google.protobuf import text_format
@@ -155,6 +208,7 @@ def write_triton_repo(
     profiles: ShapeProfile | None = None,
     version_compatible: bool | None = None,
     flag: str = "--triton",
+    hand_config: str | os.PathLike[str] | None = None,
 ) -> Path:
     """Write ``<repo>/<model_name>`` (ONNX Runtime) and, with an engine, ``<model_name>_trt``.
 
@@ -162,6 +216,7 @@ def write_triton_repo(
     engine's sidecar. The repository README states the server flag such an engine needs.
     ``repo_dir`` holds only what attn-export wrote: a file in it that no earlier repository of
     ours wrote is refused (``ConfigError`` naming it and ``flag``), never deleted (``deploy.folder``).
+    hand_config: a ``config.pbtxt`` for the plan, used after it is checked against the engine's profiles.
     """
     if not model_name or "/" in model_name or model_name.startswith("."):
         raise ConfigError(f"expected a plain model name (no '/' or leading '.'), got {model_name!r}")
@@ -175,13 +230,20 @@ def write_triton_repo(
     batch_dynamic = all(dims and dims[0] is None for _, _, dims in inputs + outputs)
     repo = Path(repo_dir)
     onnx_mbs = _resolve_batch(batch_dynamic, max_batch_size, dynamic_batching, profiles, engine=False)
-    trt_mbs = _resolve_batch(batch_dynamic, max_batch_size, dynamic_batching, profiles, engine=True) if engine_path is not None else 0
+    limits = _engine_limits(engine_path) if engine_path is not None else None
+    trt_mbs = _resolve_batch(batch_dynamic, max_batch_size, dynamic_batching, profiles, True, limits) if engine_path is not None else 0
+    if hand_config is not None and engine_path is None:
+        raise ConfigError("--triton-config describes the TensorRT plan; build an engine (--build-engine) or leave it out")
+    trt_name = f"{model_name}_trt"
+    trt_cfg = None
+    if engine_path is not None:
+        trt_cfg = (_hand_trt_config(hand_config, trt_name, limits, trt_mbs) if hand_config is not None else
+                   _apply_engine_profiles(_config(trt_name, "tensorrt_plan", inputs, outputs, trt_mbs, dynamic_batching, True), limits))  # fmt: skip
     vc = engine_path is not None and (version_compatible if version_compatible is not None else _engine_is_version_compatible(engine_path))
     with staging(repo) as tmp:  # written beside, then swapped in file by file: only our own earlier files are replaced
         _write_model(tmp, model_name, _config(model_name, "onnxruntime_onnx", inputs, outputs, onnx_mbs, dynamic_batching, False), onnx_path, "model.onnx")
         if engine_path is not None:
-            name = f"{model_name}_trt"
-            _write_model(tmp, name, _config(name, "tensorrt_plan", inputs, outputs, trt_mbs, dynamic_batching, True), engine_path, "model.plan")
+            _write_model(tmp, trt_name, trt_cfg, engine_path, "model.plan")
         _write_readme(tmp, repo, model_name, engine_path is not None, vc)
         publish(tmp, repo, flag, "triton-repository")
     if vc:

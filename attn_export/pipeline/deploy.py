@@ -105,7 +105,8 @@ def deploy(plan: Plan, subject: Subject, artifacts: Mapping[str, Artifact], chos
         elif step.kind == "session-options":
             deployed["session_options"] = deploy_steps.session_options_for(onnx, target, spec, say)
         elif step.kind == "triton":
-            deployed["triton_repo"] = str(deploy_steps.write_triton(onnx, Path(cfg.triton), spec, engine_path, subject.deploy_name, say))  # type: ignore[arg-type]
+            deployed["triton_repo"] = str(deploy_steps.write_triton(onnx, Path(cfg.triton), spec, engine_path, subject.deploy_name, say,
+                                                                                cfg.triton_config))  # type: ignore[arg-type]
 
 
 def _build_engine(onnx: Path, spec: Any, subject: Subject, report: Report, points: list[TimingPoint], say: Callable[[str], None]) -> Path:

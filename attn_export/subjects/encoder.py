@@ -97,7 +97,7 @@ class EncoderSubject(BaseSubject):
         return info
 
     def inputs_info(self) -> dict[str, Any]:
-        from attn_export.subjects.text_data import length_profile
+        from attn_export.subjects.text_data import length_profile, tensorrt_padding
 
         t, d = self.tokens, self.data
         info: dict[str, Any] = {
@@ -108,7 +108,7 @@ class EncoderSubject(BaseSubject):
             "latency_data": f"the report split's texts in batches of {self.cfg.batch}, each padded to its longest (real texts), and "
                             f"{self.cfg.batch} report texts padded to {self.cfg.seq_len} tokens (fixed)",
             "split_sizes": {role: len(tokens) for role, tokens in t.items()},
-            "report_lengths": length_profile(t["report"]),
+            "report_lengths": length_profile(t["report"]), **tensorrt_padding(t["report"], self.cfg),
             "also_judged_on": {e.name: {"why": e.why, "lengths": length_profile(e.tokens)} for e in d.extra},
             "also_selected_on": {e.name: {"why": e.why, "lengths": length_profile(e.tokens)} for e in d.select_extra},
         }  # fmt: skip

@@ -27,7 +27,7 @@ import numpy as np
 
 from attn_export.errors import DataError
 
-__all__ = ["JudgedSet", "TextData", "length_profile", "pair_lines", "read_text_file", "split_by_query", "usable_user_texts"]
+__all__ = ["JudgedSet", "TextData", "length_profile", "tensorrt_padding", "pair_lines", "read_text_file", "split_by_query", "usable_user_texts"]
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +139,24 @@ def usable_user_texts(tokenizer: Any, texts: list[str], prompt: Any, max_len: in
     if empty:
         parts.append(f"{len(empty)} dropped with no real token (only special or unknown tokens, e.g. {empty[0]!r})")
     return kept, f"{len(texts)} lines, " + ", ".join(parts) if parts else ""
+
+
+def tensorrt_padding(tokens: Any, cfg: Any) -> dict[str, Any]:
+    """On a TensorRT target, the padding each batching strategy leaves on these texts (``targets.length_buckets``):
+    ``{"tensorrt_padding": {...}}``, else ``{}``. Uses the run's ``--length-buckets`` and ``--sort-window``;
+    without buckets, powers of two up to the longest text (the engine then has one profile)."""
+    from attn_export.errors import ConfigError
+    from attn_export.targets.length_buckets import default_buckets, padding_fractions
+
+    if not cfg.target_info.trt_releases:
+        return {}
+    lengths = [int(n) for n in np.asarray(tokens.attention_mask).sum(axis=1)]
+    given = tuple(getattr(cfg.engine, "length_buckets", ()) or ())
+    try:
+        measured = padding_fractions(lengths, cfg.batch, given or default_buckets(max(lengths)), getattr(cfg.engine, "sort_window", None))
+    except ConfigError as err:  # a text longer than the largest bucket: the report says so, the engine's runner refuses it
+        return {"tensorrt_padding": {"error": str(err)}}
+    return {"tensorrt_padding": {**measured.to_dict(), "buckets_from": "--length-buckets" if given else "powers of two (no --length-buckets)"}}
 
 
 def length_profile(tokens: Any) -> dict[str, float]:

@@ -133,6 +133,16 @@ def _timed_on(points: Sequence[Any]) -> str:
     return "; ".join(out)
 
 
+def _padding(p: Any) -> str:
+    """``inputs.tensorrt_padding`` (``targets.length_buckets``): the share of token slots each strategy pads."""
+    if not isinstance(p, Mapping) or "error" in p:
+        return readable(p.get("error") if isinstance(p, Mapping) else p)
+    shares = ", ".join(f"{k.replace('_', ' ')} {100 * float(p[k]):.1f}%" for k in ("padded", "bucketed", "bucket_max", "packed") if k in p)
+    window = f"sort window {p['sort_window']}" if p.get("sort_window") else "no sorting across batches"
+    buckets = ",".join(str(b) for b in p.get("length_buckets") or [])
+    return f"{shares} (batches of {p.get('batch')}, {window}, buckets {buckets})"
+
+
 def _also_judged(sets: Mapping[str, Any]) -> list[Row]:
     rows = []
     for name, s in sets.items():
@@ -226,6 +236,7 @@ FACTS: tuple[Fact, ...] = (
     Fact("inputs", ("also_judged_on",), "also judged on", lambda i: _also_judged(i["also_judged_on"]) if isinstance(i["also_judged_on"], Mapping) else readable(i["also_judged_on"])),
     Fact("inputs", ("selection_data",), "selection data", _one("selection_data")),
     Fact("inputs", ("training_data",), "training data", _one("training_data")),
+    Fact("inputs", ("tensorrt_padding",), "padding on TensorRT", lambda i: _padding(i["tensorrt_padding"])),
     Fact("inputs", ("split_sizes",), "split sizes", lambda i: readable(i["split_sizes"])),
     Fact("inputs", ("split",), "split", _one("split")),
     Fact("inputs", ("max_len",), "max tokens per text", _one("max_len")),

@@ -104,3 +104,60 @@ def test_version_compatible_plan_needs_the_server_flag(models, tmp_path) -> None
     assert VERSION_COMPATIBLE_FLAG not in (repo / "README.md").read_text()
     repo = write_triton_repo(tmp_path / "explicit", "attn", models["dynamic"], engine, profiles=PROFILE, version_compatible=True)
     assert VERSION_COMPATIBLE_FLAG in (repo / "README.md").read_text()
+
+
+def _engine_with_profiles(tmp_path, profiles: list[dict]):  # type: ignore[no-untyped-def]
+    """A plan file and the sidecar attn-export writes beside it, recording ``profiles`` (input -> (min, opt, max))."""
+    from attn_export.runtime.tensorrt.sidecar import EngineSidecar, write_sidecar
+
+    engine = tmp_path / "m.engine"
+    engine.write_bytes(b"plan")
+    recorded = [{n: {"min": list(lo), "opt": list(opt), "max": list(hi)} for n, (lo, opt, hi) in p.items()} for p in profiles]
+    write_sidecar(engine, EngineSidecar(
+        tensorrt_version="10.3.0", gpu_name="Orin", compute_capability="8.7", precision="fp16", strongly_typed=False, builder_flags=["FP16"],
+        profiles=recorded[0], optimization_profiles=recorded if len(recorded) > 1 else [], onnx_sha256="0" * 64, engine_sha256="0" * 64,
+        engine_size_bytes=4))  # fmt: skip
+    return engine
+
+
+def _bucket(lo: int, hi: int, batch: int) -> dict:
+    return {"x": ((1, lo, 32), (4, hi, 32), (batch, hi, 32)), "key_padding_mask": ((1, lo), (4, hi), (batch, hi))}
+
+
+def test_plan_config_from_the_engines_profiles_round_trips(models, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Three length buckets, the last one built for smaller batches: max_batch_size is what every profile holds."""
+    engine = _engine_with_profiles(tmp_path, [_bucket(1, 32, 16), _bucket(33, 64, 16), _bucket(65, 128, 8)])
+    repo = write_triton_repo(tmp_path / "repo", "attn", models["dynamic"], engine)
+    text = (repo / "attn_trt" / "config.pbtxt").read_text()
+    cfg = _parse(repo / "attn_trt" / "config.pbtxt")
+    assert text_format.MessageToString(cfg) == text  # tritonclient's parser reads back exactly what was written
+    assert cfg.max_batch_size == 8 and list(cfg.instance_group[0].profile) == ["0", "1", "2"]
+    assert {e.name: list(e.dims) for e in cfg.input} == {"x": [-1, 32], "key_padding_mask": [-1]}
+    with pytest.raises(ConfigError, match=r"max_batch_size 16 exceeds the engine's 8 \(the largest batch its optimization profiles hold\)"):
+        write_triton_repo(tmp_path / "repo2", "attn", models["dynamic"], engine, max_batch_size=16)
+
+
+def test_one_profile_with_a_static_seq_fixes_that_dim(models, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    engine = _engine_with_profiles(tmp_path, [{"x": ((1, 64, 32), (4, 64, 32), (4, 64, 32)), "key_padding_mask": ((1, 64), (4, 64), (4, 64))}])
+    cfg = _parse(write_triton_repo(tmp_path / "repo", "attn", models["dynamic"], engine) / "attn_trt" / "config.pbtxt")
+    assert cfg.max_batch_size == 4 and list(cfg.instance_group[0].profile) == []
+    assert {e.name: list(e.dims) for e in cfg.input} == {"x": [64, 32], "key_padding_mask": [64]}
+
+
+def test_hand_config_checked_against_the_engine(models, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    engine = _engine_with_profiles(tmp_path, [_bucket(1, 32, 16), _bucket(33, 64, 16)])
+    hand = tmp_path / "hand.pbtxt"
+    body = 'input [{ name: "x" data_type: TYPE_FP32 dims: [-1, 32] }]\ninstance_group [{ kind: KIND_GPU count: 2 }]\n'
+    hand.write_text(f"max_batch_size: 32\n{body}")
+    with pytest.raises(ConfigError, match=r"^--triton-config: max_batch_size 32 exceeds the engine's 16 .*--max-shape$") as err:
+        write_triton_repo(tmp_path / "repo", "attn", models["dynamic"], engine, hand_config=hand)
+    assert "\n" not in str(err.value) and not (tmp_path / "repo").exists()  # refused before anything is written
+    hand.write_text(f"max_batch_size: 8\n{body.replace('[-1, 32]', '[-1, 16]')}")
+    with pytest.raises(ConfigError, match=r"input 'x' dims \[-1, 16\] differ from the engine's \[-1, 32\]"):
+        write_triton_repo(tmp_path / "repo", "attn", models["dynamic"], engine, hand_config=hand)
+    hand.write_text(f"max_batch_size: 8\n{body}")
+    cfg = _parse(write_triton_repo(tmp_path / "repo", "attn", models["dynamic"], engine, hand_config=hand) / "attn_trt" / "config.pbtxt")
+    assert (cfg.name, cfg.platform, cfg.max_batch_size, cfg.instance_group[0].count) == ("attn_trt", "tensorrt_plan", 8, 2)
+    hand.write_text("max_batch_size: [")
+    with pytest.raises(ConfigError, match="is not a Triton model config"):
+        write_triton_repo(tmp_path / "repo", "attn", models["dynamic"], engine, hand_config=hand)

@@ -39,10 +39,11 @@ ENABLERS = {
     "--trt-version": ["--target", "tensorrt"], "--workspace": ["--target", "tensorrt"], "--builder-optimization-level": ["--target", "tensorrt"],
     "--hardware-compatibility": ["--target", "tensorrt"], "--dla-core": ["--target", "jetson"], "--min-shape": ["--target", "tensorrt"],
     "--opt-shape": ["--target", "tensorrt"], "--max-shape": ["--target", "tensorrt"], "--gpu-arch": ["--target", "tensorrt"],
+    "--length-buckets": ["--target", "tensorrt"], "--sort-window": ["--target", "tensorrt"],
     "--quantize": ["--target", "tensorrt", "--gpu-arch", "sm90"], "--precision": ["--target", "tensorrt", "--gpu-arch", "sm90"], "--encoder-form": ["--checkpoint", "minilm"],
 }  # fmt: skip
 # Values that name a file or folder, or a run's own output: not a vocabulary to check.
-PATHS = {"--out", "--calib", "--bundle", "--triton", "--timing-cache", "--baseline", "--junit", "--json", "--bench", "--trt"}
+PATHS = {"--out", "--calib", "--bundle", "--triton", "--triton-config", "--timing-cache", "--baseline", "--junit", "--json", "--bench", "--trt"}
 # Options whose int8 flags need the --int8-mode they pair with in the text: checked with the mode that accepts them.
 ROUTE_OF = {"--int8-qat": "static", "--int8-qat-scales": "static"}
 

@@ -3,7 +3,7 @@
 ``build_engine(onnx, engine, EngineSpec(precision="fp16", profiles=...))`` runs
 ``check_trt_compat`` against the installed TensorRT first (errors abort before the parser
 sees the model), then: parse (every parser error is listed), one optimization profile
-over (batch, seq), fp16/int8 the way the version wants it (builder flags on weakly typed
+over (batch, seq) (one per length bucket with ``length_buckets``), fp16/int8 the way the version wants it (builder flags on weakly typed
 10.x, strong typing on 11), workspace limit, timing cache reused across builds, hardware
 and version compatibility, optimisation level, DLA with GPU fallback, all on the GPU
 ``device`` selects. The engine is deserialised and inspected before anything is written,
@@ -218,7 +218,8 @@ def build_engine(onnx_path: str | os.PathLike[str], engine_path: str | os.PathLi
     names = [network.get_input(i).name for i in range(network.num_inputs)]
     sidecar = EngineSidecar(
         tensorrt_version=trt.__version__, gpu_name=gpu, compute_capability=cc, precision=spec.precision,
-        strongly_typed=pre.plan.strongly_typed, builder_flags=list(pre.plan.builder_flags), profiles=profiles,
+        strongly_typed=pre.plan.strongly_typed, builder_flags=list(pre.plan.builder_flags), profiles=profiles[0] if profiles else {},
+        optimization_profiles=profiles if len(profiles) > 1 else [],
         onnx_sha256=pre.onnx_sha256, engine_sha256=sha256_file(engine_path), engine_size_bytes=engine_path.stat().st_size,
         hardware_compatibility=spec.hardware_compatibility, version_compatible=spec.version_compatible,
         dla_core=spec.dla_core, input_names=names,
@@ -236,18 +237,28 @@ def build_engine(onnx_path: str | os.PathLike[str], engine_path: str | os.PathLi
     return result
 
 
-def _add_profile(builder: Any, network: Any, config: Any, spec: EngineSpec) -> dict[str, dict[str, list[int]]]:
+def _add_profile(builder: Any, network: Any, config: Any, spec: EngineSpec) -> list[dict[str, dict[str, list[int]]]]:
+    """Add ``spec.optimization_profiles`` (one per length bucket, else one) and return them as the sidecar records them.
+
+    Profile i of the config is profile i of the engine (``add_optimization_profile`` returns its
+    index), which is the index the runner passes to ``set_optimization_profile_async``.
+    """
     dynamic = [network.get_input(i) for i in range(network.num_inputs) if any(d < 0 for d in network.get_input(i).shape)]
     if not dynamic:
-        return {}
+        return []
     if spec.profiles is None:
         names = ", ".join(t.name for t in dynamic)
         raise ConfigError(f"inputs {names} have dynamic dims; pass --min-shape/--opt-shape/--max-shape (BATCHxSEQ)")
-    profile = builder.create_optimization_profile()
-    out: dict[str, dict[str, list[int]]] = {}
-    for tensor in dynamic:
-        mn, opt, mx = spec.profiles.shapes_for(tensor.name, [d if d >= 0 else None for d in tensor.shape])
-        profile.set_shape(tensor.name, mn, opt, mx)
-        out[tensor.name] = {"min": list(mn), "opt": list(opt), "max": list(mx)}
-    config.add_optimization_profile(profile)
+    out: list[dict[str, dict[str, list[int]]]] = []
+    for shape_profile in spec.optimization_profiles:
+        profile = builder.create_optimization_profile()
+        shapes: dict[str, dict[str, list[int]]] = {}
+        for tensor in dynamic:
+            mn, opt, mx = shape_profile.shapes_for(tensor.name, [d if d >= 0 else None for d in tensor.shape])
+            profile.set_shape(tensor.name, mn, opt, mx)
+            shapes[tensor.name] = {"min": list(mn), "opt": list(opt), "max": list(mx)}
+        index = config.add_optimization_profile(profile)
+        if index != len(out):
+            raise EngineError(f"TensorRT refused optimization profile {len(out)} ({shape_profile}); see the TensorRT log above")
+        out.append(shapes)
     return out

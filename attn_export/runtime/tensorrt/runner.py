@@ -2,8 +2,10 @@
 
 ``TrtRunner(EngineFromPath("model.engine"))`` selects the GPU (``cudaSetDevice``), deserialises
 the engine only after its sidecar says it was built for this GPU and TensorRT version
-(opting into the embedded lean runtime of a version-compatible engine), sets input shapes (refusing
-shapes outside the engine's profile with the profile in the message), binds buffers with
+(opting into the embedded lean runtime of a version-compatible engine), picks the smallest
+optimization profile that holds the batch when the engine has several (length buckets:
+``targets.length_buckets.choose_profile``), sets input shapes (refusing shapes outside every
+profile with the profiles in the message), binds buffers with
 ``set_tensor_address`` and runs ``execute_async_v3``. Device memory goes through
 cuda-python, so a Jetson needs neither torch nor pycuda; torch tensors are accepted when
 torch is installed (CUDA tensors are bound in place, without a copy).
@@ -22,6 +24,7 @@ import numpy as np
 from attn_export.host.lazy import require
 from attn_export.errors import EngineError, MissingDependencyError
 from attn_export.runtime.base import Feed, Runner
+from attn_export.targets.length_buckets import choose_profile
 from attn_export.runtime.tensorrt.sidecar import (
     EngineSidecar,
     check_compatible,
@@ -156,7 +159,12 @@ class EngineFromPath:
 
 
 class TrtRunner(Runner):
-    """Runs a TensorRT engine; IO by name, profile 0, buffers grown on demand."""
+    """Runs a TensorRT engine; IO by name, the smallest profile holding each batch, buffers grown on demand.
+
+    With length-bucketed profiles, sort texts by length within the window you allow and cut
+    batches first (``targets.length_buckets.batch_order``): each batch then lands on the profile
+    tuned for its length. The batch is run at its own shape (padded to its longest text).
+    """
 
     name = "tensorrt"
 
@@ -181,15 +189,32 @@ class TrtRunner(Runner):
         self._inputs = [n for n in names if is_input[n]]
         self._outputs = [n for n in names if not is_input[n]]
         self._dtypes = {n: io_numpy_dtype(self._trt, n, self.engine.get_tensor_dtype(n)) for n in names}
-        self._profiles = {n: self._profile(n) for n in self._inputs}
+        count = int(self.engine.num_optimization_profiles)
+        self._all_profiles = [{n: self._profile(n, i) for n in self._inputs} for i in range(count)]
+        self._active = 0  # a new context starts on profile 0
         self._buffers: dict[str, tuple[int, int]] = {}  # name -> (device pointer, capacity bytes)
 
-    def _profile(self, name: str) -> tuple[tuple[int, ...], ...]:
-        """(min, opt, max) of profile 0; a static input's own shape three times."""
+    def _profile(self, name: str, index: int = 0) -> tuple[tuple[int, ...], ...]:
+        """(min, opt, max) of profile ``index``; a static input's own shape three times."""
         shape = tuple(self.engine.get_tensor_shape(name))
         if all(d >= 0 for d in shape):
             return shape, shape, shape
-        return tuple(tuple(s) for s in self.engine.get_tensor_profile_shape(name, 0))  # type: ignore[return-value]
+        return tuple(tuple(s) for s in self.engine.get_tensor_profile_shape(name, index))  # type: ignore[return-value]
+
+    def _use_profile_for(self, shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[tuple[int, ...], ...]]:
+        """Switch the context to the smallest profile holding ``shapes``; returns that profile's shapes."""
+        if len(self._all_profiles) == 1:
+            return self._all_profiles[0]
+        index = choose_profile(shapes, self._all_profiles)
+        if index is None:
+            ranges = "; ".join(f"profile {i}: " + ", ".join(f"{n} {tuple(p[n][0])}..{tuple(p[n][2])}" for n in p) for i, p in enumerate(self._all_profiles))
+            raise EngineError(f"no optimization profile of the engine holds shapes {shapes} ({ranges}); split the batch or rebuild with a larger --length-buckets")
+        if index != self._active:
+            # IExecutionContext::setOptimizationProfileAsync switches on the given stream and returns false for a bad index
+            if not self.context.set_optimization_profile_async(index, int(self.stream)):
+                raise EngineError(f"TensorRT refused to switch to optimization profile {index}; see the TensorRT log")
+            self._active = index
+        return self._all_profiles[index]
 
     def _deactivate(self) -> None:
         for ptr, _ in self._buffers.values():
@@ -198,6 +223,12 @@ class TrtRunner(Runner):
         self._rt.cudaStreamDestroy(self.stream)
         self.context = None
         self.engine = None
+
+    @property
+    def active_profile(self) -> int:
+        """The optimization profile the last batch ran on (0 before the first, and for a one-profile engine)."""
+        self.activate()
+        return self._active
 
     @property
     def input_names(self) -> list[str]:
@@ -224,9 +255,10 @@ class TrtRunner(Runner):
         if missing:
             raise EngineError(f"missing inputs {missing}; the engine takes {self._inputs}")
         keep_alive = []
+        profile = self._use_profile_for({n: tuple(int(s) for s in feed[n].shape) for n in self._inputs})
         for n in self._inputs:
             value: Any = feed[n]
-            lo, _, hi = self._profiles[n]
+            lo, _, hi = profile[n]
             shape = tuple(int(s) for s in value.shape)
             check_shape_in_profile(n, shape, tuple(lo), tuple(hi))
             if not self.context.set_input_shape(n, shape):

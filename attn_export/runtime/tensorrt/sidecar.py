@@ -3,7 +3,7 @@
 A TensorRT engine only runs on the GPU model and TensorRT version it was built with
 (unless built hardware-/version-compatible). Deserialising a foreign engine fails with
 an opaque error or, worse, runs slowly; so every ``.engine`` gets ``.engine.json`` with
-the TensorRT version, GPU name, compute capability, precision, profiles, the ONNX
+the TensorRT version, GPU name, compute capability, precision, every optimization profile, the ONNX
 sha256, the engine's own size and sha256, and the build flags. ``check_compatible``
 compares it with the running machine and says "rebuild on the target" when they differ.
 
@@ -46,7 +46,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SIDECAR_SCHEMA = 1
+SIDECAR_SCHEMA = 2  # 2: optimization_profiles (length buckets); a schema-1 sidecar still reads
 # Kernel/tactic names of TensorRT's fused attention: Myelin's "_gemm_mha_v2", "fmha"/"flash"
 # tactics and IAttention kernels. Matched on layer type, tactic and name.
 _FUSED = re.compile(r"(_mha_|mha_v\d|fmha|flash_?attn|flash_?attention|fused_?mha|cask\w*attention)", re.I)
@@ -76,7 +76,9 @@ class EngineSidecar(BaseModel):
     precision: Literal[tuple(ENGINE_PRECISIONS)]  # type: ignore[valid-type]  # every precision an engine is built in
     strongly_typed: bool
     builder_flags: list[str]
-    profiles: dict[str, dict[Literal["min", "opt", "max"], Shape]]  # input -> {"min": [...], "opt": [...], "max": [...]}
+    profiles: dict[str, dict[Literal["min", "opt", "max"], Shape]]  # input -> {"min": [...], "opt": [...], "max": [...]}: profile 0
+    # every profile, in the engine's order, when there are several (length buckets); empty: ``profiles`` is the only one
+    optimization_profiles: list[dict[str, dict[Literal["min", "opt", "max"], Shape]]] = Field(default_factory=list)
     onnx_sha256: str = Field(pattern=_SHA256)
     engine_sha256: str = Field(pattern=_SHA256)
     engine_size_bytes: int = Field(ge=0)
@@ -100,6 +102,12 @@ class EngineSidecar(BaseModel):
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(by_alias=True)
+
+    def all_profiles(self) -> list[dict[str, dict[str, list[int]]]]:
+        """Every optimization profile of the engine, in its order (what the runner and Triton's config read)."""
+        if self.optimization_profiles:
+            return [{n: dict(s) for n, s in p.items()} for p in self.optimization_profiles]
+        return [{n: dict(s) for n, s in self.profiles.items()}] if self.profiles else []
 
 
 def write_sidecar(engine_path: str | os.PathLike[str], sidecar: EngineSidecar) -> Path:

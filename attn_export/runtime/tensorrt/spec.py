@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass
 
 from attn_export.errors import ConfigError
+from attn_export.targets.length_buckets import bucket_profiles, check_sort_window
 from attn_export.targets.shape_profile import ShapeProfile, parse_shape  # re-exported: checks/ read it too, from below runtime
 from attn_export.targets.trt_releases import TrtVersion, parse_trt_version  # re-exported: the data lives in targets/
 from attn_export.vocab.precisions import PRECISIONS, get_precision
@@ -71,6 +72,8 @@ class EngineSpec:
     gpu_fallback: bool = True
     strongly_typed: bool | None = None
     gpu_arch: str | None = None  # the GPU the engine is built for (targets/gpu_arch.py): a precision it lacks is refused
+    length_buckets: tuple[int, ...] | None = None  # one optimization profile per bucket (targets/length_buckets.py); None: one profile
+    sort_window: int | None = None  # texts the runner may sort by length before cutting batches; None = the batch itself
 
     def __post_init__(self) -> None:
         get_precision(self.precision, what="engine precision", choices=ENGINE_PRECISIONS)
@@ -82,7 +85,12 @@ class EngineSpec:
             raise ConfigError(f"expected --builder-optimization-level between 0 and 5, got {self.optimization_level}")
         if self.workspace_bytes is not None and self.workspace_bytes < 1 << 20:
             raise ConfigError(f"expected --workspace of at least 1 MiB, got {self.workspace_bytes} bytes")
+        check_sort_window(self.sort_window)
+        if self.length_buckets:
+            self.optimization_profiles  # noqa: B018 - validates the buckets against the profile now, not at build time
         if self.dla_core is not None:
+            if self.length_buckets:
+                raise ConfigError("DLA needs one static shape, got --length-buckets; leave the buckets out with --dla-core")
             if self.dla_core < 0:
                 raise ConfigError(f"expected --dla-core >= 0, got {self.dla_core}")
             if not self.gpu_fallback:
@@ -93,3 +101,10 @@ class EngineSpec:
                 raise ConfigError(f"DLA needs static shapes, got {self.profiles}; pass one shape as min = opt = max")
             if self.hardware_compatibility != "none":
                 raise ConfigError("hardware compatibility levels are not supported with DLA (Jetson); use --hardware-compatibility none")
+
+    @property
+    def optimization_profiles(self) -> tuple[ShapeProfile, ...]:
+        """The profiles the builder adds, in order: one per length bucket, else ``profiles`` alone (none without one)."""
+        if self.profiles is None:
+            return ()
+        return bucket_profiles(self.profiles, self.length_buckets)

@@ -255,3 +255,31 @@ def test_timing_cache_from_another_gpu_is_accepted(graphs, tmp_path, monkeypatch
 def test_unfused_attention_is_a_warning_with_a_reason(graphs, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     _, result = _build(monkeypatch, tmp_path, VERSIONS[0], graphs["jetson"], EngineSpec(precision="fp16", profiles=PROFILE), World(fused_attention=False))
     assert result.attention_fused == 0 and any("not fused" in w and "node_softmax" in w for w in result.warnings)
+
+
+@pytest.mark.parametrize("version", [VERSIONS[0], "10.14.1.48.post1", VERSIONS[-1]])
+def test_length_buckets_build_one_profile_each_and_the_runner_picks_the_smallest(graphs, tmp_path, monkeypatch, version: str) -> None:  # type: ignore[no-untyped-def]
+    from attn_export.runtime.tensorrt.runner import EngineFromPath, TrtRunner
+
+    precision = "fp32" if _is11(version) else "fp16"
+    spec = EngineSpec(precision=precision, profiles=PROFILE, length_buckets=(16, 24, 32))
+    trt, result = _build(monkeypatch, tmp_path, version, graphs["double"], spec)
+    world = trt._world
+    assert [p["x"] for p in world.called("add_optimization_profile")] == [
+        [[1, 8, 4], [2, 16, 4], [4, 16, 4]], [[1, 17, 4], [2, 24, 4], [4, 24, 4]], [[1, 25, 4], [2, 32, 4], [4, 32, 4]]]
+    sidecar = read_sidecar(result.engine_path)
+    assert [p["x"]["max"] for p in sidecar.all_profiles()] == [[4, 16, 4], [4, 24, 4], [4, 32, 4]]
+    assert sidecar.profiles == sidecar.all_profiles()[0]
+    with TrtRunner(EngineFromPath(result.engine_path)) as runner:
+        for shape, profile in (((2, 20, 4), 1), ((2, 22, 4), 1), ((1, 9, 4), 0), ((4, 32, 4), 2)):
+            x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+            np.testing.assert_array_equal(runner.infer({"x": x})["y"], 2 * x)
+            assert runner.active_profile == profile
+        assert world.called("set_optimization_profile_async") == [1, 0, 2]  # a switch only when the profile changes
+        with pytest.raises(EngineError, match=r"no optimization profile of the engine holds shapes .*profile 2: x \(1, 25, 4\)\.\.\(4, 32, 4\)"):
+            runner.infer({"x": np.zeros((5, 8, 4), np.float32)})
+
+
+def test_length_buckets_refused_with_dla() -> None:
+    with pytest.raises(ConfigError, match="DLA needs one static shape, got --length-buckets"):
+        EngineSpec(precision="fp16", profiles=STATIC, length_buckets=(16,), dla_core=0)
