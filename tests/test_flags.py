@@ -85,6 +85,7 @@ TABLE: dict[str, tuple[object, dict[str, object], str]] = {
     "builder_optimization_level": (5, {"target": "jetson"}, "engine"),
     "dla_core": (0, {"target": "jetson", "precision": "fp16"}, "engine"),
     "build_engine": (True, {"target": "jetson"}, "plan"),
+    "accept_engine_mismatch": (True, {"target": "jetson", "build_engine": True}, "config:accept_engine_mismatch"),
     "bundle": (Path("bundle"), {"target": "jetson"}, "plan"),
     "triton": (Path("triton"), {}, "plan"),
     "atol": (["y:1e-3"], {}, "config:tolerance_overrides"),

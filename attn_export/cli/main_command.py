@@ -16,6 +16,7 @@ import typer
 
 from attn_export.cli.check_trt import engine_default
 from attn_export.cli.options import (
+    AcceptEngineMismatchOpt,
     AcceptPartialOpt,
     AtolOpt,
     AttentionImplOpt,
@@ -197,6 +198,7 @@ def register(app: typer.Typer) -> None:
         builder_optimization_level: OptLevelOpt = engine_default("optimization_level"),
         dla_core: DlaCoreOpt = engine_default("dla_core"),
         build_engine: BuildEngineOpt = run_default("build_engine"),
+        accept_engine_mismatch: AcceptEngineMismatchOpt = run_default("accept_engine_mismatch"),
         bundle: BundleOpt = run_default("bundle"),
         triton: TritonOpt = run_default("triton"),
         atol: AtolOpt = None,

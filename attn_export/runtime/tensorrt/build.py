@@ -12,7 +12,7 @@ whether attention became a fused MHA kernel (an unfused attention is a warning w
 likely reason from the static check) and carries the engine's attestation (``attest``): per
 GEMM group the precision it runs against the one the plan placed it in, fused attention
 against the static check's kernel table. Its violations are warnings here; the run fails on
-them (``pipeline.deploy``) unless ``--allow-engine-precision-mismatch`` accepts them.
+them (``pipeline.deploy``) unless ``--accept-engine-mismatch`` accepts them.
 
 The timing cache follows trtexec (release/10.3 samples/utils/timingCache.cpp): loaded with
 ``ignore_mismatch=True``, the result of ``set_timing_cache`` checked, and a cache that

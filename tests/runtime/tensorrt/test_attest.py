@@ -108,10 +108,10 @@ def test_layer_names_only_json_is_refused() -> None:
 
 def test_attestation_round_trips_and_records_the_override() -> None:
     att = attest_engine(_load("one_gemm_fp32.json"), EXPECT)
-    att.allowed_by = "--allow-engine-precision-mismatch"
+    att.allowed_by = "--accept-engine-mismatch"
     back = Attestation.from_dict(json.loads(json.dumps(att.to_dict())))
     assert back == att and back.passed and not back
-    assert "accepted by --allow-engine-precision-mismatch" in back.describe()
+    assert "accepted by --accept-engine-mismatch" in back.describe()
 
 
 def test_the_bits_repeated_for_the_device_are_vocab_bits() -> None:
