@@ -101,7 +101,7 @@ def deploy(plan: Plan, subject: Subject, artifacts: Mapping[str, Artifact], chos
             engine_path = _build_engine(onnx, spec, subject, report, points, say, cfg.accept_engine_mismatch)
         elif step.kind == "bundle":
             deployed["jetson_bundle"] = str(deploy_steps.write_bundle(subject, onnx, Path(cfg.bundle), spec, plan.deploy_precision,  # type: ignore[arg-type]
-                                                                      cfg.resolved_trt_version, say))  # fmt: skip
+                                                                      cfg.resolved_trt_version, say, planned_gemms(onnx, spec.precision)))  # fmt: skip
         elif step.kind == "session-options":
             deployed["session_options"] = deploy_steps.session_options_for(onnx, target, spec, say)
         elif step.kind == "triton":

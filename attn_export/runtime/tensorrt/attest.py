@@ -27,12 +27,13 @@ Standard library only, on purpose: the Jetson bundle ships this file beside
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
 __all__ = ["ATTEST_BITS", "Attestation", "EngineExpectation", "FUSED_ATTENTION", "GroupCheck", "InspectorFormatError", "PlannedGemm", "attest_engine",
-           "attest_file", "layer_precision", "read_layers"]
+           "attest_bundle", "attest_file", "layer_precision", "read_layers"]
 
 # vocab.precisions' bits, repeated here because this module runs on the device without attn-export
 # (tests/runtime/tensorrt/test_attest.py holds the two equal); tf32 is fp32 storage.
@@ -148,6 +149,11 @@ class Attestation:
         verdict = "attested" if not self.violations else (f"{len(self.violations)} violation(s)" + (f", accepted by {self.allowed_by}" if self.allowed_by else ""))
         return f"engine {self.precision}: {verdict}; {len(self.groups) - bad}/{len(self.groups)} GEMM groups as planned; {fused}; layers: {counts}"
 
+    def report_lines(self) -> list[str]:
+        """What a console shows: the summary, then each violation as FAIL (or accepted, and by which flag)."""
+        how = f"accepted ({self.allowed_by})" if self.allowed_by else "FAIL"
+        return [f"attestation: {self.describe()}"] + [f"{how}: {v}" for v in self.violations]
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -240,3 +246,14 @@ def attest_file(path: str, expect: EngineExpectation) -> Attestation:
     """``attest_engine`` on a saved inspector JSON (``model.engine.layers.json``)."""
     with open(path, encoding="utf-8") as f:
         return attest_engine(json.load(f), expect)
+
+
+def attest_bundle(layers_json: str, expectation: dict[str, Any] | None, accepted_by: str | None = None) -> Attestation | None:
+    """The Jetson bundle's device check: ``layers_json`` (build_engine.sh's ``--exportLayerInfo``) against bundle.json's
+    ``expectation``; None when either is absent (no engine built yet, a bundle from before attestation). ``accepted_by``:
+    the flag that accepts violations, recorded on the result."""
+    if expectation is None or not os.path.isfile(layers_json):
+        return None
+    att = attest_file(layers_json, EngineExpectation.from_dict(expectation))
+    att.allowed_by = accepted_by if att.violations else None
+    return att
