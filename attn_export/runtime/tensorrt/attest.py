@@ -147,7 +147,8 @@ class Attestation:
         bad = sum(1 for g in self.groups if not g.ok)
         fused = f"attention fused {self.fused_attention}/{self.attention_blocks}" + (" (expected fused)" if self.fused_attention_expected else "")
         verdict = "attested" if not self.violations else (f"{len(self.violations)} violation(s)" + (f", accepted by {self.allowed_by}" if self.allowed_by else ""))
-        return f"engine {self.precision}: {verdict}; {len(self.groups) - bad}/{len(self.groups)} GEMM groups as planned; {fused}; layers: {counts}"
+        missing = f" ({len(self.unlocated_gemms)} planned GEMMs not in the layers' metadata)" if self.unlocated_gemms else ""
+        return f"engine {self.precision}: {verdict}; {len(self.groups) - bad}/{len(self.groups)} GEMM groups as planned{missing}; {fused}; layers: {counts}"
 
     def report_lines(self) -> list[str]:
         """What a console shows: the summary, then each violation as FAIL (or accepted, and by which flag)."""
@@ -231,6 +232,9 @@ def attest_engine(info: Any, expect: EngineExpectation) -> Attestation:
             if layer is not None and layer not in members:
                 members.append(layer)
         groups = [_check_group(group, precision, members, violations) for (group, precision), members in planned.items() if members]
+        if not groups and gemm_layers:  # nothing to compare is not a pass: the layers name no planned GEMM
+            violations.append(f"none of the {len(expect.gemms)} planned GEMMs is named by the metadata of the engine's {len(gemm_layers)} "
+                              f"GEMM layer(s) (first: {gemm_layers[0].name!r}); the precision they run cannot be attested")  # fmt: skip
     elif ATTEST_BITS.get(expect.precision, 32) == 16:  # a float engine without a table: every GEMM runs its precision
         groups = [_check_group(layer.name, expect.precision, [layer], violations) for layer in gemm_layers]
     fused = [layer.name for layer in layers if layer.is_fused_attention]

@@ -79,6 +79,15 @@ def test_a_float_engine_without_a_table_holds_every_gemm_to_its_precision() -> N
     assert not attest_engine(_load("all_int8.json"), EngineExpectation("int8", (), 2, True)).groups  # 8-bit without a table: counted only
 
 
+def test_an_engine_whose_layers_name_no_planned_gemm_is_not_a_pass() -> None:
+    renamed = [PlannedGemm(f"other_{g.node}", g.group, g.precision) for g in EXPECT.gemms]
+    att = attest_engine(_load("all_int8.json"), EngineExpectation("int8", tuple(renamed), 2, True))
+    assert not att and att.groups == [] and len(att.unlocated_gemms) == 12
+    assert att.violations[0].startswith("none of the 12 planned GEMMs is named by the metadata of the engine's 8 GEMM layer(s)")
+    partly = attest_engine(_load("all_int8.json"), EngineExpectation("int8", (*EXPECT.gemms, PlannedGemm("node_MatMul_99", "head", "int8")), 2, True))
+    assert partly and partly.unlocated_gemms == ["node_MatMul_99"] and "(1 planned GEMMs not in the layers' metadata)" in partly.describe()
+
+
 def test_tensorrt_11_spelling_reads_the_same() -> None:
     """11.x splits Format/Datatype into Format and DataType and replaces Bindings by I/O Tensors."""
     info = copy.deepcopy(_load("one_gemm_fp32.json"))
