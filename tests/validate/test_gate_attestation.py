@@ -100,3 +100,15 @@ def test_the_report_shows_what_the_engine_runs() -> None:
     assert "| trt-int8 | layers.1.ffn2 | int8 | fp32 | 1 | WIDER |" in text and "| trt-int8 | layers.0.qkv | int8 | int8 | 1 | ok |" in text
     assert "7/8 GEMM groups as planned; attention fused 2/2 (expected fused); layers: 9 fp16, 7 int8, 1 int32, 1 fp32" in text
     assert 'id="attestation"' in _html(report, {})
+
+
+def test_with_a_baseline_the_expectations_join_the_gate(tmp_path: Path) -> None:
+    from attn_export.validate.gate.check import make_baseline
+
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(json.dumps(make_baseline(_report("all_int8.json"))))
+    ok = _invoke(tmp_path, "all_int8.json", "--baseline", str(baseline), "--expect-precision", "int8", "--expect-fused-attention")
+    assert ok.exit_code == 0, ok.output
+    assert "gemm_groups_int8" in ok.output and "fused_attention" in ok.output
+    bad = _invoke(tmp_path, "one_gemm_fp32.json", "--baseline", str(baseline), "--expect-precision", "int8")
+    assert bad.exit_code == 1 and "REGRESSION: layers.1.ffn2 runs fp32" in bad.output, bad.output
