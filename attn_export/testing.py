@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # torch and onnxruntime load only when a comparison runs: the
 
     from attn_export.validate.compare import ComparisonResult
 
-__all__ = ["assert_matches_eager", "attn_export_compare", "compare_to_eager"]
+__all__ = ["assert_engine_attested", "assert_matches_eager", "attn_export_compare", "compare_to_eager"]
 
 
 def _tolerance(tol: Tolerance | float | None, precision: str) -> Tolerance:
@@ -128,6 +128,22 @@ def assert_matches_eager(
         failed = [f"{o}{_elements_off(ref[o.name], got[o.name], tolerance)}" for o in result.outputs if not o]
         raise ToleranceError(f"{os.fspath(onnx_path)} does not match eager: " + "; ".join(failed))
     return result
+
+
+def assert_engine_attested(report: str | os.PathLike[str] | Mapping[str, Any], precision: str | None = None, fused_attention: bool = False) -> None:
+    """Raise ``ToleranceError`` (an AssertionError) unless the run's built engine runs every GEMM group planned in
+    ``precision`` in it and (``fused_attention``) one fused attention kernel per block: the pytest face of
+    ``attn-export check REPORT --expect-precision P --expect-fused-attention``. ``report``: report.json or its dict."""
+    __tracebackhide__ = True
+    from attn_export.validate.gate.attestation import attestation_checks
+    from attn_export.validate.report import load_report
+
+    if precision is not None and precision not in PRECISIONS:
+        raise ConfigError(f"expected precision as one of {', '.join(PRECISIONS)} or None, got {precision!r}")
+    data = report if isinstance(report, Mapping) else load_report(report)
+    failed = [f"{c.stage} {c.metric}: {c.message}" for c in attestation_checks(data, precision, fused_attention) if not c.ok]
+    if failed:
+        raise ToleranceError("the engine is not what was planned: " + "; ".join(failed))
 
 
 try:  # the fixture exists only where pytest does; assert_matches_eager works without it

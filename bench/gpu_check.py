@@ -84,8 +84,12 @@ def build_trt(layer: MaskedLayer, work: Path, precision: str, profile: ShapeProf
         onnx_path = q_path
     spec = EngineSpec(precision=precision, profiles=profile, workspace_bytes=4 << 30, timing_cache=str(work / "timing.cache"),
                       strongly_typed=True if target == "tensorrt" else None)
-    result = build_engine(onnx_path, work / f"{target}-{precision}.engine", spec)
+    from attn_export.pipeline.deploy import planned_gemms
+    from attn_export.runtime.tensorrt.attest import Attestation
+
+    result = build_engine(onnx_path, work / f"{target}-{precision}.engine", spec, gemms=planned_gemms(onnx_path, precision))
     print(f"  {result.describe()}" + "".join(f"\n  warning: {w}" for w in result.warnings))
+    print("".join(f"  {line}\n" for line in Attestation.from_dict(result.attestation).report_lines()), end="")  # what the engine runs
     return TrtRunner(EngineFromPath(result.engine_path), name=f"tensorrt-{precision}"), f"{result.attention_fused}/{result.attention_blocks}"
 
 

@@ -87,6 +87,7 @@ TABLE: dict[str, tuple[object, dict[str, object], str]] = {
     "length_buckets": ("32,64,128", {"target": "jetson"}, "engine"),
     "sort_window": (64, {"target": "jetson"}, "engine"),
     "build_engine": (True, {"target": "jetson"}, "plan"),
+    "accept_engine_mismatch": (True, {"target": "jetson", "build_engine": True}, "config:accept_engine_mismatch"),
     "bundle": (Path("bundle"), {"target": "jetson"}, "plan"),
     "triton": (Path("triton"), {}, "plan"),
     "triton_config": (Path("plan.pbtxt"), {"target": "jetson", "triton": Path("triton"), "build_engine": True}, "config:triton_config"),

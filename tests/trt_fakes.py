@@ -149,6 +149,7 @@ class World:
     parser_errors: list[tuple[str, str, str]] = field(default_factory=list)  # (node name, op, message)
     build_returns_none: bool = False
     fused_attention: bool = True
+    inspector: dict[str, Any] | None = None  # the detailed layer list the engine inspector returns (a recorded fixture)
     timing_cache_refused: bool = False  # set_timing_cache returns False for a cache read from a file
     timing_cache_none: bool = False  # get_timing_cache returns None after the build
     deserialize_returns_none: bool = False
@@ -283,6 +284,7 @@ class _Builder:
         header = {
             "trt": trt.__version__, "device": world.current_device, "flags": sorted(config._flags),
             "network_flags": network._flags, "fused": world.fused_attention,
+            "verbosity": getattr(config._props.get("profiling_verbosity"), "name", "LAYER_NAMES_ONLY"),  # TensorRT's default
             "io": [[t._props["name"], "INPUT", t._dtype, list(t._props["shape"])] for t in network._inputs]
             + [[t._props["name"], "OUTPUT", t._dtype, list(t._props["shape"])] for t in network._outputs],
             "profiles": config._profiles, "dla_core": config._props.get("DLA_core"),
@@ -499,13 +501,38 @@ class _Engine:
 
 
 class _Inspector:
+    """What ``get_*_information`` returns follows the build's profiling verbosity, as the docs say: names only by
+    default, the detailed layer list (``World.inspector``, else one attention layer) with ``DETAILED``, nothing with ``NONE``."""
+
     def _init(self, engine: Any) -> None:
         self._engine = engine
 
-    def get_engine_information(self, format: Any) -> str:  # noqa: A002 - TensorRT's name
-        fused = self._engine._header["fused"]
-        layers = [{"Name": "_gemm_mha_v2_myl0_1" if fused else "node_softmax", "LayerType": "kgen", "TacticName": ""}]
+    def _layers(self) -> list[Any]:
+        header, world = self._engine._header, self._trt_module._world
+        if header["verbosity"] == "NONE":
+            return []
+        fused = header["fused"]
+        detailed = (world.inspector or {}).get("Layers") or [
+            {"Name": "_gemm_mha_v2_myl0_1" if fused else "node_softmax", "LayerType": "gemm" if fused else "kgen", "Inputs": [], "Outputs": [],
+             "TacticName": "_gemm_mha_v2_0x1" if fused else "__myl_Softmax_0x1", "StreamId": 0, "Metadata": ""}]  # fmt: skip
+        return detailed if header["verbosity"] == "DETAILED" else [layer["Name"] for layer in detailed]
+
+    def _text(self, layers: list[Any], format: Any) -> str:  # noqa: A002 - TensorRT's name
+        if format.name == "ONELINE":
+            return "".join(f"{layer if isinstance(layer, str) else layer['Name']}\n" for layer in layers)
         return json.dumps({"Layers": layers, "Bindings": [n for n, *_ in self._engine._io]})
+
+    def get_engine_information(self, format: Any) -> str:  # noqa: A002 - TensorRT's name
+        return self._text(self._layers(), format)
+
+    def get_layer_information(self, layer_index: int, format: Any) -> str:  # noqa: A002 - TensorRT's name
+        layers = self._layers()
+        if not 0 <= layer_index < len(layers):
+            return ""  # the C++ API returns nullptr for an index out of range
+        layer = layers[layer_index]
+        if format.name == "JSON":
+            return json.dumps(layer)
+        return layer if isinstance(layer, str) else layer["Name"]
 
 
 class _Context:

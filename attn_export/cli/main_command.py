@@ -16,6 +16,7 @@ import typer
 
 from attn_export.cli.check_trt import engine_default
 from attn_export.cli.options import (
+    AcceptEngineMismatchOpt,
     AcceptPartialOpt,
     AtolOpt,
     AttentionImplOpt,
@@ -204,6 +205,7 @@ def register(app: typer.Typer) -> None:
         length_buckets: LengthBucketsOpt = None,
         sort_window: SortWindowOpt = engine_default("sort_window"),
         build_engine: BuildEngineOpt = run_default("build_engine"),
+        accept_engine_mismatch: AcceptEngineMismatchOpt = run_default("accept_engine_mismatch"),
         bundle: BundleOpt = run_default("bundle"),
         triton: TritonOpt = run_default("triton"),
         triton_config: TritonConfigOpt = run_default("triton_config"),

@@ -23,6 +23,7 @@ from attn_export.vocab.choices import (ATTENTION_FORMS, ATTENTION_IMPLS, CALIB_C
 from attn_export.vocab.precisions import precision_names
 
 __all__ = [
+    "AcceptEngineMismatchOpt",
     "AcceptPartialOpt",
     "AtolOpt",
     "CosineMinOpt",
@@ -201,6 +202,7 @@ VersionCompatOpt = Annotated[bool, typer.Option("--version-compatible", metavar=
 OptLevelOpt = Annotated[int, typer.Option("--builder-optimization-level", help="TensorRT builder optimization level 0-5.", rich_help_panel=_DEPLOY)]
 DlaCoreOpt = Annotated[Optional[int], typer.Option("--dla-core", help="DLA core (attention falls back to the GPU; static shapes).", show_default="none (GPU only)", rich_help_panel=_DEPLOY)]
 BuildEngineOpt = Annotated[bool, typer.Option("--build-engine", metavar="", help="Build and validate a TensorRT engine (needs TensorRT and a GPU).", rich_help_panel=_DEPLOY)]
+AcceptEngineMismatchOpt = Annotated[bool, typer.Option("--accept-engine-mismatch", metavar="", help="Keep a built engine whose inspector shows a GEMM running wider than the plan placed it (FP32 for fp16/int8) or attention unfused where the kernel table says it fuses: recorded in report.json instead of failing the run.", rich_help_panel=_DEPLOY)]
 BundleOpt = Annotated[Optional[Path], typer.Option("--bundle", help="Write a Jetson bundle (model, build_engine.sh, validate_on_device.py) to DIR.", show_default="none", rich_help_panel=_DEPLOY)]
 TritonOpt = Annotated[Optional[Path], typer.Option("--triton", help="Write a Triton model repository to DIR.", show_default="none", rich_help_panel=_DEPLOY)]
 TritonConfigOpt = Annotated[Optional[Path], typer.Option("--triton-config", metavar="FILE", help="Your config.pbtxt for the TensorRT plan in --triton, used only if the engine's profiles can serve it (max batch, dims).", show_default="derived from the engine's profiles", rich_help_panel=_DEPLOY)]

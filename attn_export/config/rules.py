@@ -96,6 +96,8 @@ def check_combinations(cfg: Any) -> None:
         if cfg.bundle is not None:
             raise ConfigError("--length-buckets builds its profiles with --build-engine; the Jetson bundle's build_engine.sh builds one "
                               "profile: drop --length-buckets or --bundle")  # fmt: skip
+    if cfg.accept_engine_mismatch and not cfg.build_engine:
+        raise ConfigError("--accept-engine-mismatch accepts what the built engine's attestation finds; add --build-engine or drop it")
     if cfg.build_engine and "engine" not in target.deploys:
         raise ConfigError(f"--build-engine needs a TensorRT target; use --target {' or '.join(_deploying('engine'))} (got {cfg.target})")
     if cfg.trt_version is not None and not target.trt_releases:

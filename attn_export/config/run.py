@@ -102,6 +102,7 @@ class RunConfig:
     # output
     out: Path = field(default_factory=lambda: Path("attn-export-out"))
     force: bool = False  # files attn-export did not write in --out, --bundle, --triton: moved into a new folder beside each, instead of a refusal
+    accept_engine_mismatch: bool = False  # an engine whose attestation finds a GEMM wider than planned or attention unfused: recorded, not a failure
     accept_partial: bool = False  # ship what met its tolerance on the report split but fails another judged data set: exit 0, recorded (validate.verdict)
     render: bool = True
     # resources: the memory budget the estimate is held to (None: what the machine has free)

@@ -7,7 +7,9 @@ everything needed there, and nothing that needs attn-export or torch:
 * ``build_engine.sh``        the trtexec line for TensorRT 10.x (``--fp16``/``--int8``, shapes,
                              ``--memPoolSize``, ``--timingCacheFile``, optional DLA + GPU fallback);
 * ``validate_on_device.py``  runs the engine on ``reference.npz`` and prints the report's
-                             accuracy and latency figures (ONNX Runtime stand-in without TensorRT);
+                             accuracy and latency figures (ONNX Runtime stand-in without TensorRT),
+                             then attests the engine's layer list with ``engine_attest.py``
+                             (``runtime/tensorrt/attest.py``, standard library only);
 * ``reference.npz``          inputs and eager-PyTorch outputs (``input/<name>``, ``output/<name>``)
                              of every model input and output;
 * ``bundle.json``            (schema 2) the model's inputs/outputs and their dims, a tolerance per
@@ -38,6 +40,10 @@ from attn_export.checks.trt_compat import check_trt_compat, report_dict
 from attn_export.deploy.folder import publish, staging
 from attn_export.errors import DataError
 from attn_export.outdir.manifest import sha256_file
+from attn_export.runtime.tensorrt import attest
+from attn_export.runtime.tensorrt.attest import PlannedGemm
+from attn_export.runtime.tensorrt.build import Preflight, engine_expectation
+from attn_export.runtime.tensorrt.build_plan import plan_build
 from attn_export.runtime.tensorrt.spec import EngineSpec
 from attn_export.runtime.tensorrt.trtexec import onnx_io_dims, shell_line, trtexec_command
 from attn_export.targets.trt_releases import release
@@ -47,8 +53,9 @@ __all__ = ["write_jetson_bundle", "BUNDLE_FILES"]
 
 log = logging.getLogger(__name__)
 
-BUNDLE_FILES = ("model.onnx", "build_engine.sh", "validate_on_device.py", "reference.npz", "bundle.json", "README.md")
+BUNDLE_FILES = ("model.onnx", "build_engine.sh", "validate_on_device.py", "engine_attest.py", "reference.npz", "bundle.json", "README.md")
 _SCRIPT = Path(__file__).with_name("on_device_validator.py")
+_ATTEST = Path(attest.__file__)  # imported by the validator on the device
 
 
 def _tolerance_dict(name: str, tolerance: Any) -> dict[str, float]:
@@ -128,7 +135,7 @@ numpy, and cuda-python (`pip install cuda-python`). No torch, no attn-export.
 
 ## Steps
     ./build_engine.sh                # writes model.engine (+ model.engine.layers.json, timing.cache)
-    python3 validate_on_device.py    # accuracy vs reference.npz, then latency p50/p90/p99
+    python3 validate_on_device.py    # accuracy vs reference.npz, latency p50/p90/p99, what the engine runs
 
 `TRTEXEC=/path/to/trtexec ./build_engine.sh` picks another trtexec. `validate_on_device.py`
 checks bundle.json and reference.npz against the model first, compares every output with its
@@ -137,6 +144,12 @@ every output is within tolerance, 1 when one is not, 2 on a setup or bundle erro
 and 3 when TensorRT is missing and only the ONNX Runtime stand-in ran (the engine was not
 checked; `--allow-stand-in` turns that into 0/1); `--json stage.json` also writes the result
 in attn-export's report.json stage format.
+
+It also reads `model.engine.layers.json` (the engine's layers, written by `build_engine.sh` with
+`--profilingVerbosity=detailed`) and attests it against bundle.json's `expectation`: every GEMM
+must run the precision the plan placed it in (not wider: FP32 where int8 or fp16 was planned
+fails) and, where the kernel table says so, attention must be one fused kernel per layer. A
+violation is a `FAIL:` line naming the layer and exit 1; `--accept-engine-mismatch` records it.
 
 ## Precision
 {_precision_note(spec, cmd, attention_blocks)}
@@ -155,6 +168,7 @@ def write_jetson_bundle(
     tolerances: Any,
     trt_version: str = "10.3",
     flag: str = "--bundle",
+    gemms: tuple[PlannedGemm, ...] = (),
 ) -> Path:
     """Write the bundle for ``onnx_path`` into ``bundle_dir`` (replacing an older bundle of ours).
 
@@ -163,6 +177,7 @@ def write_jetson_bundle(
 
     ``tolerances``: one ``Tolerance`` for every output, or output name -> ``Tolerance`` (or its
     dict) naming each of the model's outputs; ``validate_on_device.py`` holds each output to its own.
+    ``gemms``: the plan's GEMMs (``pipeline.deploy.planned_gemms``), which the device attests the engine against.
     """
     report = check_trt_compat(onnx_path, trt_version, spec.profiles, spec.precision, gpu_arch=spec.gpu_arch)
     report.raise_if_failed()
@@ -177,12 +192,15 @@ def write_jetson_bundle(
     bundle_spec = dataclasses.replace(spec, timing_cache="timing.cache")
     cmd = trtexec_command("model.onnx", "model.engine", bundle_spec, trt_version, inputs=dims, graph_float=graph_float, has_qdq=has_qdq)
     blocks = len(find_attention_blocks(ir.serde.deserialize_model(proto)))
+    pre = Preflight(report, plan_build(bundle_spec, trt_version, graph_float, has_qdq), blocks, sha256_file(onnx_path), graph_float)  # trtexec's build
+    expectation = engine_expectation(pre, spec, gemms)
     final = Path(bundle_dir)
     with staging(final) as tmp:  # written beside, then swapped in file by file: only our own earlier files are replaced
         shutil.copyfile(onnx_path, tmp / "model.onnx")
         script = 'set -euo pipefail\ncd "$(dirname "$0")"\nTRTEXEC="${TRTEXEC:-/usr/src/tensorrt/bin/trtexec}"\n'
         (tmp / "build_engine.sh").write_text("#!/usr/bin/env bash\n" + script + '"$TRTEXEC" ' + shell_line(cmd[1:]) + "\n")
         shutil.copyfile(_SCRIPT, tmp / "validate_on_device.py")
+        shutil.copyfile(_ATTEST, tmp / "engine_attest.py")
         for name in ("build_engine.sh", "validate_on_device.py"):
             (tmp / name).chmod(0o755 | stat.S_IRUSR)
         arrays = {f"input/{k}": np.asarray(reference_inputs[k]) for k in dims}  # the model's inputs only
@@ -193,7 +211,7 @@ def write_jetson_bundle(
             "profile": spec.profiles.to_dict() if spec.profiles else None, "inputs": list(dims), "outputs": list(out_dims),
             "input_dims": dims, "output_dims": out_dims,
             "onnx_sha256": sha256_file(tmp / "model.onnx"), "attention_blocks": blocks, "trtexec": cmd, "check": report_dict(report),
-            "version_compatible": spec.version_compatible, "dla_core": spec.dla_core,
+            "version_compatible": spec.version_compatible, "dla_core": spec.dla_core, "expectation": expectation.to_dict(),
         }
         (tmp / "bundle.json").write_text(json.dumps(meta, indent=2) + "\n")
         (tmp / "README.md").write_text(_readme(trt_version, spec, cmd, blocks))

@@ -1,24 +1,21 @@
 #!/usr/bin/env python3
 """Validate a TensorRT engine on the device against the reference outputs in this bundle.
 
-Copied into every Jetson bundle as ``validate_on_device.py``. It is self-contained on
-purpose: it needs only numpy, tensorrt and cuda-python (all on JetPack), not attn-export
-or torch. It runs ``model.engine`` on the inputs stored in ``reference.npz``, compares the
-outputs with the stored eager-PyTorch outputs, and prints the same figures as
-attn-export's report: max_abs, mean_abs, rel_l2, cosine and sqnr_db per output, then
-latency p50/p90/p99 in ms. The first line names the backend that ran.
+Copied into every Jetson bundle as ``validate_on_device.py``. It is self-contained on purpose: it needs only numpy,
+tensorrt and cuda-python (all on JetPack), not attn-export or torch. It runs ``model.engine`` on the inputs stored in
+``reference.npz``, compares the outputs with the stored eager-PyTorch outputs, and prints the same figures as attn-
+export's report: max_abs, mean_abs, rel_l2, cosine and sqnr_db per output, then latency p50/p90/p99 in ms. The first
+line names the backend that ran. Without tensorrt it runs ONNX Runtime on ``model.onnx`` as a stand-in backend and says
+so (useful to check the bundle itself on a workstation, meaningless for the engine).
 
-Without tensorrt it runs ONNX Runtime on ``model.onnx`` as a stand-in backend and says so
-(useful to check the bundle itself on a workstation, meaningless for the engine).
+First ``bundle.json`` and ``reference.npz`` are checked against each other and the model (each input stored, each
+output with a reference and a tolerance of its own, the model's shapes, finite arrays). ``model.engine.layers.json``
+is attested against bundle.json's ``expectation`` by ``engine_attest.py``: a GEMM wider than planned or attention
+unfused is a FAIL line naming the layer (``--accept-engine-mismatch``: recorded).
 
-First ``bundle.json`` and ``reference.npz`` are checked against each other and the model:
-every model input has a stored input, every output a stored reference and a non-empty
-tolerance of its own, shapes are the model's, arrays non-empty and finite.
-
-Exit status: 0 every output is within its tolerance; 1 one is not; 2 a setup or bundle error
-(one line: no tensorrt nor onnxruntime, a truncated ``reference.npz``, an output without a
-tolerance...); 3 only the ONNX Runtime stand-in ran (the engine was not checked), unless
-``--allow-stand-in`` is given, which makes that 0 or 1.
+Exit status: 0 every output is within its tolerance (and the engine attested); 1 one is not; 2 a setup or bundle error
+(one line: no tensorrt nor onnxruntime, a truncated ``reference.npz``, an output without a tolerance...); 3 only the
+ONNX Runtime stand-in ran (the engine was not checked), unless ``--allow-stand-in`` is given, which makes that 0 or 1.
 """
 
 from __future__ import annotations
@@ -27,7 +24,6 @@ import argparse
 import json
 import math
 import os
-import re
 import sys
 import time
 
@@ -127,7 +123,7 @@ def check_meta(meta: object) -> dict:
     missing, extra = [o for o in outputs if o not in tols], sorted(set(tols) - set(outputs))
     if missing or extra:
         raise BundleError(f"bundle.json tolerances must cover exactly the outputs {outputs} (missing {missing}, not an output {extra}); every output is compared")
-    for key, kind in (("precision", str), ("version_compatible", bool), ("attention_blocks", int)):
+    for key, kind in (("precision", str), ("version_compatible", bool), ("attention_blocks", int), ("expectation", dict)):
         if meta.get(key) is not None and not isinstance(meta[key], kind):
             raise BundleError(f"bundle.json {key!r} must be a {kind.__name__}, got {meta[key]!r}")
     return {**meta, "input_dims": _dims(meta, "input_dims", inputs), "output_dims": _dims(meta, "output_dims", outputs),
@@ -295,16 +291,20 @@ def _backend(args: argparse.Namespace, meta: dict):
     return _stand_in(args, "--backend onnxruntime was asked for")
 
 
-def fused_attention_layers(layers_json: str) -> int | None:
-    """Count fused MHA kernels in trtexec's --exportLayerInfo output (None if absent)."""
-    if not os.path.isfile(layers_json):
-        return None
-    with open(layers_json, encoding="utf-8") as f:
-        info = json.load(f)
-    pattern = re.compile(r"(_mha_|mha_v\d|fmha|flash_?attn|flash_?attention|fused_?mha|cask\w*attention)", re.I)
-    layers = info.get("Layers", []) if isinstance(info, dict) else info
-    texts = [json.dumps(layer) if isinstance(layer, dict) else str(layer) for layer in layers]
-    return sum(1 for t in texts if pattern.search(t))
+def attest(layers_json: str, meta: dict, accept: bool, passed: bool):
+    """The engine's layer list against bundle.json's expectation, printed: (passed and attested, attestation dict or None)."""
+    try:
+        from engine_attest import attest_bundle  # shipped beside this script
+    except ImportError:
+        from attn_export.runtime.tensorrt.attest import attest_bundle  # run from the package
+    try:
+        att = attest_bundle(layers_json, meta.get("expectation"), "--accept-engine-mismatch" if accept else None)
+    except (OSError, ValueError, KeyError, TypeError) as err:  # a damaged layer list or expectation
+        raise BundleError(f"cannot attest the engine from {layers_json} ({_one_line(err)}); rebuild it with ./build_engine.sh") from None
+    if att is None:
+        return passed, None
+    print("\n".join(att.report_lines()))
+    return passed and att.passed, att.to_dict()
 
 
 def _setup(args: argparse.Namespace) -> tuple:
@@ -355,6 +355,7 @@ def main(argv: list | None = None) -> int:
     p.add_argument("--repeats", type=int, default=100)
     p.add_argument("--json", default=None, help="also write the stage (report.json schema) here")
     p.add_argument("--allow-stand-in", action="store_true", help="exit 0/1 on the stand-in's figures instead of 3")
+    p.add_argument("--accept-engine-mismatch", action="store_true", help="a GEMM wider than planned or attention unfused: recorded, not a failure")
     args = p.parse_args(argv)
     try:
         meta, feed, expected, backend = _setup(args)
@@ -363,6 +364,7 @@ def main(argv: list | None = None) -> int:
         except Exception as err:  # a shape outside the profile, a runtime error: the bundle does not fit the model
             raise BundleError(f"{backend.name} could not run the reference inputs: {type(err).__name__}: {_one_line(err)}") from None
         passed, accs = _compare(meta, expected, got)
+        passed, attestation = attest(args.engine + ".layers.json", meta, args.accept_engine_mismatch, passed)
     except (SystemExit, BundleError) as err:
         print(err if isinstance(err, SystemExit) else f"error: {_one_line(err)}", file=sys.stderr)
         return 2
@@ -377,15 +379,13 @@ def main(argv: list | None = None) -> int:
     lat = latency(samples, batch)
     print(f"latency_ms ({backend.name}): p50={lat['p50']:.3f} p90={lat['p90']:.3f} p99={lat['p99']:.3f} "
           f"mean={lat['mean']:.3f} repeats={lat['repeats']} throughput={lat['throughput_per_s']:.1f}/s")
-    fused = fused_attention_layers(args.engine + ".layers.json")
-    if fused is not None:
-        print(f"fused attention kernels in the engine: {fused} (attention blocks in the model: {meta.get('attention_blocks', '?')})")
     if args.json:
         worst = min(accs, key=lambda n: -math.inf if math.isnan(accs[n]["cosine"]) else accs[n]["cosine"])  # NaN is the worst
         stage = {"name": f"device-{backend.name.split()[0]}", "artifact": args.engine if backend.name == "tensorrt" else args.onnx,
                  "precision": meta.get("precision"), "accuracy": accs[worst], "latency_ms": {"artifact": lat},
                  "passed": passed, "tolerance": meta["tolerances"][worst],
-                 "details": {"per_output": accs, "tolerances": meta["tolerances"], "worst_output": worst, "backend": backend.name}}
+                 "details": {"per_output": accs, "tolerances": meta["tolerances"], "worst_output": worst, "backend": backend.name,
+                             "attestation": attestation}}
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(stage, f, indent=2)
     stand_in = backend.name != "tensorrt"

@@ -46,7 +46,8 @@ def session_options_for(onnx_path: Path, target: Any, spec: Any, say: Callable[[
     return dict(getattr(importlib.import_module(module), name)(onnx_path, spec))
 
 
-def write_bundle(subject: Any, onnx_path: Path, bundle_dir: Path, spec: Any, precision: str, trt_version: str, say: Callable[[str], None]) -> Path:
+def write_bundle(subject: Any, onnx_path: Path, bundle_dir: Path, spec: Any, precision: str, trt_version: str, say: Callable[[str], None],
+                 gemms: tuple[Any, ...] = ()) -> Path:  # fmt: skip
     """The Jetson bundle of ``onnx_path``, checked on the device against the subject's own reference outputs.
 
     Every output the subject returns is compared on the device, each with the tolerance the
@@ -56,7 +57,7 @@ def write_bundle(subject: Any, onnx_path: Path, bundle_dir: Path, spec: Any, pre
 
     say(f"writing Jetson bundle {bundle_dir}")
     feed, reference, tolerances = subject.bundle_reference(precision)
-    return write_jetson_bundle(onnx_path, bundle_dir, spec, feed, reference, tolerances, trt_version=trt_version)
+    return write_jetson_bundle(onnx_path, bundle_dir, spec, feed, reference, tolerances, trt_version=trt_version, gemms=gemms)
 
 
 def write_triton(onnx_path: Path, repo_dir: Path, spec: Any, engine_path: Path | None, model_name: str, say: Callable[[str], None],

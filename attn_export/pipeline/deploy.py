@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from attn_export.subjects.base import Judgement, Subject
     from attn_export.validate.latency import TimingPoint
 
-__all__ = ["deploy", "select"]
+__all__ = ["ACCEPT_MISMATCH_FLAG", "deploy", "planned_gemms", "select"]
 
 log = logging.getLogger(__name__)
 
@@ -98,10 +98,10 @@ def deploy(plan: Plan, subject: Subject, artifacts: Mapping[str, Artifact], chos
         if step.kind == "trt-check":
             deployed["trt_check"] = deploy_steps.check_for_target(onnx, target, spec, cfg.resolved_trt_version, report.notes, say)
         elif step.kind == "engine":
-            engine_path = _build_engine(onnx, spec, subject, report, points, say)
+            engine_path = _build_engine(onnx, spec, subject, report, points, say, cfg.accept_engine_mismatch)
         elif step.kind == "bundle":
             deployed["jetson_bundle"] = str(deploy_steps.write_bundle(subject, onnx, Path(cfg.bundle), spec, plan.deploy_precision,  # type: ignore[arg-type]
-                                                                      cfg.resolved_trt_version, say))  # fmt: skip
+                                                                      cfg.resolved_trt_version, say, planned_gemms(onnx, spec.precision)))  # fmt: skip
         elif step.kind == "session-options":
             deployed["session_options"] = deploy_steps.session_options_for(onnx, target, spec, say)
         elif step.kind == "triton":
@@ -109,16 +109,54 @@ def deploy(plan: Plan, subject: Subject, artifacts: Mapping[str, Artifact], chos
                                                                                 cfg.triton_config))  # type: ignore[arg-type]
 
 
-def _build_engine(onnx: Path, spec: Any, subject: Subject, report: Report, points: list[TimingPoint], say: Callable[[str], None]) -> Path:
-    """Build with the TensorRT Python API, then judge and time the engine like any artifact."""
+def planned_gemms(onnx: Path, precision: str) -> tuple[Any, ...]:
+    """Every GEMM of ``onnx`` with a constant weight and the precision the plan placed it in: a Q/DQ GEMM the 8-bit
+    ``precision``, any other ``"float"`` (the build resolves it: ``runtime.tensorrt.build.engine_expectation``)."""
+    import onnx_ir as ir
+
+    from attn_export.compress.quant.gemm_groups import find_gemms, gemm_label, group_of
+    from attn_export.runtime.tensorrt.attest import PlannedGemm
+
+    model = ir.load(str(onnx))
+    quantized = {g.node: g for g in find_gemms(model)}
+    out = []
+    for node in model.graph:
+        if node.name in quantized:
+            out.append(PlannedGemm(node.name, quantized[node.name].group, precision))
+        elif node.op_type in ("MatMul", "Gemm") and len(node.inputs) > 1 and node.inputs[1] is not None and node.inputs[1].const_value is not None:
+            out.append(PlannedGemm(node.name, group_of(gemm_label(node)), "float"))
+    return tuple(out)
+
+
+ACCEPT_MISMATCH_FLAG = "--accept-engine-mismatch"
+
+
+def _attestation(result: Any, allow: bool, name: str, report: Report) -> dict[str, Any]:
+    """The engine's attestation for its stage; each violation fails the run in one line naming the layer, unless ``allow``."""
+    from attn_export.runtime.tensorrt.attest import Attestation
+
+    att = Attestation.from_dict(result.attestation)
+    if att.violations and allow:
+        att.allowed_by = ACCEPT_MISMATCH_FLAG
+        report.verdict["accept_engine_mismatch"] = True  # recorded, as --accept-partial is
+        report.notes.extend(f"{name} attestation: {v} (accepted by {ACCEPT_MISMATCH_FLAG})" for v in att.violations)
+    elif att.violations:
+        report.verdict.setdefault("failures", []).extend(f"{name} attestation: {v} ({ACCEPT_MISMATCH_FLAG} keeps it)" for v in att.violations)
+    return att.to_dict()
+
+
+def _build_engine(onnx: Path, spec: Any, subject: Subject, report: Report, points: list[TimingPoint], say: Callable[[str], None],
+                  accept_mismatch: bool = False) -> Path:  # fmt: skip
+    """Build with the TensorRT Python API, attest the engine from its inspector, then judge and time it like any artifact."""
     from attn_export.runtime.tensorrt import EngineFromPath, TrtRunner, build_engine
     from attn_export.validate.latency import time_pass
 
     engine_path = onnx.with_suffix(".engine")
     say(f"building TensorRT engine {engine_path.name} ({spec.precision})")
-    result = build_engine(onnx, engine_path, spec)
-    report.notes.extend(result.warnings)
+    result = build_engine(onnx, engine_path, spec, gemms=planned_gemms(onnx, spec.precision))
     name = f"trt-{spec.precision}"
+    attestation = _attestation(result, accept_mismatch, name, report)
+    report.notes.extend(w for w in result.warnings if w not in attestation["violations"])
     runner = TrtRunner(EngineFromPath(engine_path))
     # an fp32 engine may run its GEMMs in TF32 (TensorRT's default on Ampere and later): judged at fp16's bar
     key = PRECISIONS["fp16" if spec.precision == "fp32" else spec.precision].tolerance_key
@@ -130,7 +168,7 @@ def _build_engine(onnx: Path, spec: Any, subject: Subject, report: Report, point
                   latency_ms={"artifact": mine, "eager": eager} if mine and eager else {},
                   speedup_vs_eager=eager.p50 / mine.p50 if mine and eager and mine.p50 > 0 else None, size_bytes=result.size_bytes,
                   passed=judgement.passed, tolerance=judgement.tolerance,
-                  details={"engine": result.to_dict(), **judgement.details, "violations": judgement.violations})  # fmt: skip
+                  details={"engine": result.to_dict(), "attestation": attestation, **judgement.details, "violations": judgement.violations})  # fmt: skip
     report.add(stage)
     if not stage.passed:
         report.verdict.setdefault("failures", []).append(f"{name}: {'; '.join(judgement.violations)}")

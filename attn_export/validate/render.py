@@ -150,6 +150,26 @@ def _mixed_precision(report: Mapping[str, Any]) -> tuple[list[str], list[tuple[s
     return lines, rows
 
 
+_ATTEST_COLUMNS = ("engine", "GEMM group", "planned", "runs", "engine layers", "status")
+
+
+def _attestation(report: Mapping[str, Any]) -> tuple[list[str], list[tuple[str, ...]]]:
+    """Per engine stage: what its inspector showed (``runtime.tensorrt.attest``), a line each, and one row per GEMM group."""
+    from attn_export.runtime.tensorrt.attest import Attestation
+
+    lines: list[str] = []
+    rows: list[tuple[str, ...]] = []
+    for s in report.get("stages", []):
+        data = (s.get("details") or {}).get("attestation")
+        if not data:
+            continue
+        att = Attestation.from_dict(data)
+        lines += [f"{s.get('name')}: {att.describe()}"] + [f"{s.get('name')}: {v}" for v in att.violations]
+        rows += [(s.get("name", "?"), g.group, g.requested, "/".join(g.actual) or "-", str(len(g.layers)), "ok" if g.ok else "WIDER")
+                 for g in att.groups]  # fmt: skip
+    return lines, rows
+
+
 _INPUT_COLUMNS = ("stage", "timed on", "padding", "p50 ms", "eager p50 ms", "speedup")
 
 
@@ -191,6 +211,11 @@ def _markdown(report: Mapping[str, Any], pngs: Mapping[str, Path], section: Atte
         lines += ["", "## int8 precision per GEMM", ""] + [f"- {esc(x)}" for x in mp_lines]
         lines += ["", "| " + " | ".join(_MP_COLUMNS) + " |", "|" + "---|" * len(_MP_COLUMNS)]
         lines += ["| " + " | ".join(esc(c) for c in r) + " |" for r in mp_rows]
+    at_lines, at_rows = _attestation(report)
+    if at_lines:
+        lines += ["", "## What the engine runs (attested)", ""] + [f"- {esc(x)}" for x in at_lines]
+        lines += ["", "| " + " | ".join(_ATTEST_COLUMNS) + " |", "|" + "---|" * len(_ATTEST_COLUMNS)] if at_rows else []
+        lines += ["| " + " | ".join(esc(c) for c in r) + " |" for r in at_rows]
     if report.get("notes"):
         lines += ["", "## Notes", ""] + [f"- {esc(n)}" for n in report["notes"]]
     return "\n".join(lines) + "\n"
@@ -240,6 +265,11 @@ def _html(report: Mapping[str, Any], pngs: Mapping[str, Path], section: Attentio
         figs += '<h2>int8 precision per GEMM</h2><ul id="mixed-precision">' + "".join(f"<li>{esc(x)}</li>" for x in mp_lines) + "</ul>"
         figs += "<table><tr>" + "".join(f"<th>{esc(c)}</th>" for c in _MP_COLUMNS) + "</tr>"
         figs += "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in mp_rows) + "</table>"
+    at_lines, at_rows = _attestation(report)
+    if at_lines:
+        figs += '<h2>What the engine runs (attested)</h2><ul id="attestation">' + "".join(f"<li>{esc(x)}</li>" for x in at_lines) + "</ul>"
+        figs += ("<table><tr>" + "".join(f"<th>{esc(c)}</th>" for c in _ATTEST_COLUMNS) + "</tr>"
+                 + "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in at_rows) + "</table>") if at_rows else ""  # fmt: skip
     notes = "".join(f"<li>{esc(n)}</li>" for n in report.get("notes", []))
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>attn-export report</title><style>{_CSS}</style></head>'

@@ -7,8 +7,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -19,6 +21,7 @@ from onnx import numpy_helper
 from attn_export.deploy.jetson_bundle import BUNDLE_FILES, write_jetson_bundle
 from attn_export.errors import CompatibilityError, DataError
 from attn_export.export import export_onnx
+from attn_export.runtime.tensorrt import attest
 from attn_export.targets.targets import export_spec_for
 from attn_export.runtime.tensorrt.spec import EngineSpec, ShapeProfile
 from attn_export.validate import accuracy, tolerance_for
@@ -74,6 +77,44 @@ def test_validate_on_device_stand_in_passes(bundle, tmp_path) -> None:  # type: 
     stage = json.loads(stage_path.read_text())
     assert set(stage["accuracy"]) == {"max_abs", "mean_abs", "rel_l2", "cosine", "sqnr_db"} and stage["passed"] is True
     assert set(stage["latency_ms"]["artifact"]) >= {"p50", "p90", "p99"}
+
+
+INSPECTOR = Path(__file__).resolve().parents[1] / "fixtures" / "trt" / "inspector"
+
+
+def test_bundle_json_carries_what_the_device_attests(model, bundle, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from attn_export.pipeline.deploy import planned_gemms
+
+    expectation = json.loads((bundle / "bundle.json").read_text())["expectation"]
+    # a fp16 build of the fp32 graph (10.3, --fp16) without a plan table: every GEMM is held to fp16; the static check expects fusion
+    assert expectation == {"precision": "fp16", "gemms": [], "attention_blocks": 1, "fused_attention": True}
+    assert (bundle / "engine_attest.py").read_bytes() == Path(attest.__file__).read_bytes()
+    path, feed, ref = model
+    gemms = planned_gemms(path, "fp16")  # the run's engine step passes the plan's GEMMs: "float" becomes this build's fp16
+    assert len(gemms) == 4 and {g.precision for g in gemms} == {"float"}
+    planned = write_jetson_bundle(path, tmp_path / "b", SPEC, feed, ref, tolerance_for("fp32"), gemms=gemms)
+    rows = json.loads((planned / "bundle.json").read_text())["expectation"]["gemms"]
+    assert [(r["group"], r["precision"]) for r in rows] == [(g.group, "fp16") for g in gemms]
+
+
+@pytest.mark.parametrize(("fixture", "args", "code", "says"), [
+    ("all_int8.json", (), 0, "attestation: engine int8: attested; 8/8 GEMM groups as planned"),
+    ("one_gemm_fp32.json", (), 1, "FAIL: GEMM group layers.1.ffn2: int8 requested, engine layer '/layers_1/ffn_out/MatMul_myl0_15' runs fp32"),
+    ("attention_unfused.json", (), 1, "FAIL: attention not fused: 0 fused attention kernel(s) for 2 attention block(s)"),
+    ("one_gemm_fp32.json", ("--accept-engine-mismatch",), 0, "accepted (--accept-engine-mismatch): GEMM group layers.1.ffn2"),
+])  # fmt: skip
+def test_the_device_attests_the_engine_layer_list(bundle, tmp_path, fixture, args, code, says) -> None:  # type: ignore[no-untyped-def]
+    """The bundle's own validator and engine_attest.py, standalone (no attn-export on the path), on a recorded layer list."""
+    device = tmp_path / "bundle"
+    shutil.copytree(bundle, device)
+    meta = json.loads((device / "bundle.json").read_text())
+    meta["expectation"] = json.loads((INSPECTOR / "expectation.json").read_text())  # the plan of the recorded engine
+    (device / "bundle.json").write_text(json.dumps(meta))
+    shutil.copyfile(INSPECTOR / fixture, device / "model.engine.layers.json")
+    run = _validate(device, "--allow-stand-in", "--json", str(tmp_path / "stage.json"), *args)
+    assert run.returncode == code, run.stdout + run.stderr
+    assert says in run.stdout
+    assert json.loads((tmp_path / "stage.json").read_text())["details"]["attestation"]["allowed_by"] == ("--accept-engine-mismatch" if args else None)
 
 
 def test_validate_on_device_auto_without_tensorrt(bundle) -> None:  # type: ignore[no-untyped-def]

@@ -104,3 +104,10 @@ def test_a_run_writes_the_session_options_into_the_report(tmp_path) -> None:  # 
     assert set(options) <= DOCUMENTED_OPTIONS and options["trt_fp16_enable"] is False and deployed["trt_check"]["passed"]
     if "TensorrtExecutionProvider" not in ort.get_available_providers():
         assert any(n.startswith("stand-in: ort-tensorrt artifacts were validated on ONNX Runtime's CPUExecutionProvider") for n in report["notes"])
+
+
+def test_the_options_say_the_eps_engines_are_not_attested(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """No documented EP option sets the builder's profiling verbosity, so the report says why this target is not attested."""
+    assert not {o for o in DOCUMENTED_OPTIONS if "verbosity" in o or "inspector" in o or o.endswith("_profiling")}
+    out = deployment_options(_qdq_graph(tmp_path / "q.onnx"), EngineSpec(precision="int8", profiles=SPEC.profiles))
+    assert out["attestation"].startswith("not attested: ONNX Runtime's TensorRT EP builds its engines inside the session")

@@ -8,7 +8,9 @@ The module is split so that everything but the TensorRT calls runs without Tenso
 * ``spec``     ``ShapeProfile``/``EngineSpec`` and the flags each TensorRT version needs;
 * ``sidecar``  the engine's JSON sidecar, load-time compatibility checks, and fused
   attention detection from the engine inspector's layer list;
-* ``build``    ``build_engine`` (static check first, then the TensorRT builder);
+* ``attest``   what a built engine runs, read back from the inspector's detailed layer list
+                  (standard library only: the Jetson bundle ships it to the device);
+* ``build``    ``build_engine`` (static check first, then the TensorRT builder, then the attestation);
 * ``runner``   ``EngineFromPath`` / ``load_engine`` / ``TrtRunner`` (cuda-python buffers,
                   ``cudaSetDevice`` first, host code allowed for version-compatible plans).
 

@@ -9,7 +9,10 @@ and version compatibility, optimisation level, DLA with GPU fallback, all on the
 ``device`` selects. The engine is deserialised and inspected before anything is written,
 then written atomically with its sidecar and the inspector's layer list; the result says
 whether attention became a fused MHA kernel (an unfused attention is a warning with the
-likely reason from the static check).
+likely reason from the static check) and carries the engine's attestation (``attest``): per
+GEMM group the precision it runs against the one the plan placed it in, fused attention
+against the static check's kernel table. Its violations are warnings here; the run fails on
+them (``pipeline.deploy``) unless ``--accept-engine-mismatch`` accepts them.
 
 The timing cache follows trtexec (release/10.3 samples/utils/timingCache.cpp): loaded with
 ``ignore_mismatch=True``, the result of ``set_timing_cache`` checked, and a cache that
@@ -35,6 +38,7 @@ from attn_export.checks.trt_attention import find_attention_blocks
 from attn_export.checks.trt_compat import CompatReport, check_trt_compat
 from attn_export.errors import ConfigError, EngineError
 from attn_export.outdir.manifest import sha256_file
+from attn_export.runtime.tensorrt.attest import EngineExpectation, InspectorFormatError, PlannedGemm, attest_engine
 from attn_export.runtime.tensorrt.build_plan import BuildPlan, plan_build
 from attn_export.runtime.tensorrt.runner import deserialize, gpu_identity, select_device
 from attn_export.runtime.tensorrt.sidecar import (
@@ -50,7 +54,8 @@ from attn_export.runtime.tensorrt.spec import (
 )
 from attn_export.vocab.precisions import float_precision_of
 
-__all__ = ["EngineBuildResult", "Preflight", "attach_timing_cache", "build_engine", "preflight", "save_timing_cache", "unfused_warning"]
+__all__ = ["EngineBuildResult", "Preflight", "attach_timing_cache", "build_engine", "engine_expectation", "preflight", "save_timing_cache",
+           "unfused_warning"]
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +75,7 @@ class EngineBuildResult:
     attention_fused: int
     fused_layers: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    attestation: dict[str, Any] | None = None  # attest.Attestation.to_dict()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -88,6 +94,7 @@ class Preflight:
     plan: BuildPlan
     attention_blocks: int
     onnx_sha256: str
+    graph_float: str = "fp32"  # the graph's float type (an export precision's name)
 
 
 def preflight(onnx_path: str | os.PathLike[str], spec: EngineSpec, trt_version: str) -> Preflight:
@@ -105,12 +112,28 @@ def preflight(onnx_path: str | os.PathLike[str], spec: EngineSpec, trt_version: 
     graph_float = float_precision_of(onnx.TensorProto.DataType.Name(t) for t in types)
     plan = plan_build(spec, trt_version, graph_float, has_qdq)
     blocks = len(find_attention_blocks(ir.serde.deserialize_model(onnx.shape_inference.infer_shapes(proto))))
-    return Preflight(report, plan, blocks, sha256_file(path))
+    return Preflight(report, plan, blocks, sha256_file(path), graph_float)
+
+
+def _fusion_reasons(report: CompatReport) -> list[str]:
+    """The static check's reasons an attention will not fuse (its kernel table: head size, sequence, fp32 softmax island)."""
+    return [f.message for f in report.findings if f.op in ("Attention", "Softmax") and f.severity in ("warning", "info")]
+
+
+def engine_expectation(pre: Preflight, spec: EngineSpec, gemms: tuple[PlannedGemm, ...] = ()) -> EngineExpectation:
+    """What the engine must run: ``gemms`` (a ``"float"`` GEMM becomes the float type this build runs: fp16 under a weakly
+    typed ``FP16``/``BF16`` flag, else the graph's own), and fused attention where the static check finds no reason against it."""
+    flags = set(pre.plan.builder_flags)
+    weak = next((p for f, p in (("FP16", "fp16"), ("BF16", "bf16")) if f in flags), None) if not pre.plan.strongly_typed else None
+    floating = weak or pre.graph_float
+    resolved = tuple(PlannedGemm(g.node, g.group, floating if g.precision == "float" else g.precision) for g in gemms)
+    fuses = pre.attention_blocks > 0 and not _fusion_reasons(pre.report)
+    return EngineExpectation(spec.precision, resolved, pre.attention_blocks, fuses)
 
 
 def unfused_warning(fused: int, blocks: int, softmax_layers: list[str], report: CompatReport) -> str:
     """The report line for an attention TensorRT did not fuse, with the static check's reasons."""
-    reasons = [f.message for f in report.findings if f.op in ("Attention", "Softmax") and f.severity in ("warning", "info")]
+    reasons = _fusion_reasons(report)
     left = f"; standalone softmax layers: {', '.join(softmax_layers[:3])}" if softmax_layers else ""
     why = "; likely: " + " | ".join(reasons) if reasons else "; no static reason found (inspect the .layers.json)"
     return f"attention not fused into an MHA kernel ({fused} fused of {blocks}{left}){why}"
@@ -168,8 +191,12 @@ def save_timing_cache(config: Any, cache_path: Path | None) -> list[str]:
     return []
 
 
-def build_engine(onnx_path: str | os.PathLike[str], engine_path: str | os.PathLike[str], spec: EngineSpec, device: int = 0) -> EngineBuildResult:
-    """Build, save (engine + sidecar + layer list) and inspect a TensorRT engine on GPU ``device``."""
+def build_engine(onnx_path: str | os.PathLike[str], engine_path: str | os.PathLike[str], spec: EngineSpec, device: int = 0,
+                 gemms: tuple[PlannedGemm, ...] = ()) -> EngineBuildResult:  # fmt: skip
+    """Build, save (engine + sidecar + layer list), inspect and attest a TensorRT engine on GPU ``device``.
+
+    ``gemms``: the plan's GEMMs and their precisions (``pipeline.deploy``); without them a 16-bit
+    engine's every GEMM is held to its precision and an 8-bit engine's GEMMs are counted, not attested."""
     trt = require("tensorrt", "tensorrt", what="TensorRT", extra="gpu")
     pre = preflight(onnx_path, spec, trt.__version__)
     engine_path = Path(engine_path)
@@ -212,6 +239,11 @@ def build_engine(onnx_path: str | os.PathLike[str], engine_path: str | os.PathLi
     fusion = detect_fused_attention(info, pre.attention_blocks)
     if not fusion.all_fused:
         warnings.append(unfused_warning(fusion.fused, pre.attention_blocks, fusion.softmax_layers, pre.report))
+    try:
+        attestation = attest_engine(info, engine_expectation(pre, spec, gemms))
+    except InspectorFormatError as err:
+        raise EngineError(f"the engine inspector of {engine_path} gave no layer details ({err}); this is a bug in attn-export") from None
+    warnings += attestation.violations
     for w in warnings:
         log.warning("%s", w)
     gpu, cc = gpu_identity(device)
@@ -232,6 +264,7 @@ def build_engine(onnx_path: str | os.PathLike[str], engine_path: str | os.PathLi
         tensorrt_version=trt.__version__, precision=spec.precision, strongly_typed=pre.plan.strongly_typed,
         builder_flags=list(pre.plan.builder_flags), build_seconds=seconds, size_bytes=sidecar.engine_size_bytes,
         attention_blocks=pre.attention_blocks, attention_fused=fusion.fused, fused_layers=fusion.fused_layers, warnings=warnings,
+        attestation=attestation.to_dict(),
     )
     log.info("built %s: %s", engine_path, result.describe())
     return result

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from attn_export.errors import ConfigError, EngineError
 from attn_export.outdir.manifest import sha256_file  # one file hash for run manifests and engine sidecars
+from attn_export.runtime.tensorrt.attest import FUSED_ATTENTION as _FUSED  # one list of fused attention kernel names
 from attn_export.runtime.tensorrt.spec import ENGINE_PRECISIONS, HARDWARE_COMPATIBILITY, parse_trt_version
 
 __all__ = [
@@ -47,9 +48,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 SIDECAR_SCHEMA = 2  # 2: optimization_profiles (length buckets); a schema-1 sidecar still reads
-# Kernel/tactic names of TensorRT's fused attention: Myelin's "_gemm_mha_v2", "fmha"/"flash"
-# tactics and IAttention kernels. Matched on layer type, tactic and name.
-_FUSED = re.compile(r"(_mha_|mha_v\d|fmha|flash_?attn|flash_?attention|fused_?mha|cask\w*attention)", re.I)
 _SOFTMAX = re.compile(r"softmax", re.I)
 
 
