@@ -83,18 +83,31 @@ def run_check(
 
 
 def check(
-    report: Annotated[Path, typer.Argument(help="report.json written by attn-export.")],
-    baseline: Annotated[Path, typer.Option("--baseline", help="Committed baseline JSON (see docs/ci-gate.md).")],
+    report: Annotated[Path, typer.Argument(help="report.json written by attn-export (with --golden: the model/engine).")],
+    baseline: Annotated[Path | None, typer.Option("--baseline", help="Committed baseline JSON (see docs/ci-gate.md).", show_default="none")] = None,
     update_baseline: Annotated[bool, typer.Option("--update-baseline", metavar="", help="Record this report's figures as its CPU class's entry (keeps tolerances and other classes).")] = False,
     prune: Annotated[bool, typer.Option("--prune", metavar="", help="With --update-baseline: also remove stages/metrics this report lacks (listed).")] = False,
     allow_empty: Annotated[bool, typer.Option("--allow-empty", metavar="", help="Accept a baseline with no stages (normally an error: it checks nothing).")] = False,
     junit: Annotated[Path | None, typer.Option("--junit", help="Also write JUnit XML here (one test case per stage/metric).", show_default="none")] = None,
     latency_margin: Annotated[float | None, typer.Option("--latency-margin", help="Also fail if speedup_vs_eager drops below baseline*(1-margin), e.g. 0.2.", show_default="none: latency not checked")] = None,
     force: Annotated[bool, typer.Option("--force", metavar="", help="Replace an existing --junit file that attn-export did not write.")] = False,
+    golden: Annotated[Path | None, typer.Option("--golden", help="Judge the model/engine against golden outputs (golden record).", show_default="none")] = None,
+    provider: Annotated[str | None, typer.Option("--provider", help="With --golden, for .onnx: ONNX Runtime provider cpu or cuda.", show_default="cpu")] = None,
     quiet: QuietFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Compare a report against a baseline; exit 1 on an accuracy (or latency-ratio) regression."""
+    """Compare a report against a baseline (or an artifact against golden outputs); exit 1 on a regression."""
+    if golden is not None:
+        from attn_export.cli.golden import run_golden_check
+
+        if baseline is not None or update_baseline:
+            raise ConfigError("--golden checks a model against golden outputs; drop --baseline/--update-baseline, or run them apart")
+        code = run_golden_check(report, golden, provider, as_json=as_json, quiet=quiet)
+        if code:
+            raise typer.Exit(code=code)
+        return
+    if baseline is None:
+        raise ConfigError("missing --baseline (the committed baseline JSON); or pass --golden DIR to check against golden outputs")
     code = run_check(report, baseline, update_baseline=update_baseline, prune=prune, allow_empty=allow_empty, junit=junit,
                      latency_margin=latency_margin, quiet=quiet, as_json=as_json, force=force)  # fmt: skip
     if code:
