@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -175,3 +176,34 @@ def test_check_golden_refusals_are_one_line(recorded, tmp_path, capsys):
         judge_golden(load_golden(golden).outputs, run_artifact(other, load_golden(golden).inputs)[1], {"emb": "embedding"})
     with pytest.raises(ConfigError, match="neither an ONNX model"):
         run_artifact(tmp_path / "in.npz", [])
+
+
+def test_an_engine_records_its_gpu_tensorrt_and_cuda_and_checks_on_the_new_stack(tmp_path, monkeypatch):
+    """Up to the hardware boundary: a TensorRT engine built and run by the strict doubles, recorded and checked."""
+    from trt_fakes import World, install, manifest_versions
+
+    from attn_export.deploy.golden import load_golden, record_golden
+    from attn_export.runtime.tensorrt.build import build_engine
+    from attn_export.runtime.tensorrt.spec import EngineSpec, ShapeProfile
+    from attn_export.cli.golden import run_golden_check
+
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", 4])
+    two = helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])
+    graph = helper.make_graph([helper.make_node("Mul", ["x", "two"], ["y"])], "double", [x],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", "S", 4])], initializer=[two])  # fmt: skip
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10), tmp_path / "double.onnx")
+    version = manifest_versions()[0]
+    world = World(devices=[("NVIDIA L4", 8, 9)])
+    install(monkeypatch, version, world)
+    spec = EngineSpec(precision="fp16", profiles=ShapeProfile((1, 8), (2, 16), (4, 32)))
+    engine = Path(build_engine(str(tmp_path / "double.onnx"), tmp_path / "m.engine", spec).engine_path)
+    feeds = [{"x": np.random.default_rng(i).standard_normal((2, 16, 4)).astype(np.float32)} for i in range(3)]
+    meta = record_golden(tmp_path / "golden", engine, feeds)
+    assert meta.stack["runtime"] == "tensorrt" and meta.stack["gpu"] == "NVIDIA L4" and meta.stack["compute_capability"] == "8.9"
+    assert meta.stack["tensorrt"] == version and meta.stack["cuda"] == "12.6" and meta.kinds == {"y": "tensor"}
+    assert len(load_golden(tmp_path / "golden").outputs["y"]) == 3
+    world.cuda_runtime = 13000  # the upgrade: same engine, new CUDA
+    assert run_golden_check(engine, tmp_path / "golden", quiet=True) == 0
