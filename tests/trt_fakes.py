@@ -146,6 +146,7 @@ class World:
 
     devices: list[tuple[str, int, int]] = field(default_factory=lambda: [("NVIDIA H200", 9, 0), ("NVIDIA L4", 8, 9)])
     current_device: int = 0
+    cuda_runtime: int = 12060  # cudaRuntimeGetVersion: 1000 * major + 10 * minor (CUDA Runtime API, Version Management)
     parser_errors: list[tuple[str, str, str]] = field(default_factory=list)  # (node name, op, message)
     build_returns_none: bool = False
     fused_attention: bool = True
@@ -741,6 +742,7 @@ def fake_cudart(world: World) -> types.SimpleNamespace:
         cudaMalloc=malloc, cudaFree=lambda p: ((memory.pop(int(p), None), 0)[1],),
         cudaMemcpyKind=types.SimpleNamespace(cudaMemcpyHostToDevice=1, cudaMemcpyDeviceToHost=2), cudaMemcpyAsync=memcpy,
         cudaStreamCreate=lambda: (0, 7), cudaStreamSynchronize=lambda s: (0,), cudaStreamDestroy=lambda s: (0,),
+        cudaRuntimeGetVersion=lambda: (0, world.cuda_runtime),
     )
     rt._memory = memory
     return rt

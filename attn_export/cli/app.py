@@ -55,6 +55,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "attn_export.cli.calib",
     "attn_export.cli.check_trt",
     "attn_export.cli.check",
+    "attn_export.cli.golden",
     "attn_export.cli.bench",
     "attn_export.cli.sweep",
     "attn_export.cli.report",

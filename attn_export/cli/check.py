@@ -70,7 +70,7 @@ def run_check(
         raise ConfigError(f"--expect-precision expected one of {', '.join(PRECISIONS)}, got {expect_precision!r}")
     if baseline is None:
         if expect_precision is None and not expect_fused_attention:
-            raise ConfigError("check needs --baseline FILE, or --expect-precision/--expect-fused-attention to assert the engine's attestation")
+            raise ConfigError("check needs --baseline FILE, --expect-precision/--expect-fused-attention (the engine's attestation) or --golden DIR")
         if update_baseline or junit is not None:
             raise ConfigError("--update-baseline and --junit need --baseline FILE")
         return _expectation_checks(report, expect_precision, expect_fused_attention, as_json, quiet)
@@ -120,8 +120,8 @@ def run_check(
 
 
 def check(
-    report: Annotated[Path, typer.Argument(help="report.json written by attn-export.")],
-    baseline: Annotated[Optional[Path], typer.Option("--baseline", help="Committed baseline JSON (see docs/ci-gate.md).", show_default="none: only the --expect-* checks")] = None,
+    report: Annotated[Path, typer.Argument(help="report.json written by attn-export (with --golden: the model/engine).")],
+    baseline: Annotated[Optional[Path], typer.Option("--baseline", help="Committed baseline JSON (see docs/ci-gate.md).", show_default="none: only --expect-*/--golden")] = None,
     update_baseline: Annotated[bool, typer.Option("--update-baseline", metavar="", help="Record this report's figures as its CPU class's entry (keeps tolerances and other classes).")] = False,
     prune: Annotated[bool, typer.Option("--prune", metavar="", help="With --update-baseline: also remove stages/metrics this report lacks (listed).")] = False,
     allow_empty: Annotated[bool, typer.Option("--allow-empty", metavar="", help="Accept a baseline with no stages (normally an error: it checks nothing).")] = False,
@@ -130,10 +130,21 @@ def check(
     force: Annotated[bool, typer.Option("--force", metavar="", help="Replace an existing --junit file that attn-export did not write.")] = False,
     expect_precision: Annotated[Optional[str], typer.Option("--expect-precision", help="Fail unless the built engine runs every GEMM group planned in this precision in it (int8, fp8, fp16, bf16).", show_default="none")] = None,
     expect_fused_attention: Annotated[bool, typer.Option("--expect-fused-attention", metavar="", help="Fail unless the built engine runs one fused attention kernel per attention block.")] = False,
+    golden: Annotated[Path | None, typer.Option("--golden", help="Judge the model/engine against golden outputs (golden record).", show_default="none")] = None,
+    provider: Annotated[str | None, typer.Option("--provider", help="With --golden, for .onnx: ONNX Runtime provider cpu or cuda.", show_default="cpu")] = None,
     quiet: QuietFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Compare a report against a baseline; exit 1 on an accuracy (or latency-ratio) regression."""
+    """Compare a report against a baseline (or an artifact against golden outputs); exit 1 on a regression."""
+    if golden is not None:
+        from attn_export.cli.golden import run_golden_check
+
+        if baseline is not None or update_baseline:
+            raise ConfigError("--golden checks a model against golden outputs; drop --baseline/--update-baseline, or run them apart")
+        code = run_golden_check(report, golden, provider, as_json=as_json, quiet=quiet)
+        if code:
+            raise typer.Exit(code=code)
+        return
     code = run_check(report, baseline, update_baseline=update_baseline, prune=prune, allow_empty=allow_empty, junit=junit,
                      latency_margin=latency_margin, quiet=quiet, as_json=as_json, force=force, expect_precision=expect_precision,
                      expect_fused_attention=expect_fused_attention)  # fmt: skip
