@@ -78,7 +78,7 @@ def test_check_command_refuses_bad_values_with_exit_2(tmp_path: Path, capsys: py
     assert main(["check", str(path), "--expect-precision", "int4"]) == 2
     assert "--expect-precision expected one of fp32, fp16, bf16, int8, fp8, got 'int4'" in capsys.readouterr().err
     assert main(["check", str(path)]) == 2
-    assert "check needs --baseline FILE, or --expect-precision/--expect-fused-attention" in capsys.readouterr().err
+    assert "check needs --baseline FILE, --expect-precision/--expect-fused-attention" in capsys.readouterr().err
 
 
 def test_the_plugin_asserts_the_same(tmp_path: Path) -> None:
