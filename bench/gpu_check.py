@@ -6,7 +6,10 @@ importable, fp16 and int8 engines with their accuracy against eager fp32, whethe
 fused into an MHA kernel, and latency p50/p90 in ms with the speedup over eager fp32; then an fp16
 engine with length-bucketed profiles, run at four lengths (the profile each ran on, its cosine). All
 variants are timed in one process, round-robin on the same inputs (``time_runners``), with
-host<->device copies included for every runner. Budget: under 5 minutes on one GPU.
+host<->device copies included for every runner. Each engine's attestation (what the inspector
+says it runs) is printed after its build; the fp16 engine is judged against golden outputs
+recorded on ONNX Runtime CPU and on this GPU; an fp16 engine with length-bucketed profiles is
+checked at four lengths. Budget: under 5 minutes on one GPU.
 
 Without TensorRT it runs the rest and says so; without a GPU it runs the static TensorRT
 check of the exported models and says which parts it skipped. Exit status 1 when an
@@ -119,6 +122,31 @@ def bucket_check(layer: MaskedLayer, work: Path, profile: ShapeProfile, referenc
     return ok
 
 
+def golden_check(work: Path, feed: dict) -> bool:  # type: ignore[type-arg]
+    """Golden outputs across stacks (docs/targets.md, "Golden outputs"): the fp16 ONNX model's outputs on ONNX Runtime
+    CPU recorded as golden, the fp16 engine on this GPU judged against them with the subject metrics (per-row cosine,
+    top-1 and recall@10 agreement), then recorded on this stack and checked again. False on a miss."""
+    import tensorrt as trt
+
+    from attn_export.deploy.golden import load_golden, record_golden, run_artifact
+    from attn_export.deploy.golden_judge import GoldenThresholds, judge_golden
+
+    target = "tensorrt" if parse_trt_version(trt.__version__) >= parse_trt_version("10.14") else "jetson"
+    onnx_path, engine_path = work / f"{target}-fp16.onnx", work / f"{target}-fp16.engine"
+    feeds = [{k: v[i : i + 1] for k, v in feed.items()} for i in range(len(feed["x"]))]  # one row per batch: per-text judging
+    ok = True
+    for artifact, folder in ((onnx_path, work / "golden-cpu"), (engine_path, work / "golden-gpu")):
+        record_golden(folder, artifact, feeds, providers=["CPUExecutionProvider"] if artifact.suffix == ".onnx" else None, force=True)
+        golden = load_golden(folder)
+        _, outputs = run_artifact(engine_path, golden.inputs)
+        verdict = judge_golden(golden.outputs, outputs, golden.meta.kinds, GoldenThresholds(**golden.meta.thresholds.model_dump()))
+        ok &= verdict.passed
+        stack = golden.meta.stack
+        print(f"  golden from {artifact.name} ({stack.get('gpu') or stack.get('cpu_class')}): engine "
+              + ("PASS" if verdict.passed else "FAIL " + "; ".join(verdict.failure_lines())))
+    return ok
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batch", type=int, default=8)
@@ -167,6 +195,12 @@ def main(argv: list[str] | None = None) -> int:
                 failed = True
                 print(f"TensorRT {precision} build failed: {type(err).__name__}: {err}")
                 traceback.print_exc(limit=3)
+        try:
+            failed |= not golden_check(work, feed)
+        except Exception as err:
+            failed = True
+            print(f"golden outputs check failed: {type(err).__name__}: {err}")
+            traceback.print_exc(limit=3)
         try:
             failed |= not bucket_check(layer, work, profile, fp32, args.batch)
         except Exception as err:
