@@ -55,8 +55,8 @@ def _masks() -> dict[str, np.ndarray]:
 MASKS = _masks()
 
 
-@pytest.fixture(scope="module")
-def encoder() -> SentenceEncoder:
+def seeded_encoder() -> SentenceEncoder:
+    """A small encoder with every gain and bias perturbed (shared with test_packed_trt)."""
     torch.manual_seed(0)
     enc = SentenceEncoder(CONFIG).eval()
     with torch.no_grad():  # LayerNorm gains/biases away from 1/0, so a wrong row shows
@@ -64,6 +64,9 @@ def encoder() -> SentenceEncoder:
             if p.dim() == 1:
                 p.add_(0.1 * torch.randn_like(p))
     return enc
+
+
+encoder = pytest.fixture(scope="module")(seeded_encoder)
 
 
 def _ids(mask: np.ndarray, seed: int = 1) -> np.ndarray:

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import onnx
 import pytest
-import torch
 from onnx import TensorProto, helper
-from test_packed import CONFIG, MASKS, _check, _ids, _padded
+from test_packed import CONFIG, MASKS, _check, _ids, _padded, seeded_encoder
 
 from attn_export.checkpoint.export import export_encoder
 from attn_export.checks.trt_compat import check_trt_compat
@@ -28,15 +27,7 @@ from attn_export.runtime.tensorrt.spec import ShapeProfile
 PROFILE = ShapeProfile((1, 1), (8, 128), (32, 512))
 
 
-@pytest.fixture(scope="module")
-def encoder() -> SentenceEncoder:
-    torch.manual_seed(0)
-    enc = SentenceEncoder(CONFIG).eval()
-    with torch.no_grad():  # LayerNorm gains/biases away from 1/0, so a wrong row shows
-        for p in enc.parameters():
-            if p.dim() == 1:
-                p.add_(0.1 * torch.randn_like(p))
-    return enc
+encoder = pytest.fixture(scope="module")(seeded_encoder)  # the encoder test_packed judges, built once here
 
 
 @pytest.fixture(scope="module")
