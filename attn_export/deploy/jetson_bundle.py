@@ -12,6 +12,10 @@ everything needed there, and nothing that needs attn-export or torch:
                              (``runtime/tensorrt/attest.py``, standard library only);
 * ``reference.npz``          inputs and eager-PyTorch outputs (``input/<name>``, ``output/<name>``)
                              of every model input and output;
+* ``golden.json``            the checked ONNX model's outputs on the reference inputs (Polygraphy RunResults,
+                             ``deploy.golden.save_outputs``), with ``golden_stack.json`` naming the host;
+                             ``golden_on_device.py`` judges the engine against them with ``output_agreement.py``
+                             (``checkpoint/output_agreement.py``) and records the device's own (``--record-golden``);
 * ``bundle.json``            (schema 2) the model's inputs/outputs and their dims, a tolerance per
                              output, the profile and the build command; and ``README.md``.
 
@@ -154,6 +158,20 @@ It also reads `model.engine.layers.json` (the engine's layers, written by `build
 must run the precision the plan placed it in (not wider: FP32 where int8 or fp16 was planned
 fails) and, where the kernel table says so, attention must be one fused kernel per layer. A
 violation is a `FAIL:` line naming the layer and exit 1; `--accept-engine-mismatch` records it.
+
+## Golden outputs
+    python3 golden_on_device.py                      # the engine vs golden.json, old stack vs new stack
+    python3 golden_on_device.py --record-golden g/   # once verified: this device's own outputs and stack
+    python3 golden_on_device.py --golden g/          # after a JetPack/TensorRT upgrade: gated against them
+
+`golden.json` (Polygraphy RunResults) holds the checked ONNX model's outputs on `reference.npz`'s
+inputs, recorded when the bundle was written on the host that `golden_stack.json` names.
+`golden_on_device.py` judges the engine's outputs against a golden with the subject's metrics
+(`output_agreement.py`: every text's cosine, top-1 and recall@10 neighbour agreement for
+embeddings, label agreement for logits): a text below cosine 0.995 is named on a `FAIL:` line,
+exit 1. `--record-golden DIR` writes the engine's outputs, once they pass the reference check,
+with this device's GPU, compute capability, TensorRT, CUDA and L4T (`/etc/nv_tegra_release`);
+`--golden DIR` gates the next upgrade against them. Polygraphy is used when importable, not needed.
 
 ## Precision
 {_precision_note(spec, cmd, attention_blocks)}
