@@ -18,26 +18,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from attn_export.checkpoint.output_agreement import RECALL_K, label_agreement, neighbour_agreement, neighbour_order, row_cosines
 from attn_export.errors import DataError
 
 __all__ = ["NEAR_TIE_COSINE", "RECALL_K", "classification_agreement", "embedding_agreement", "logit_rows", "rank_agreement", "row_cosines", "wilson_interval"]
 
 
-def _unit_rows(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float64)
-    norms = np.linalg.norm(x, axis=-1, keepdims=True)
-    return x / np.maximum(norms, 1e-12)
-
-
-def row_cosines(reference: np.ndarray, candidate: np.ndarray) -> np.ndarray:
-    """Cosine of each row of ``candidate`` (N, D) with the same row of ``reference``: (N,)."""
-    return np.sum(_unit_rows(reference) * _unit_rows(candidate), axis=-1)
-
-
 # Two neighbours of the reference closer than this in cosine are a near-tie: a change of top-1 between
 # them says little (rounding alone can swap them), so their count is reported beside the agreement.
 NEAR_TIE_COSINE = 1e-3
-RECALL_K = 10
 
 
 def wilson_interval(successes: float, n: float, z: float = 1.96) -> tuple[float, float]:
@@ -48,14 +37,6 @@ def wilson_interval(successes: float, n: float, z: float = 1.96) -> tuple[float,
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return float(max(0.0, centre - half)), float(min(1.0, centre + half))
-
-
-def _neighbour_order(embeddings: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(similarities with the diagonal at -inf, each row's other texts by decreasing similarity)."""
-    unit = _unit_rows(embeddings)
-    sim = unit @ unit.T  # (N, N)
-    np.fill_diagonal(sim, -np.inf)
-    return sim, np.argsort(-sim, axis=-1, kind="stable")
 
 
 def embedding_agreement(reference: np.ndarray, candidate: np.ndarray) -> dict[str, float]:
@@ -80,11 +61,8 @@ def embedding_agreement(reference: np.ndarray, candidate: np.ndarray) -> dict[st
         return {"mean_cosine": nan, "min_cosine": nan, "top1_neighbor_agreement": 0.0, "top1_ci_low": 0.0, "top1_ci_high": 0.0,
                 "near_ties": 0.0, "recall_at_10": 0.0, "num_texts": float(n)}  # fmt: skip
     cos = row_cosines(ref, out)
-    ref_sim, ref_order = _neighbour_order(ref)
-    _, out_order = _neighbour_order(out)
-    agree = ref_order[:, 0] == out_order[:, 0]
-    k = min(RECALL_K, n - 1)
-    recall = np.mean([len(set(ref_order[i, :k]) & set(out_order[i, :k])) / k for i in range(n)])
+    ref_sim, ref_order = neighbour_order(ref)
+    agree, recall = neighbour_agreement(ref, out)  # the arithmetic a Jetson bundle ships (checkpoint.output_agreement)
     near = 0
     if n > 2:
         top2 = np.take_along_axis(ref_sim, ref_order[:, :2], axis=-1)
@@ -127,7 +105,7 @@ def classification_agreement(reference: np.ndarray, candidate: np.ndarray, mask:
                 "num_rows": float(ref.shape[0])}  # fmt: skip
     cos = row_cosines(ref, out)
     return {
-        "label_agreement": float(np.mean(ref.argmax(-1) == out.argmax(-1))),
+        "label_agreement": label_agreement(ref, out),
         "mean_cosine": float(cos.mean()),
         "min_cosine": float(cos.min()),
         "worst_row": float(np.argmin(cos)),

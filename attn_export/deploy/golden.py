@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from attn_export.errors import ConfigError, DataError
 
-__all__ = ["GOLDEN_FILES", "GoldenMeta", "Golden", "current_stack", "load_golden", "record_golden", "run_artifact"]
+__all__ = ["GOLDEN_FILES", "GoldenMeta", "Golden", "current_stack", "load_golden", "record_golden", "run_artifact", "save_outputs"]
 
 GOLDEN_FILES = ("golden.json", "inputs.json", "stack.json")
 GOLDEN_SCHEMA = 1
@@ -160,10 +160,20 @@ def read_feeds(path: Path) -> list[dict[str, np.ndarray]]:
     return [{str(k): np.asarray(v) for k, v in f.items()} for f in feeds]
 
 
+def save_outputs(path: Path, runner_name: str, outputs: dict[str, list[np.ndarray]]) -> None:
+    """``outputs`` (name -> one array per feed) as Polygraphy RunResults JSON: one runner, one iteration per feed."""
+    from polygraphy.comparator import IterationResult, RunResults
+
+    results = RunResults()
+    count = len(next(iter(outputs.values())))
+    results.add([IterationResult({k: v[i] for k, v in outputs.items()}, runner_name=runner_name) for i in range(count)], runner_name=runner_name)
+    with _polygraphy_quiet():
+        results.save(str(path))
+
+
 def record_golden(golden_dir: Path, artifact: Path, feeds: list[dict[str, np.ndarray]], *, labels: tuple[str, ...] = (),
                   texts: list[str] | None = None, providers: list[str] | None = None, force: bool = False) -> GoldenMeta:  # fmt: skip
     """Run ``artifact`` on ``feeds`` and write the golden folder; a folder holding files we did not write is refused."""
-    from polygraphy.comparator import IterationResult, RunResults
     from polygraphy.json import save_json
 
     from attn_export.deploy.folder import MANIFEST_NAME, move_aside, publish, refuse_foreign, staging
@@ -183,12 +193,10 @@ def record_golden(golden_dir: Path, artifact: Path, feeds: list[dict[str, np.nda
     n = sum(len(next(iter(f.values()))) for f in feeds)
     if texts is not None and len(texts) != n:
         raise DataError(f"{len(texts)} texts given for {n} input rows; pass the texts the inputs were tokenized from, in order")
-    results = RunResults()
-    results.add([IterationResult({k: v[i] for k, v in outputs.items()}, runner_name=runner_name) for i in range(len(feeds))], runner_name=runner_name)
     meta = GoldenMeta(artifact=artifact.name, artifact_sha256=_sha256(artifact), runner=runner_name, stack=current_stack(artifact, providers),
                       kinds={k: kind_for(v[0].shape, k in labels) for k, v in outputs.items()}, texts=texts)  # fmt: skip
     with staging(golden_dir) as tmp, _polygraphy_quiet():
-        results.save(str(tmp / "golden.json"))
+        save_outputs(tmp / "golden.json", runner_name, outputs)
         save_json(feeds, str(tmp / "inputs.json"), description="inputs")
         (tmp / "stack.json").write_text(meta.model_dump_json(by_alias=True, indent=2) + "\n")
         publish(tmp, golden_dir, "--golden", GOLDEN_KIND)

@@ -5,7 +5,7 @@ judged by its users on cosine and on which texts come out as neighbours, a class
 labels. So each output is judged by its kind (``OUTPUT_KINDS``):
 
 * ``embedding`` (texts, dim): the cosine of every text with its golden row, top-1 neighbour and
-  recall@10 agreement (``checkpoint.metrics.embedding_agreement``);
+  recall@10 agreement (``checkpoint.output_agreement``, which Jetson bundles ship);
 * ``labels`` (texts, labels): arg-max label agreement and the cosine of each text's logits;
 * ``tensor`` (any rank): the cosine of each sample (first axis) flattened.
 
@@ -17,16 +17,16 @@ texts fails by name even when the mean cosine still looks perfect. Pure numpy: n
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from attn_export.checkpoint.metrics import classification_agreement, embedding_agreement, row_cosines
+from attn_export.checkpoint.output_agreement import KINDS, judge_rows
 from attn_export.errors import DataError
 
 __all__ = ["OUTPUT_KINDS", "GoldenThresholds", "OutputVerdict", "GoldenVerdict", "judge_golden", "kind_for"]
 
-OUTPUT_KINDS = ("embedding", "labels", "tensor")
+OUTPUT_KINDS = KINDS
 WORST_SHOWN = 5
 
 
@@ -92,29 +92,7 @@ def _rows(batches: Sequence[np.ndarray]) -> np.ndarray:
 
 
 def _judge_output(name: str, kind: str, old: np.ndarray, new: np.ndarray, t: GoldenThresholds) -> OutputVerdict:
-    failures: list[str] = []
-    if not np.all(np.isfinite(new)):
-        cos = np.where(np.isfinite(new).all(axis=-1), row_cosines(old, np.nan_to_num(new)), -1.0)
-    else:
-        cos = row_cosines(old, new)
-    metrics = {"mean_cosine": float(cos.mean()), "min_cosine": float(cos.min()), "texts": float(len(cos))}
-    if kind == "embedding" and len(cos) >= 2:
-        agree = embedding_agreement(old, new)
-        metrics |= {"top1_neighbor_agreement": agree["top1_neighbor_agreement"], "recall_at_10": agree["recall_at_10"]}
-        if agree["top1_neighbor_agreement"] < t.min_top1:
-            failures.append(f"top-1 neighbour agreement {agree['top1_neighbor_agreement']:.4f} < {t.min_top1}")
-        if agree["recall_at_10"] < t.min_recall_at_10:
-            failures.append(f"recall@10 agreement {agree['recall_at_10']:.4f} < {t.min_recall_at_10}")
-    elif kind == "labels":
-        agree = classification_agreement(old, new)
-        metrics["label_agreement"] = agree["label_agreement"]
-        if agree["label_agreement"] < t.min_label_agreement:
-            failures.append(f"label agreement {agree['label_agreement']:.4f} < {t.min_label_agreement}")
-    moved = np.flatnonzero(cos < t.min_cosine)
-    metrics["texts_moved"] = float(len(moved))
-    if len(moved):
-        failures.append(f"{len(moved)} of {len(cos)} texts below cosine {t.min_cosine}")
-    worst = sorted(((int(i), float(cos[i])) for i in moved), key=lambda p: p[1])
+    metrics, failures, worst = judge_rows(kind, old, new, asdict(t))  # the arithmetic the Jetson bundle ships too
     return OutputVerdict(name, kind, metrics, failures, worst)
 
 

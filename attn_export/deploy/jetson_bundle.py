@@ -12,6 +12,10 @@ everything needed there, and nothing that needs attn-export or torch:
                              (``runtime/tensorrt/attest.py``, standard library only);
 * ``reference.npz``          inputs and eager-PyTorch outputs (``input/<name>``, ``output/<name>``)
                              of every model input and output;
+* ``golden.json``            the checked ONNX model's outputs on the reference inputs (Polygraphy RunResults,
+                             ``deploy.golden.save_outputs``), with ``golden_stack.json`` naming the host;
+                             ``golden_on_device.py`` judges the engine against them with ``output_agreement.py``
+                             (``checkpoint/output_agreement.py``) and records the device's own (``--record-golden``);
 * ``bundle.json``            (schema 2) the model's inputs/outputs and their dims, a tolerance per
                              output, the profile and the build command; and ``README.md``.
 
@@ -35,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from attn_export.checkpoint import output_agreement
 from attn_export.checks.trt_attention import find_attention_blocks
 from attn_export.checks.trt_compat import check_trt_compat, report_dict
 from attn_export.deploy.folder import publish, staging
@@ -53,9 +58,12 @@ __all__ = ["write_jetson_bundle", "BUNDLE_FILES"]
 
 log = logging.getLogger(__name__)
 
-BUNDLE_FILES = ("model.onnx", "build_engine.sh", "validate_on_device.py", "engine_attest.py", "reference.npz", "bundle.json", "README.md")
+BUNDLE_FILES = ("model.onnx", "build_engine.sh", "validate_on_device.py", "engine_attest.py", "reference.npz", "bundle.json", "README.md",
+                "golden_on_device.py", "output_agreement.py", "golden.json", "golden_stack.json")  # fmt: skip
 _SCRIPT = Path(__file__).with_name("on_device_validator.py")
 _ATTEST = Path(attest.__file__)  # imported by the validator on the device
+_GOLDEN_SCRIPT = Path(__file__).with_name("golden_on_device.py")
+_AGREEMENT = Path(output_agreement.__file__)  # imported by golden_on_device.py on the device: the host's judge, one implementation
 
 
 def _tolerance_dict(name: str, tolerance: Any) -> dict[str, float]:
@@ -151,12 +159,42 @@ must run the precision the plan placed it in (not wider: FP32 where int8 or fp16
 fails) and, where the kernel table says so, attention must be one fused kernel per layer. A
 violation is a `FAIL:` line naming the layer and exit 1; `--accept-engine-mismatch` records it.
 
+## Golden outputs
+    python3 golden_on_device.py                      # the engine vs golden.json, old stack vs new stack
+    python3 golden_on_device.py --record-golden g/   # once verified: this device's own outputs and stack
+    python3 golden_on_device.py --golden g/          # after a JetPack/TensorRT upgrade: gated against them
+
+`golden.json` (Polygraphy RunResults) holds the checked ONNX model's outputs on `reference.npz`'s
+inputs, recorded when the bundle was written on the host that `golden_stack.json` names.
+`golden_on_device.py` judges the engine's outputs against a golden with the subject's metrics
+(`output_agreement.py`: every text's cosine, top-1 and recall@10 neighbour agreement for
+embeddings, label agreement for logits): a text below cosine 0.995 is named on a `FAIL:` line,
+exit 1. `--record-golden DIR` writes the engine's outputs, once they pass the reference check,
+with this device's GPU, compute capability, TensorRT, CUDA and L4T (`/etc/nv_tegra_release`);
+`--golden DIR` gates the next upgrade against them. Polygraphy is used when importable, not needed.
+
 ## Precision
 {_precision_note(spec, cmd, attention_blocks)}
 {dla}
 ## Build command
     {shell_line(cmd)}
 """
+
+
+def _write_golden(tmp: Path, feed: dict[str, np.ndarray]) -> None:
+    """golden.json: the checked ONNX model's outputs on the reference inputs, run here (golden_stack.json names this host).
+
+    The device judges its engine against these with the subject's metrics (golden_on_device.py), the way
+    ``attn-export golden check`` does: a text that moves shows even when the eager tolerance still passes."""
+    from attn_export.deploy.golden import GoldenMeta, current_stack, run_artifact, save_outputs
+    from attn_export.deploy.golden_judge import kind_for
+
+    model = tmp / "model.onnx"
+    runner_name, outputs = run_artifact(model, [feed])
+    save_outputs(tmp / "golden.json", runner_name, outputs)
+    meta = GoldenMeta(artifact=model.name, artifact_sha256=sha256_file(model), runner=runner_name, stack=current_stack(model),
+                      kinds={k: kind_for(v[0].shape) for k, v in outputs.items()})  # fmt: skip
+    (tmp / "golden_stack.json").write_text(meta.model_dump_json(by_alias=True, indent=2) + "\n")
 
 
 def write_jetson_bundle(
@@ -201,7 +239,9 @@ def write_jetson_bundle(
         (tmp / "build_engine.sh").write_text("#!/usr/bin/env bash\n" + script + '"$TRTEXEC" ' + shell_line(cmd[1:]) + "\n")
         shutil.copyfile(_SCRIPT, tmp / "validate_on_device.py")
         shutil.copyfile(_ATTEST, tmp / "engine_attest.py")
-        for name in ("build_engine.sh", "validate_on_device.py"):
+        shutil.copyfile(_GOLDEN_SCRIPT, tmp / "golden_on_device.py")
+        shutil.copyfile(_AGREEMENT, tmp / "output_agreement.py")
+        for name in ("build_engine.sh", "validate_on_device.py", "golden_on_device.py"):
             (tmp / name).chmod(0o755 | stat.S_IRUSR)
         arrays = {f"input/{k}": np.asarray(reference_inputs[k]) for k in dims}  # the model's inputs only
         arrays |= {f"output/{k}": np.asarray(reference_outputs[k]) for k in out_dims}
@@ -214,6 +254,7 @@ def write_jetson_bundle(
             "version_compatible": spec.version_compatible, "dla_core": spec.dla_core, "expectation": expectation.to_dict(),
         }
         (tmp / "bundle.json").write_text(json.dumps(meta, indent=2) + "\n")
+        _write_golden(tmp, {k: np.asarray(reference_inputs[k]) for k in dims})
         (tmp / "README.md").write_text(_readme(trt_version, spec, cmd, blocks))
         written = sorted(p.name for p in tmp.iterdir())
         if written != sorted(BUNDLE_FILES):  # what the device-side README and validator expect, nothing more
