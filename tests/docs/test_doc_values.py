@@ -140,7 +140,7 @@ def test_every_option_value_in_the_docs_is_accepted_by_the_cli():
             continue  # a subcommand's own option (--seqs, --latency-margin, ...): its values are numbers or files
         if where.endswith("(table)") and params[flag].bare_type() in ("int", "float"):
             continue  # a numeric option's table names forms in backticks (`--opset`: "23 for `onnx-attention`"), not values
-        points = value.split(",") if "," in value and flag not in ("--low-rank-targets", "--languages") else [value]  # sweep axes
+        points = value.split(",") if "," in value and flag not in ("--low-rank-targets", "--languages", "--length-buckets") else [value]  # sweep axes
         for point in points:
             if point in ("none",) and flag in ("--low-rank", "--distill", "--quantize"):
                 continue  # a sweep axis' "leave it out" point
