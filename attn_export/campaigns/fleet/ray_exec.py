@@ -1,0 +1,57 @@
+"""The matrix on a Ray cluster: one task per point, placed by the target's node labels.
+
+A task whose node dies is retried by Ray on another node the label selector allows (``max_retries``
+counts system failures such as a dead worker or node, not a point's own failure: run_point returns
+those as records), up to the fleet's ``max_retries``; a task out of retries is reported in one line and
+the others' results are kept. Every finished point is in the cache, so a rerun resumes from there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attn_export.campaigns.fleet.local import Update
+from attn_export.campaigns.fleet.matrix import FleetPoint
+
+__all__ = ["cluster_labels", "run_ray"]
+
+
+def _on_node(config: Any, checkpoint: str | None, cache_root: str, cache_limit: int) -> dict[str, Any]:
+    import ray
+
+    from attn_export.campaigns.fleet.point import run_point
+
+    ctx = ray.get_runtime_context()
+    labels = {k: v for k, v in ctx.get_node_labels().items() if not k.startswith("ray.io/")}
+    return run_point(config, checkpoint, cache_root, cache_limit, {"node": ctx.get_node_id()[:12], "labels": labels})
+
+
+def cluster_labels() -> list[dict[str, str]]:
+    """The labels of every alive node of the connected cluster."""
+    import ray
+
+    return [dict(n.get("Labels", {})) for n in ray.nodes() if n.get("Alive")]
+
+
+def run_ray(points: list[FleetPoint], cache_root: str, cache_limit: int, max_retries: int, update: Update) -> dict[str, dict[str, Any]]:
+    """Submit every point (label-selected), collect as they finish; a task lost for good becomes a failed record."""
+    import ray
+
+    task = ray.remote(num_cpus=1)(_on_node)
+    pending: dict[Any, FleetPoint] = {}
+    for p in points:
+        ref = task.options(label_selector=dict(p.labels) or None, max_retries=max_retries, retry_exceptions=False).remote(
+            p.config, p.checkpoint, cache_root, cache_limit)
+        pending[ref] = p
+        update(p.key, "queued", None)
+    records: dict[str, dict[str, Any]] = {}
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1)
+        p = pending.pop(done[0])
+        try:
+            records[p.key] = ray.get(done[0])
+        except Exception as e:  # the node died more often than max_retries allows: one line, the rest go on
+            line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            records[p.key] = {"status": "failed", "labels": p.labels, "reason": f"{type(e).__name__} after {max_retries} retries: {line}"}
+        update(p.key, records[p.key]["status"], records[p.key])
+    return records
