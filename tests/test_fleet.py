@@ -1,0 +1,130 @@
+"""attn-export fleet: refusals before work (default suite), a local run with its cache, and a simulated cluster
+placed by node labels (slow: each point is a real pipeline run, and Ray start-up costs seconds)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from attn_export.campaigns.fleet.cache import Cache
+from attn_export.campaigns.fleet.matrix import build_points
+from attn_export.campaigns.fleet.schema import load_fleet
+from attn_export.cli.fleet import main_command_config
+from attn_export.errors import ConfigError
+
+TINY = """
+[fleet]
+options = "--repeats 1 --warmup 0 --seq-len 8 --batch 1 --threads 1"
+[[models]]
+name = "layer32"
+options = "--d-model 32 --heads 2"
+[[recipes]]
+name = "fp32"
+{recipes}
+{targets}
+"""
+CPU = '[[targets]]\nname = "cpu"\ntarget = "ort-cpu"\n'
+
+
+def _write(tmp_path: Path, recipes: str = "", targets: str = CPU) -> Path:
+    path = tmp_path / "FLEET.toml"
+    path.write_text(TINY.format(recipes=recipes, targets=targets))
+    return path
+
+
+@pytest.mark.parametrize(("recipes", "targets", "needle"), [
+    ('[[recipes]]\nname = "q"\noptions = "--quantise int8"\n', CPU, "No such option: --quantise"),
+    ("", '[[targets]]\nname = "x"\ntarget = "ort-tpu"\n', "got 'ort-tpu'"),
+    ('[[recipes]]\nname = "same"\noptions = "--precision fp32"\n', CPU, "duplicate point"),
+    ('[[recipes]]\nname = "fp32"\n', CPU, "appears twice"),
+    ("", CPU + "colour = 1\n", "Extra inputs are not permitted"),
+])  # fmt: skip
+def test_malformed_fleet_refused_in_one_line(tmp_path: Path, recipes: str, targets: str, needle: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        build_points(load_fleet(_write(tmp_path, recipes, targets)), main_command_config)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_cli_refuses_before_work(tmp_path: Path) -> None:
+    """exit 2, one line, before torch is imported and before anything is written."""
+    from tests.test_fast_refusal import _refuse
+
+    got = _refuse(["fleet", str(_write(tmp_path, '[[recipes]]\nname = "q"\noptions = "--quantise int8"\n'))])
+    assert got["rc"] == 2 and got["heavy"] == [], got
+    assert "No such option: --quantise" in got["stderr"] and len(got["stderr"].strip().splitlines()) == 1
+    assert not (tmp_path / "fleet-out").exists() and not (tmp_path / ".attn-export-cache").exists()
+
+
+def test_cache_lru_eviction_and_first_writer_wins(tmp_path: Path) -> None:
+    cache = Cache(tmp_path, limit_bytes=1500)
+    for key in ("a", "b"):
+        with cache.writing(key) as tmp:
+            (tmp / "report.json").write_bytes(b"x" * 600)
+    assert cache.get("a") is not None  # a used after b: b is the least recently used
+    with cache.writing("a") as tmp:  # a second writer of the same key: the entry stays whole
+        (tmp / "report.json").write_bytes(b"y" * 600)
+    assert (cache.entry("a") / "report.json").read_bytes() == b"x" * 600
+    with cache.writing("c") as tmp:
+        (tmp / "report.json").write_bytes(b"z" * 600)
+    assert cache.get("b") is None and cache.get("a") is not None and cache.get("c") is not None
+
+
+@pytest.mark.slow
+def test_local_run_then_all_cache_hits(tmp_path: Path) -> None:
+    from attn_export.campaigns.fleet.local import run_local
+
+    spec = load_fleet(_write(tmp_path, '[[recipes]]\nname = "fp16"\noptions = "--precision fp16"\n'))
+    points = build_points(spec, main_command_config)
+    first = run_local(points, str(spec.fleet.cache), 2**30, lambda *a: None)
+    assert {r["status"] for r in first.values()} == {"passed"}, first
+    again = run_local(points, str(spec.fleet.cache), 2**30, lambda *a: None)
+    assert {r["status"] for r in again.values()} == {"cached"}
+    assert {k: r["accuracy"] for k, r in again.items()} == {k: r["accuracy"] for k, r in first.items()}
+
+
+GPU_TARGETS = CPU + """
+[[targets]]
+name = "orin"
+target = "jetson"
+labels = {sm = "87", jetpack = "6.2"}
+[[targets]]
+name = "h100"
+target = "tensorrt"
+trt = "10.14"
+gpu_arch = "sm90"
+labels = {sm = "90", trt = "10.14"}
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "labels": {"role": "head"}})
+    nodes = [c.add_node(num_cpus=1, labels={"sm": "87", "jetpack": "6.2"}), c.add_node(num_cpus=1, labels={"sm": "90", "trt": "10.14"})]
+    ray.init(address=c.address, include_dashboard=False, log_to_driver=False)
+    yield c, nodes
+    ray.shutdown()
+    c.shutdown()
+
+
+@pytest.mark.slow
+def test_cluster_places_points_by_labels(tmp_path: Path, cluster) -> None:
+    from attn_export.campaigns.fleet.placement import check_cluster_has, matches
+    from attn_export.campaigns.fleet.ray_exec import cluster_labels, run_ray
+
+    spec = load_fleet(_write(tmp_path, targets=GPU_TARGETS))
+    points = build_points(spec, main_command_config)
+    check_cluster_has(points, cluster_labels())
+    records = run_ray(points, str(spec.fleet.cache), 2**30, 2, lambda *a: None)
+    for p in points:
+        rec = records[p.key]
+        assert rec["status"] == "passed", rec
+        assert matches(p.labels, rec["labels"]), (p.key, rec)
+        assert bool(rec.get("stand_in")) == bool(p.labels)  # GPU points: the honest stand-in, not an engine
+    with pytest.raises(ConfigError, match="no node of the cluster has"):
+        check_cluster_has(build_points(load_fleet(_write(tmp_path, targets=GPU_TARGETS.replace('"6.2"', '"7.2"'))), main_command_config), cluster_labels())
+    json.dumps(records)
