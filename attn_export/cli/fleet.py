@@ -51,8 +51,8 @@ def _connect(address: str) -> list[dict[str, str]]:
 
 def fleet(
     fleet_file: Annotated[Path, typer.Argument(metavar="FLEET.toml", help="The matrix: models, recipes, targets.")],
-    ray_address: Annotated[str | None, typer.Option("--ray", help="Run on Ray: auto (start or join a local one) or an ADDRESS.")] = None,
-    out: Annotated[Path | None, typer.Option("--out", help="Output folder (default: the file's [fleet] out).", show_default=False)] = None,
+    ray_address: Annotated[str | None, typer.Option("--ray", help="Run on Ray: auto (start or join a local one) or an ADDRESS.", show_default="in this process")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Output folder.", show_default="the file's fleet.out")] = None,
     quiet: QuietOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
