@@ -29,9 +29,10 @@ def main_command_config(args: list[str]) -> Any:
     group = typer.main.get_group(app)
     try:
         ctx = group.make_context("attn-export", list(args))
-    except Exception as e:  # click's UsageError family (unknown option, bad value): its own message, one line
-        message = getattr(e, "format_message", lambda: str(e))()
-        raise ConfigError(f"{message} in {' '.join(args)!r}") from None
+    except Exception as e:  # click's UsageError family (unknown option, bad value; typer vendors click): its own message
+        if not hasattr(e, "format_message"):
+            raise
+        raise ConfigError(f"{e.format_message()} in {' '.join(args)!r}") from None
     extra = [*getattr(ctx, "protected_args", []), *ctx.args]
     if extra or ctx.invoked_subcommand:
         raise ConfigError(f"unexpected arguments {' '.join(extra)!r}: a recipe holds main-command options only")
