@@ -107,6 +107,7 @@ def cluster():
     nodes = [c.add_node(num_cpus=1, labels={"sm": "87", "jetpack": "6.2"}), c.add_node(num_cpus=1, labels={"sm": "90", "trt": "10.14"})]
     ray.init(address=c.address, include_dashboard=False, log_to_driver=False)
     yield c, nodes
+
     ray.shutdown()
     c.shutdown()
 
@@ -128,3 +129,30 @@ def test_cluster_places_points_by_labels(tmp_path: Path, cluster) -> None:
     with pytest.raises(ConfigError, match="no node of the cluster has"):
         check_cluster_has(build_points(load_fleet(_write(tmp_path, targets=GPU_TARGETS.replace('"6.2"', '"7.2"'))), main_command_config), cluster_labels())
     json.dumps(records)
+
+
+@pytest.mark.slow
+def test_a_dead_node_is_retried_elsewhere_and_a_rerun_resumes_from_the_cache(tmp_path: Path, cluster) -> None:
+    """Two Orin nodes; one is killed while the matrix runs: its point is retried on the other, every point completes."""
+    import threading
+    import time
+
+    from attn_export.campaigns.fleet.ray_exec import run_ray
+
+    c, _ = cluster
+    doomed = c.add_node(num_cpus=1, labels={"sm": "87", "jetpack": "6.2", "spare": "yes"})
+    orin_only = '[[targets]]\nname = "orin"\ntarget = "jetson"\nlabels = {sm = "87", jetpack = "6.2"}\n'
+    spec = load_fleet(_write(tmp_path, '[[recipes]]\nname = "fp16"\noptions = "--precision fp16"\n', orin_only))
+    points = build_points(spec, main_command_config)
+    running: list[str] = []
+    out: dict = {}
+    worker = threading.Thread(target=lambda: out.update(run_ray(points, str(spec.fleet.cache), 2**30, 2, lambda k, s, r: running.append(s))))
+    worker.start()
+    time.sleep(4)  # both points placed (one per Orin node), neither finished: a fresh worker imports torch first
+    c.remove_node(doomed, allow_graceful=False)
+    worker.join(timeout=240)
+    assert not worker.is_alive()
+    assert {r["status"] for r in out.values()} == {"passed"}, out
+    assert all(r["node"] != doomed.node_id[:12] for r in out.values())
+    again = run_ray(points, str(spec.fleet.cache), 2**30, 2, lambda *a: None)
+    assert {r["status"] for r in again.values()} == {"cached"}

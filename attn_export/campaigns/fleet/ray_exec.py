@@ -15,6 +15,9 @@ from attn_export.campaigns.fleet.matrix import FleetPoint
 
 __all__ = ["cluster_labels", "run_ray"]
 
+# How often (seconds) the alive nodes are checked against the points still waiting.
+STRANDED_CHECK_S = 5.0
+
 
 def _on_node(config: Any, checkpoint: str | None, cache_root: str, cache_limit: int) -> dict[str, Any]:
     import ray
@@ -24,6 +27,21 @@ def _on_node(config: Any, checkpoint: str | None, cache_root: str, cache_limit: 
     ctx = ray.get_runtime_context()
     labels = {k: v for k, v in ctx.get_node_labels().items() if not k.startswith("ray.io/")}
     return run_point(config, checkpoint, cache_root, cache_limit, {"node": ctx.get_node_id()[:12], "labels": labels})
+
+
+def _report_stranded(pending: dict[Any, FleetPoint], records: dict[str, dict[str, Any]], update: Update) -> None:
+    import ray
+
+    from attn_export.campaigns.fleet.placement import matches
+
+    alive = cluster_labels()
+    for ref, p in list(pending.items()):
+        if p.labels and not any(matches(p.labels, n) for n in alive):
+            ray.cancel(ref, force=True)
+            del pending[ref]
+            shown = ", ".join(f"{k}={v}" for k, v in p.labels.items())
+            records[p.key] = {"status": "failed", "labels": p.labels, "reason": f"no alive node with {shown} is left to run it; rerun when one is back"}
+            update(p.key, "failed", records[p.key])
 
 
 def cluster_labels() -> list[dict[str, str]]:
@@ -46,7 +64,10 @@ def run_ray(points: list[FleetPoint], cache_root: str, cache_limit: int, max_ret
         update(p.key, "queued", None)
     records: dict[str, dict[str, Any]] = {}
     while pending:
-        done, _ = ray.wait(list(pending), num_returns=1)
+        done, _ = ray.wait(list(pending), num_returns=1, timeout=STRANDED_CHECK_S)
+        if not done:  # a point whose every matching node died would wait for ever: report it instead
+            _report_stranded(pending, records, update)
+            continue
         p = pending.pop(done[0])
         try:
             records[p.key] = ray.get(done[0])
