@@ -59,7 +59,7 @@ def write_fleet(result: dict[str, Any], out: Path) -> list[Path]:
             tmp.rename(dest)
             r["report"] = str(dest / "report.md")
             sm = (r.get("labels") or {}).get("sm")
-            for plan in dest.glob("*.plan"):  # an engine is for one compute capability: Triton picks it per GPU
+            for plan in dest.glob("*.engine"):  # an engine is for one compute capability: Triton picks it per GPU
                 if sm:
                     engines.setdefault(r["model"] + "-" + r["recipe"], {})[sm] = plan
     files = [atomic_write_text(out / "fleet.json", json.dumps(result, indent=2, default=str) + "\n")]
