@@ -156,3 +156,37 @@ def test_a_dead_node_is_retried_elsewhere_and_a_rerun_resumes_from_the_cache(tmp
     assert all(r["node"] != doomed.node_id[:12] for r in out.values())
     again = run_ray(points, str(spec.fleet.cache), 2**30, 2, lambda *a: None)
     assert {r["status"] for r in again.values()} == {"cached"}
+
+
+def test_local_run_lists_points_that_need_labelled_nodes(tmp_path: Path) -> None:
+    from attn_export.campaigns.fleet.local import run_local
+
+    spec = load_fleet(_write(tmp_path, targets=GPU_TARGETS.replace(CPU, "")))
+    records = run_local(build_points(spec, main_command_config), str(tmp_path / "cache"), 2**20, lambda *a: None)
+    assert {r["status"] for r in records.values()} == {"needs-node"}
+    assert "sm=87, jetpack=6.2" in records["layer32/fp32/orin"]["reason"]
+
+
+def test_fleet_out_has_one_report_a_front_per_target_and_each_point_folder(tmp_path: Path) -> None:
+    from attn_export.campaigns.fleet.result import fleet_result, write_fleet
+
+    points = build_points(load_fleet(_write(tmp_path, '[[recipes]]\nname = "fp16"\noptions = "--precision fp16"\n')), main_command_config)
+    folder = tmp_path / "entry"
+    folder.mkdir()
+    (folder / "report.md").write_text("# report\n")
+    rec = {"status": "passed", "node": "n1", "folder": str(folder), "size_bytes": 1000, "stand_in": None}
+    records = {points[0].key: {**rec, "accuracy": {"cosine": 1.0, "sqnr_db": 80.0}, "latency_ms": 2.0},
+               points[1].key: {**rec, "accuracy": {"cosine": 0.99, "sqnr_db": 40.0}, "latency_ms": 3.0}}  # slower and worse: off the front
+    result = fleet_result(points, records)
+    assert result["pareto"] == {"cpu": [points[0].key]}
+    write_fleet(result, tmp_path / "out")
+    assert (tmp_path / "out" / "points" / points[1].key / "report.md").is_file()
+    assert "| layer32/fp16/cpu | passed | n1 |" in (tmp_path / "out" / "fleet.md").read_text()
+
+
+def test_triton_config_selects_the_engine_per_compute_capability() -> None:
+    from attn_export.deploy.triton_cc import cc_config
+
+    text = cc_config("enc", {"87": "model.sm87.plan", "sm90": "model.sm90.plan"})
+    assert 'platform: "tensorrt_plan"' in text
+    assert 'key: "8.7"' in text and 'value: "model.sm87.plan"' in text and 'key: "9.0"' in text

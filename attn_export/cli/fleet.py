@@ -41,7 +41,12 @@ def main_command_config(args: list[str]) -> Any:
 
 def _connect(address: str) -> list[dict[str, str]]:
     """Join (``auto``: start a local one) the Ray cluster; the alive nodes' labels."""
-    import ray
+    from attn_export.errors import ConfigError
+
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError('--ray needs Ray: pip install -e ".[fleet]" (or run without --ray, locally)') from None
 
     from attn_export.campaigns.fleet.ray_exec import cluster_labels
 
