@@ -190,3 +190,15 @@ def test_triton_config_selects_the_engine_per_compute_capability() -> None:
     text = cc_config("enc", {"87": "model.sm87.plan", "sm90": "model.sm90.plan"})
     assert 'platform: "tensorrt_plan"' in text
     assert 'key: "8.7"' in text and 'value: "model.sm87.plan"' in text and 'key: "9.0"' in text
+
+
+def test_a_changed_recipe_changes_only_its_points_keys(tmp_path: Path) -> None:
+    from attn_export.campaigns.fleet.cache import point_key
+
+    def keys(fp16_options: str) -> dict[str, str]:
+        spec = load_fleet(_write(tmp_path, f'[[recipes]]\nname = "half"\noptions = "{fp16_options}"\n'))
+        return {p.key: point_key(p.config.to_dict(), p.checkpoint) for p in build_points(spec, main_command_config)}
+
+    before, after = keys("--precision fp16"), keys("--precision fp16 --opset 18")
+    assert before["layer32/fp32/cpu"] == after["layer32/fp32/cpu"]
+    assert before["layer32/half/cpu"] != after["layer32/half/cpu"]
