@@ -81,6 +81,7 @@ def test_local_run_then_all_cache_hits(tmp_path: Path) -> None:
     assert {r["status"] for r in first.values()} == {"passed"}, first
     again = run_local(points, str(spec.fleet.cache), 2**30, lambda *a: None)
     assert {r["status"] for r in again.values()} == {"cached"}
+    assert {k: r["built_on"] for k, r in again.items()} == {k: r["node"] for k, r in out.items()}
     assert {k: r["accuracy"] for k, r in again.items()} == {k: r["accuracy"] for k, r in first.items()}
 
 
@@ -156,6 +157,7 @@ def test_a_dead_node_is_retried_elsewhere_and_a_rerun_resumes_from_the_cache(tmp
     assert all(r["node"] != doomed.node_id[:12] for r in out.values())
     again = run_ray(points, str(spec.fleet.cache), 2**30, 2, lambda *a: None)
     assert {r["status"] for r in again.values()} == {"cached"}
+    assert {k: r["built_on"] for k, r in again.items()} == {k: r["node"] for k, r in out.items()}
 
 
 def test_local_run_lists_points_that_need_labelled_nodes(tmp_path: Path) -> None:

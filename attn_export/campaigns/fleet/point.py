@@ -15,7 +15,10 @@ from typing import Any
 
 from attn_export.campaigns.fleet.cache import Cache, point_key
 
-__all__ = ["point_record", "run_point"]
+__all__ = ["BUILT_ON", "point_record", "run_point"]
+
+# Beside a cached point's report: the node that built it (its latency was measured there).
+BUILT_ON = "fleet-node.json"
 
 
 def _summary(report: dict[str, Any]) -> dict[str, Any]:
@@ -41,13 +44,16 @@ def run_point(config: Any, checkpoint: str | None, cache_root: str, cache_limit:
     base = {"cache_key": key, "node": node["node"], "labels": node.get("labels", {}), "pid": os.getpid()}
     hit = cache.get(key)
     if hit is not None:
-        return {**base, "status": "cached", "folder": str(hit), **point_record(hit)}
+        built = hit / BUILT_ON
+        built_on = json.loads(built.read_text(encoding="utf-8")) if built.is_file() else {}
+        return {**base, "status": "cached", "folder": str(hit), "built_on": built_on.get("node"), **point_record(hit)}
     from attn_export.pipeline.runner import run
 
     try:
         with cache.writing(key) as tmp:
             run(dataclasses.replace(config, out=Path(tmp), render=True, force=False), None, quiet=True)
             record = point_record(Path(tmp))
+            (Path(tmp) / BUILT_ON).write_text(json.dumps({"node": node["node"], "labels": node.get("labels", {})}) + "\n", encoding="utf-8")
     except Exception as e:  # a failed point is a result (one line), never the end of the fleet
         return {**base, "status": "failed", "reason": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
     return {**base, "status": "passed" if record["passed"] else "failed", "folder": str(cache.entry(key)), **record}

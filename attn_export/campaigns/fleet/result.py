@@ -31,7 +31,7 @@ def fleet_result(points: list[FleetPoint], records: dict[str, dict[str, Any]]) -
 
 
 def _table(rows: list[dict[str, Any]], front: list[str]) -> list[str]:
-    lines = ["| point | status | node | cosine | SQNR dB | p50 ms | MiB | Pareto | note |", "|" + "---|" * 9]
+    lines = ["| point | status | built on | cosine | SQNR dB | p50 ms | MiB | Pareto | note |", "|" + "---|" * 9]
     for r in rows:
         a = r.get("accuracy") or {}
         cos = f"{a['cosine']:.6f}" if a else "-"
@@ -39,7 +39,8 @@ def _table(rows: list[dict[str, Any]], front: list[str]) -> list[str]:
         p50 = f"{r['latency_ms']:.3f}" if "latency_ms" in r else "-"
         mib = f"{r['size_bytes'] / 2**20:.2f}" if r.get("size_bytes") else "-"
         note = r.get("reason") or (f"stand-in: {r['stand_in']}" if r.get("stand_in") else "")
-        lines.append(f"| {r['key']} | {r['status']} | {r.get('node', '-')} | {cos} | {sqnr} | {p50} | {mib} | {'yes' if r['key'] in front else ''} | {note} |")
+        node = r.get("built_on") or r.get("node", "-")  # a cache hit's figures were measured where it was built
+        lines.append(f"| {r['key']} | {r['status']} | {node} | {cos} | {sqnr} | {p50} | {mib} | {'yes' if r['key'] in front else ''} | {note} |")
     return lines
 
 
