@@ -81,7 +81,7 @@ def test_local_run_then_all_cache_hits(tmp_path: Path) -> None:
     assert {r["status"] for r in first.values()} == {"passed"}, first
     again = run_local(points, str(spec.fleet.cache), 2**30, lambda *a: None)
     assert {r["status"] for r in again.values()} == {"cached"}
-    assert {k: r["built_on"] for k, r in again.items()} == {k: r["node"] for k, r in out.items()}
+    assert {k: r["built_on"] for k, r in again.items()} == {k: r["node"] for k, r in first.items()}
     assert {k: r["accuracy"] for k, r in again.items()} == {k: r["accuracy"] for k, r in first.items()}
 
 
