@@ -36,11 +36,15 @@ def point_record(entry: Path) -> dict[str, Any]:
     return _summary(json.loads((entry / "report.json").read_text(encoding="utf-8")))
 
 
-def run_point(config: Any, checkpoint: str | None, cache_root: str, cache_limit: int, node: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Run (or find) one point; ``config`` is its RunConfig. Never raises for a failed run: the record says why in one line."""
+def run_point(config: Any, checkpoint: str | None, cache_root: str, cache_limit: int, node: dict[str, Any] | None = None,
+              compute_capability: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """Run (or find) one point; ``config`` is its RunConfig. Never raises for a failed run: the record says why in one line.
+
+    ``compute_capability``: the GPU the point's target asks for (its ``sm`` label), part of the key of what
+    it builds there; a point without one (export, CPU judging) has the same key on every node."""
     node = node or {"node": socket.gethostname(), "labels": {}}
     cache = Cache(cache_root, cache_limit)
-    key = point_key(config.to_dict(), checkpoint, node.get("labels", {}).get("sm"))
+    key = point_key(config.to_dict(), checkpoint, compute_capability)
     base = {"cache_key": key, "node": node["node"], "labels": node.get("labels", {}), "pid": os.getpid()}
     hit = cache.get(key)
     if hit is not None:
