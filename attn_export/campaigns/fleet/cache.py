@@ -3,7 +3,7 @@
 Granularity: one entry per point, keyed by what determines every file the point writes: the model's
 content (sha256 of every file of a checkpoint folder, or the shipped name and attn-export's version),
 the point's canonical RunConfig (recipe, target, TensorRT release, GPU arch, engine build options),
-the versions of attn-export, torch and onnxruntime, and the node's compute capability for GPU points.
+the versions a run records (attn-export, Python, torch, onnx, onnxruntime and its build, numpy), and the target's compute capability (its sm label) for GPU points.
 A changed recipe changes only its points' keys; an entry is written in a temporary sibling and renamed
 into place (``os.rename`` of a folder is atomic on one filesystem: a reader sees none or all of it, and of
 two concurrent writers the first rename wins and the second discards its copy).
@@ -18,21 +18,15 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from attn_export.host.environment import package_versions
+from attn_export.outdir.manifest import sha256_file
+
 __all__ = ["Cache", "point_key"]
 
-VERSIONED = ("attn-export", "torch", "onnxruntime")
 _USED = ".last-used"
-
-
-def _version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "absent"
 
 
 def model_hash(checkpoint: str | None) -> str:
@@ -43,17 +37,14 @@ def model_hash(checkpoint: str | None) -> str:
         h.update(f"named:{checkpoint}".encode())
         return h.hexdigest()
     for f in sorted(p for p in folder.rglob("*") if p.is_file()):
-        h.update(str(f.relative_to(folder)).encode() + b"\0")
-        with f.open("rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
+        h.update(str(f.relative_to(folder)).encode() + b"\0" + sha256_file(f).encode())
     return h.hexdigest()
 
 
 def point_key(config_dict: dict[str, Any], checkpoint: str | None, compute_capability: str | None = None) -> str:
-    """The cache key of a point: model content + canonical RunConfig (minus where it writes) + versions (+ the node's GPU)."""
+    """The cache key of a point: model content + canonical RunConfig (minus where it writes) + versions (+ the target's GPU)."""
     canon = {k: v for k, v in config_dict.items() if k not in ("out", "force", "render")}
-    payload = {"model": model_hash(checkpoint), "config": canon, "versions": {d: _version(d) for d in VERSIONED}, "cc": compute_capability}
+    payload = {"model": model_hash(checkpoint), "config": canon, "versions": package_versions(), "cc": compute_capability}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
