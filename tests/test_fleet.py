@@ -145,11 +145,15 @@ def test_a_dead_node_is_retried_elsewhere_and_a_rerun_resumes_from_the_cache(tmp
     orin_only = '[[targets]]\nname = "orin"\ntarget = "jetson"\nlabels = {sm = "87", jetpack = "6.2"}\n'
     spec = load_fleet(_write(tmp_path, '[[recipes]]\nname = "fp16"\noptions = "--precision fp16"\n', orin_only))
     points = build_points(spec, main_command_config)
-    running: list[str] = []
+    started_on: list[str] = []
     out: dict = {}
-    worker = threading.Thread(target=lambda: out.update(run_ray(points, str(spec.fleet.cache), 2**30, 2, lambda k, s, r: running.append(s))))
+    track = lambda key, status, rec: started_on.append(rec["node"]) if status == "running" else None  # noqa: E731
+    worker = threading.Thread(target=lambda: out.update(run_ray(points, str(spec.fleet.cache), 2**30, 2, track)))
     worker.start()
-    time.sleep(4)  # both points placed (one per Orin node), neither finished: a fresh worker imports torch first
+    deadline = time.monotonic() + 120
+    while doomed.node_id[:12] not in started_on and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert doomed.node_id[:12] in started_on, started_on  # a point is running there (a fresh worker imports torch first)
     c.remove_node(doomed, allow_graceful=False)
     worker.join(timeout=240)
     assert not worker.is_alive()
