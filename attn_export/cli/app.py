@@ -58,6 +58,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "attn_export.cli.golden",
     "attn_export.cli.bench",
     "attn_export.cli.sweep",
+    "attn_export.cli.fleet",
     "attn_export.cli.report",
 )
 _registered = False

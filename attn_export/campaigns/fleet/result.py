@@ -1,0 +1,73 @@
+"""fleet-out/: one report (fleet.json + fleet.md: every point's accuracy, latency on its own hardware, size,
+node; a Pareto view per target), every point's own report folder, and a Triton repository of engines per
+compute capability where a point built one.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from attn_export.campaigns.fleet.matrix import FleetPoint
+from attn_export.validate.pareto import ParetoPoint, pareto_front
+from attn_export.validate.report import atomic_write_text
+
+__all__ = ["fleet_result", "write_fleet"]
+
+
+def fleet_result(points: list[FleetPoint], records: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The JSON-ready result: one row per point, and the Pareto front (SQNR vs p50) per target."""
+    rows = [{"key": p.key, "model": p.model, "recipe": p.recipe, "target": p.target, "labels": p.labels, "command": p.command,
+             **{k: v for k, v in records.get(p.key, {"status": "not-run"}).items() if k != "labels"}} for p in points]  # fmt: skip
+    fronts: dict[str, list[str]] = {}
+    for target in dict.fromkeys(p.target for p in points):
+        judged = [r for r in rows if r["target"] == target and "accuracy" in r]
+        pts = [ParetoPoint(r["key"], r["latency_ms"], r["accuracy"]["sqnr_db"]) for r in judged]
+        fronts[target] = [judged[i]["key"] for i in pareto_front(pts)]
+    counts = {s: sum(r["status"] == s for r in rows) for s in dict.fromkeys(r["status"] for r in rows)}
+    return {"kind": "fleet", "points": rows, "pareto": fronts, "counts": counts}
+
+
+def _table(rows: list[dict[str, Any]], front: list[str]) -> list[str]:
+    lines = ["| point | status | built on | cosine | SQNR dB | p50 ms | MiB | Pareto | note |", "|" + "---|" * 9]
+    for r in rows:
+        a = r.get("accuracy") or {}
+        cos = f"{a['cosine']:.6f}" if a else "-"
+        sqnr = f"{a['sqnr_db']:.1f}" if a else "-"
+        p50 = f"{r['latency_ms']:.3f}" if "latency_ms" in r else "-"
+        mib = f"{r['size_bytes'] / 2**20:.2f}" if r.get("size_bytes") else "-"
+        note = r.get("reason") or (f"stand-in: {r['stand_in']}" if r.get("stand_in") else "")
+        node = r.get("built_on") or r.get("node", "-")  # a cache hit's figures were measured where it was built
+        lines.append(f"| {r['key']} | {r['status']} | {node} | {cos} | {sqnr} | {p50} | {mib} | {'yes' if r['key'] in front else ''} | {note} |")
+    return lines
+
+
+def write_fleet(result: dict[str, Any], out: Path) -> list[Path]:
+    """Write fleet-out atomically file by file; each point's folder is copied from its cache entry."""
+    from attn_export.deploy.triton_cc import write_cc_repository
+
+    out.mkdir(parents=True, exist_ok=True)
+    engines: dict[str, dict[str, Path]] = {}
+    for r in result["points"]:
+        if r.get("folder"):
+            dest = out / "points" / r["key"]
+            tmp = dest.with_name(f".{dest.name}.tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(r["folder"], tmp, ignore=shutil.ignore_patterns(".last-used"))
+            shutil.rmtree(dest, ignore_errors=True)
+            tmp.rename(dest)
+            r["report"] = str(dest / "report.md")
+            sm = (r.get("labels") or {}).get("sm")
+            for plan in dest.glob("*.engine"):  # an engine is for one compute capability: Triton picks it per GPU
+                if sm:
+                    engines.setdefault(r["model"] + "-" + r["recipe"], {})[sm] = plan
+    files = [atomic_write_text(out / "fleet.json", json.dumps(result, indent=2, default=str) + "\n")]
+    lines = [f"# Fleet: {len(result['points'])} points", "", ", ".join(f"{n} {s}" for s, n in result["counts"].items()), ""]
+    for target, front in result["pareto"].items():
+        lines += [f"## {target}", "", *_table([r for r in result["points"] if r["target"] == target], front), ""]
+    files.append(atomic_write_text(out / "fleet.md", "\n".join(lines)))
+    for name, by_cc in engines.items():
+        files.append(write_cc_repository(out / "triton", name, by_cc))
+    return files

@@ -1,0 +1,103 @@
+"""``attn-export fleet FLEET.toml``: models x recipes x targets, locally or on a Ray cluster, with a cache.
+
+Everything in the file is validated before any work: its schema, every point as the main command
+would parse it (so an unknown option or target is the main command's own one-line refusal), duplicate
+points, and with ``--ray`` the node labels every target asks for.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from attn_export.cli.options import JsonOpt, QuietOpt
+
+__all__ = ["main_command_config", "register"]
+
+
+def main_command_config(args: list[str]) -> Any:
+    """The RunConfig ``attn-export ARGS`` would run, parsed by the main command's own parser."""
+    from attn_export.cli.app import _register, app
+    from attn_export.cli.main_command import config_from_options
+    from attn_export.errors import ConfigError
+
+    _register()
+    group = typer.main.get_group(app)
+    try:
+        ctx = group.make_context("attn-export", list(args))
+    except Exception as e:  # click's UsageError family (unknown option, bad value; typer vendors click): its own message
+        if not hasattr(e, "format_message"):
+            raise
+        raise ConfigError(f"{e.format_message()} in {' '.join(args)!r}") from None
+    extra = [*getattr(ctx, "protected_args", []), *ctx.args]
+    if extra or ctx.invoked_subcommand:
+        raise ConfigError(f"unexpected arguments {' '.join(extra)!r}: a recipe holds main-command options only")
+    return config_from_options(ctx.params)
+
+
+def _connect(address: str) -> list[dict[str, str]]:
+    """Join (``auto``: start a local one) the Ray cluster; the alive nodes' labels."""
+    from attn_export.errors import ConfigError
+
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError('--ray needs Ray: pip install -e ".[fleet]" (or run without --ray, locally)') from None
+
+    from attn_export.campaigns.fleet.ray_exec import cluster_labels
+
+    if not ray.is_initialized():
+        ray.init(address=None if address == "auto" else address, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    return cluster_labels()
+
+
+def fleet(
+    fleet_file: Annotated[Path, typer.Argument(metavar="FLEET.toml", help="The matrix: models, recipes, targets.")],
+    ray_address: Annotated[str | None, typer.Option("--ray", help="Run on Ray: auto (start or join a local one) or an ADDRESS.", show_default="in this process")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Output folder.", show_default="the file's fleet.out")] = None,
+    quiet: QuietOpt = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Build and verify a matrix of models x recipes x targets; a content-addressed cache skips unchanged points."""
+    from attn_export.campaigns.fleet.matrix import build_points
+    from attn_export.campaigns.fleet.schema import load_fleet
+    from attn_export.host.memory import parse_bytes
+
+    spec = load_fleet(fleet_file)
+    limit = parse_bytes(spec.fleet.cache_limit, "fleet.cache_limit")
+    points = build_points(spec, main_command_config)
+    node_labels = None
+    if ray_address is not None:
+        from attn_export.campaigns.fleet.placement import check_cluster_has
+
+        node_labels = _connect(ray_address)
+        check_cluster_has(points, node_labels)
+    from attn_export.campaigns.fleet.progress import FleetTable
+    from attn_export.campaigns.fleet.result import fleet_result, write_fleet
+
+    cache = str(spec.fleet.cache)
+    with FleetTable([p.key for p in points], show=not (quiet or as_json)) as table:
+        if node_labels is None:
+            from attn_export.campaigns.fleet.local import run_local
+
+            records = run_local(points, cache, limit, table.update)
+        else:
+            from attn_export.campaigns.fleet.ray_exec import run_ray
+
+            records = run_ray(points, cache, limit, spec.fleet.max_retries, table.update)
+    result = fleet_result(points, records)
+    write_fleet(result, out or spec.fleet.out)
+    if as_json:
+        print(json.dumps(result, indent=2, default=str))
+    elif not quiet:
+        print(f"wrote {out or spec.fleet.out}/fleet.md: " + ", ".join(f"{n} {s}" for s, n in result["counts"].items()), file=sys.stderr)
+    if any(r["status"] == "failed" for r in result["points"]):
+        raise typer.Exit(code=1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("fleet")(fleet)
