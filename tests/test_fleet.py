@@ -1,5 +1,8 @@
-"""attn-export fleet: refusals before work (default suite), a local run with its cache, and a simulated cluster
-placed by node labels (slow: each point is a real pipeline run, and Ray start-up costs seconds)."""
+"""attn-export fleet: refusals before work, a local run with its cache, and a simulated cluster placed by node labels.
+
+All in the default suite (issue 32: the tests that need Ray run by default): the points are one tiny reference
+layer, and one three-node Ray cluster serves the module (about 50 s in all, most of it Ray start-up and the
+workers importing torch)."""
 
 from __future__ import annotations
 
@@ -71,7 +74,6 @@ def test_cache_lru_eviction_and_first_writer_wins(tmp_path: Path) -> None:
     assert cache.get("b") is None and cache.get("a") is not None and cache.get("c") is not None
 
 
-@pytest.mark.slow
 def test_local_run_then_all_cache_hits(tmp_path: Path) -> None:
     from attn_export.campaigns.fleet.local import run_local
 
@@ -113,7 +115,6 @@ def cluster():
     c.shutdown()
 
 
-@pytest.mark.slow
 def test_cluster_places_points_by_labels(tmp_path: Path, cluster) -> None:
     from attn_export.campaigns.fleet.placement import check_cluster_has, matches
     from attn_export.campaigns.fleet.ray_exec import cluster_labels, run_ray
@@ -132,7 +133,6 @@ def test_cluster_places_points_by_labels(tmp_path: Path, cluster) -> None:
     json.dumps(records)
 
 
-@pytest.mark.slow
 def test_a_dead_node_is_retried_elsewhere_and_a_rerun_resumes_from_the_cache(tmp_path: Path, cluster) -> None:
     """Two Orin nodes; one is killed while the matrix runs: its point is retried on the other, every point completes."""
     import threading
