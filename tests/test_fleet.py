@@ -208,3 +208,28 @@ def test_a_changed_recipe_changes_only_its_points_keys(tmp_path: Path) -> None:
     before, after = keys("--precision fp16"), keys("--precision fp16 --opset 18")
     assert before["layer32/fp32/cpu"] == after["layer32/fp32/cpu"]
     assert before["layer32/half/cpu"] != after["layer32/half/cpu"]
+
+
+def test_triton_cc_config_holds_for_every_engines_profiles(tmp_path: Path) -> None:
+    """One config for the Orin and the H100 engine: the smaller max batch, the profiles both have; round-trips."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    from attn_export.deploy.triton_cc import write_cc_repository
+    from attn_export.runtime.tensorrt.sidecar import EngineSidecar, write_sidecar
+
+    def engine(name: str, profiles: list[tuple[int, int]]) -> Path:
+        path = tmp_path / name
+        path.write_bytes(b"plan")
+        shapes = [{"input_ids": {"min": [1, 1], "opt": [b, s], "max": [b, s]}} for b, s in profiles]
+        write_sidecar(path, EngineSidecar(
+            tensorrt_version="10.14.1", gpu_name=name, compute_capability="8.7", precision="fp16", strongly_typed=True, builder_flags=[],
+            profiles=shapes[0], optimization_profiles=shapes, onnx_sha256="0" * 64, engine_sha256="0" * 64, engine_size_bytes=4))  # fmt: skip
+        return path
+
+    config = write_cc_repository(tmp_path / "triton", "enc", {"87": engine("orin.engine", [(8, 64), (8, 128)]),
+                                                               "90": engine("h100.engine", [(32, 64), (32, 128), (32, 256)])})
+    cfg = text_format.Parse(config.read_text(), model_config_pb2.ModelConfig())
+    assert cfg.max_batch_size == 8  # a full batch must run on the Orin engine too
+    assert list(cfg.instance_group[0].profile) == ["0", "1"]
+    assert dict(cfg.cc_model_filenames) == {"8.7": "model.sm87.plan", "9.0": "model.sm90.plan"}
