@@ -25,7 +25,7 @@ import html
 import logging
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -126,14 +126,19 @@ def _plots(
     return {k: v for k, v in made.items() if v is not None}, section
 
 
+def _stages_with(report: Mapping[str, Any], key: str) -> Iterator[tuple[Mapping[str, Any], Any]]:
+    """Each stage whose details carry ``key``, with that entry (the mixed-precision and attestation sections read it)."""
+    for s in report.get("stages", []):
+        entry = (s.get("details") or {}).get(key)
+        if entry:
+            yield s, entry
+
+
 def _mixed_precision(report: Mapping[str, Any]) -> tuple[list[str], list[tuple[str, ...]]]:
     """Per static int8 stage: a summary line, and one row per GEMM (precision, sensitivity, fallback cost)."""
     lines: list[str] = []
     rows: list[tuple[str, ...]] = []
-    for s in report.get("stages", []):
-        mp = (s.get("details") or {}).get("mixed_precision")
-        if not mp:
-            continue
+    for s, mp in _stages_with(report, "mixed_precision"):
         cost = ""
         if mp.get("latency_ms_all_int8") and mp.get("latency_ms_mixed"):
             cost = (f"; latency {mp['latency_ms_all_int8']:.2f} -> {mp['latency_ms_mixed']:.2f} ms ({100 * mp.get('latency_cost', 0):+.1f}%, "
@@ -159,10 +164,7 @@ def _attestation(report: Mapping[str, Any]) -> tuple[list[str], list[tuple[str, 
 
     lines: list[str] = []
     rows: list[tuple[str, ...]] = []
-    for s in report.get("stages", []):
-        data = (s.get("details") or {}).get("attestation")
-        if not data:
-            continue
+    for s, data in _stages_with(report, "attestation"):
         att = Attestation.from_dict(data)
         lines += [f"{s.get('name')}: {att.describe()}"] + [f"{s.get('name')}: {v}" for v in att.violations]
         rows += [(s.get("name", "?"), g.group, g.requested, "/".join(g.actual) or "-", str(len(g.layers)), "ok" if g.ok else "WIDER")
