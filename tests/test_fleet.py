@@ -188,6 +188,21 @@ def test_fleet_out_has_one_report_a_front_per_target_and_each_point_folder(tmp_p
     write_fleet(result, tmp_path / "out")
     assert (tmp_path / "out" / "points" / points[1].key / "report.md").is_file()
     assert "| layer32/fp16/cpu | passed | n1 |" in (tmp_path / "out" / "fleet.md").read_text()
+    write_fleet(result, tmp_path / "out")  # again: our own earlier files are replaced
+    assert (tmp_path / "out" / "points" / points[1].key / "report.md").is_file()
+
+
+def test_a_fleet_out_holding_the_users_files_is_refused_before_work(tmp_path: Path) -> None:
+    """One line, exit 2, before torch: the user's file is neither overwritten nor deleted."""
+    from tests.test_fast_refusal import _refuse
+
+    out = tmp_path / "fleet-out"
+    out.mkdir()
+    (out / "fleet.md").write_text("my notes\n")
+    got = _refuse(["fleet", str(_write(tmp_path)), "--out", str(out)])
+    assert got["rc"] == 2 and got["heavy"] == [], got
+    assert "'fleet.md'" in got["stderr"] and "which attn-export did not write" in got["stderr"], got
+    assert (out / "fleet.md").read_text() == "my notes\n"
 
 
 def test_triton_config_selects_the_engine_per_compute_capability() -> None:

@@ -67,7 +67,10 @@ def fleet(
     from attn_export.campaigns.fleet.schema import load_fleet
     from attn_export.host.memory import parse_bytes
 
+    from attn_export.campaigns.fleet.result import check_fleet_out
+
     spec = load_fleet(fleet_file)
+    check_fleet_out(out or spec.fleet.out)  # a file of the user's there: refused now, not after hours of builds
     limit = parse_bytes(spec.fleet.cache_limit, "fleet.cache_limit")
     points = build_points(spec, main_command_config)
     node_labels = None

@@ -11,10 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from attn_export.campaigns.fleet.matrix import FleetPoint
+from attn_export.errors import ConfigError
 from attn_export.validate.pareto import ParetoPoint, pareto_front
-from attn_export.validate.report import atomic_write_text
 
-__all__ = ["fleet_result", "write_fleet"]
+__all__ = ["FLEET_KIND", "check_fleet_out", "fleet_result", "write_fleet"]
+
+FLEET_KIND = "fleet"  # the kind in fleet-out's manifest (.attn-export-deploy.json)
 
 
 def fleet_result(points: list[FleetPoint], records: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -45,29 +47,41 @@ def _table(rows: list[dict[str, Any]], front: list[str]) -> list[str]:
 
 
 def write_fleet(result: dict[str, Any], out: Path) -> list[Path]:
-    """Write fleet-out atomically file by file; each point's folder is copied from its cache entry."""
+    """Write fleet-out: staged inside ``out``, then published over attn-export's own earlier files only.
+
+    ``out`` holds only what a fleet wrote (``deploy/folder.py``'s manifest): a file of the user's there
+    is refused in one line (``check_fleet_out``, before any work), never overwritten or deleted.
+    """
+    from attn_export.deploy.folder import publish, staging
     from attn_export.deploy.triton_cc import write_cc_repository
 
-    out.mkdir(parents=True, exist_ok=True)
-    engines: dict[str, dict[str, Path]] = {}
-    for r in result["points"]:
-        if r.get("folder"):
-            dest = out / "points" / r["key"]
-            tmp = dest.with_name(f".{dest.name}.tmp")
-            shutil.rmtree(tmp, ignore_errors=True)
-            shutil.copytree(r["folder"], tmp, ignore=shutil.ignore_patterns(".last-used"))
-            shutil.rmtree(dest, ignore_errors=True)
-            tmp.rename(dest)
-            r["report"] = str(dest / "report.md")
-            sm = (r.get("labels") or {}).get("sm")
-            for plan in dest.glob("*.engine"):  # an engine is for one compute capability: Triton picks it per GPU
-                if sm:
-                    engines.setdefault(r["model"] + "-" + r["recipe"], {})[sm] = plan
-    files = [atomic_write_text(out / "fleet.json", json.dumps(result, indent=2, default=str) + "\n")]
-    lines = [f"# Fleet: {len(result['points'])} points", "", ", ".join(f"{n} {s}" for s, n in result["counts"].items()), ""]
-    for target, front in result["pareto"].items():
-        lines += [f"## {target}", "", *_table([r for r in result["points"] if r["target"] == target], front), ""]
-    files.append(atomic_write_text(out / "fleet.md", "\n".join(lines)))
-    for name, by_cc in engines.items():
-        files.append(write_cc_repository(out / "triton", name, by_cc))
-    return files
+    with staging(out) as tmp:
+        engines: dict[str, dict[str, Path]] = {}
+        for r in result["points"]:
+            if r.get("folder"):
+                dest = tmp / "points" / r["key"]
+                shutil.copytree(r["folder"], dest, ignore=shutil.ignore_patterns(".last-used"))
+                r["report"] = str(out / "points" / r["key"] / "report.md")
+                sm = (r.get("labels") or {}).get("sm")
+                for plan in dest.glob("*.engine"):  # an engine is for one compute capability: Triton picks it per GPU
+                    if sm:
+                        engines.setdefault(r["model"] + "-" + r["recipe"], {})[sm] = plan
+        (tmp / "fleet.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+        lines = [f"# Fleet: {len(result['points'])} points", "", ", ".join(f"{n} {s}" for s, n in result["counts"].items()), ""]
+        for target, front in result["pareto"].items():
+            lines += [f"## {target}", "", *_table([r for r in result["points"] if r["target"] == target], front), ""]
+        (tmp / "fleet.md").write_text("\n".join(lines))
+        for name, by_cc in engines.items():
+            write_cc_repository(tmp / "triton", name, by_cc)
+        written = [out / p.relative_to(tmp) for p in sorted(tmp.rglob("*")) if p.is_file()]
+        publish(tmp, out, "--out", FLEET_KIND)
+    return written
+
+
+def check_fleet_out(out: Path) -> None:
+    """Before any work: ``out`` is new, or holds only what an earlier fleet wrote (one line naming a foreign file)."""
+    from attn_export.deploy.folder import refuse_foreign
+
+    if out.exists() and (out.is_symlink() or not out.is_dir()):
+        raise ConfigError(f"--out {out} is not a folder; pass a new folder or an earlier fleet-out")
+    refuse_foreign(out, "--out")
