@@ -1,4 +1,5 @@
-"""Tabulate the reliability suite by class of defect: issue 13's ten, issue 20's (11-20) and round four's (21-29).
+"""Tabulate the reliability suite by class of defect: issue 13's ten, issue 20's (11-20), round four's (21-29)
+and round five's (30-34).
 
     python tests/reliability/summary.py            # runs tests/reliability, prints a Markdown table
 
@@ -49,6 +50,11 @@ CLASSES = {
     27: "the headline path crashes on a supported input",
     28: "memory limits, closed or full standard streams, library output under --quiet",
     29: "misleading messages and unbounded value lists",
+    30: "a cache entry served without verifying it (tampered, partial, linked or stale)",
+    31: "golden checks that pass on non-finite, rescaled or malformed outputs",
+    32: "a user's folder taken for our bookkeeping (staging, previous run) and deleted or moved",
+    33: "fleet inputs and Ray addresses not validated before work (files, paths, sizes, hangs)",
+    34: "the environment breaks the run (encodings, a deleted folder, file limits, a closed pipe)",
 }
 
 
