@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+from attn_export.compress.quant.per_token import per_token_view
 from attn_export.errors import ExportError
 from attn_export.export.passes.graph_constants import typed_initializer
 
@@ -34,9 +35,17 @@ def quantized_matmuls(quantized: ir.Model) -> dict[str, ir.Node]:
     return {n.name.removesuffix(_QUANT_SUFFIX): n for n in quantized.graph if n.op_type == "MatMulInteger" and n.name.endswith(_QUANT_SUFFIX)}
 
 
+def _per_token_matmuls(quantized: ir.Model) -> dict[str, ir.Node]:
+    """Original MatMul name -> the MatMulIntegerToFloat ``per_token_pass`` wrote for it."""
+    suffix = "_per_token"
+    return {n.name.removesuffix(suffix): n for n in quantized.graph if n.op_type == "MatMulIntegerToFloat" and n.name.endswith(suffix)}
+
+
 def _weight_quantization(node: ir.Node, initializers: dict[str, ir.Value]) -> tuple[ir.Value, ir.Value, ir.Value]:
-    """(int8 weight, scale, zero point) of a MatMulInteger: the quantizer names the scale after the weight."""
-    weight, zero_point = node.inputs[1], node.inputs[3] if len(node.inputs) > 3 else None
+    """(int8 weight, scale, zero point) of a MatMulInteger (or the per-token route's MatMulIntegerToFloat, which keeps
+    the same weight and zero point): the quantizer names the scale after the weight."""
+    zp_index = 5 if node.op_type == "MatMulIntegerToFloat" else 3
+    weight, zero_point = node.inputs[1], node.inputs[zp_index] if len(node.inputs) > zp_index else None
     base = (weight.name or "").removesuffix("_quantized") if weight is not None else ""
     scale = initializers.get(f"{base}_scale")
     if weight is None or weight.const_value is None or zero_point is None or zero_point.const_value is None or scale is None:
@@ -44,14 +53,18 @@ def _weight_quantization(node: ir.Node, initializers: dict[str, ir.Value]) -> tu
     return weight, scale, zero_point
 
 
-def dynamic_qdq_model(float_model: ir.Model, quantized: ir.Model) -> ir.Model:
+def dynamic_qdq_model(float_model: ir.Model, quantized: ir.Model, per_token: bool = False) -> ir.Model:
     """A copy of ``float_model`` whose quantized MatMuls read Q/DQ activations and weights (see the module docstring).
 
-    ``float_model`` must be the graph ``quantize_dynamic`` read (node names are the link).
+    ``float_model`` must be the graph ``quantize_dynamic`` read (node names are the link); ``quantized`` its
+    output. ``per_token``: the activations are quantized per row, as the per-token route's model does
+    (``per_token.per_token_view``), and ``quantized`` is that route's model (its GEMMs named ``<MatMul>_per_token``).
     """
     model = ir.serde.deserialize_model(ir.serde.serialize_model(float_model))
     graph = model.graph
-    integer = quantized_matmuls(quantized)
+    integer = _per_token_matmuls(quantized) if per_token else quantized_matmuls(quantized)
+    if per_token:
+        model.opset_imports[""] = max(model.opset_imports.get("", 0), 21)  # blocked QuantizeLinear / DequantizeLinear
     initializers = dict(quantized.graph.initializers)
     activations: dict[int, ir.Value] = {}  # one DynamicQuantizeLinear per activation, as the quantizer shares it
     found = 0
@@ -66,7 +79,11 @@ def dynamic_qdq_model(float_model: ir.Model, quantized: ir.Model) -> ir.Model:
         w_dq.outputs[0].type, w_dq.outputs[0].shape = ir.TensorType(ir.DataType.FLOAT), wq.shape
         new = [w_dq]
         x = node.inputs[0]
-        if id(x) not in activations:
+        if id(x) not in activations and per_token:
+            width = int(wq.const_value.shape[0])  # type: ignore[union-attr]
+            view, activations[id(x)] = per_token_view(x, width, graph, f"{node.name}_input_per_token")  # type: ignore[arg-type]
+            new = [*view, w_dq]
+        elif id(x) not in activations:
             dql = ir.node("DynamicQuantizeLinear", [x], num_outputs=3, name=f"{node.name}_input_dql")
             for out, suffix in zip(dql.outputs, ("quantized", "scale", "zero_point")):
                 out.name = f"{node.name}_input_{suffix}"

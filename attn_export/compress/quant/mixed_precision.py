@@ -257,7 +257,7 @@ def mixed_precision_(
 
 def dynamic_fallback(
     float_graph: Path, all_int8: Path, subject: Any, tolerance_key: str, goal: FallbackGoal, mode: str | int, limit: int, threads: int,
-    runner_for: Callable[[Path], Runner], say: Callable[[str], None] | None = None,
+    runner_for: Callable[[Path], Runner], say: Callable[[str], None] | None = None, per_token: bool = False,
 ) -> tuple[list[str], MixedPrecisionResult]:  # fmt: skip
     """The dynamic route's fallback: the MatMul nodes to keep in float, and what the report shows.
 
@@ -271,6 +271,7 @@ def dynamic_fallback(
     activation range per tensor per batch, so a text's error grows with the widest activation of
     its batch mates (all-mpnet-base-v2 measured: min cosine 0.992 alone, 0.953 in a batch of 8,
     0.959 in 32). A goal met in wide batches holds in the narrower ones a service sends.
+    ``per_token``: ``all_int8`` is the per-token route's model, ranked on its own per-row view.
     """
     from attn_export.compress.quant.dynamic_groups import dynamic_qdq_model
 
@@ -290,7 +291,7 @@ def dynamic_fallback(
             return [], result
         say(f"int8 dynamic, every GEMM int8: {judged.headline()}; goal missed ({'; '.join(missed)}): ranking the GEMMs")
     float_model = ir.load(os.fspath(float_graph))
-    view = dynamic_qdq_model(float_model, ir.load(os.fspath(all_int8)))
+    view = dynamic_qdq_model(float_model, ir.load(os.fspath(all_int8)), per_token=per_token)
     with tempfile.TemporaryDirectory(prefix="attn_export_dmp_") as tmp:
         graph = SwitchableGraph(view, float_model, threads, Path(tmp))
         try:

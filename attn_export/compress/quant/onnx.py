@@ -62,7 +62,7 @@ class QuantResult:
 
     path: str
     size_bytes: int
-    route: str  # "static" | "dynamic"
+    route: str  # "static" | "dynamic" | "per-token"
     n_quantize_linear: int
     n_dequantize_linear: int
     per_channel: bool
@@ -77,6 +77,7 @@ class QuantResult:
     smoothquant: dict[str, Any] = field(default_factory=dict)  # per-activation alpha search (--smoothquant auto)
     embeddings: dict[str, Any] = field(default_factory=dict)  # quantized embedding tables (dynamic)
     fusions: dict[str, int] = field(default_factory=dict)  # ONNX Runtime fused kernels written into the graph (dynamic)
+    per_token: dict[str, Any] = field(default_factory=dict)  # the per-token rewrite (per_token.PerTokenSummary), when made
 
     @property
     def size_ratio(self) -> float:
@@ -282,6 +283,7 @@ def quantize_dynamic_onnx(
     fuse: bool = False,
     unquantized_embeddings_out: str | os.PathLike[str] | None = None,
     keep_float: Callable[[Path, Path], Sequence[str]] | None = None,
+    per_token: bool = False,
 ) -> QuantResult:
     """int8 weights + per-batch uint8 activations for the weight MatMuls; attention BMMs stay float.
 
@@ -296,10 +298,13 @@ def quantize_dynamic_onnx(
     all_int8)`` (the sensitivity fallback, ``mixed_precision.dynamic_fallback``) sees the graph
     the quantizer read and its all-int8 result, and names the MatMuls to keep in float: the
     quantizer then runs again with them excluded, so the fallback ships the quantizer's own model.
+    ``per_token`` rewrites the quantizer's output to one activation range per row (``per_token.per_token_pass``)
+    before the fallback judges it, so what is judged and kept in float is the per-token model's own.
     """
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     from attn_export.compress.quant.embedding_quant import EmbeddingQuantPass
+    from attn_export.compress.quant.per_token import per_token_pass
 
     notes: list[str] = []
     sq_summary: dict[str, Any] = {}
@@ -324,7 +329,7 @@ def quantize_dynamic_onnx(
         raw = Path(tmp) / "dynamic.onnx"
         bmms = [n.name for n in attention_bmms(ir.load(src).graph) if n.name]  # and DeBERTa's c2p/p2c (qdq.attention_bmms)
 
-        def quantize(exclude: Sequence[str]) -> None:
+        def _quantize(exclude: Sequence[str]) -> None:
             quantize_dynamic(
                 str(src),
                 str(raw),
@@ -336,11 +341,23 @@ def quantize_dynamic_onnx(
                 nodes_to_exclude=[*bmms, *exclude],
             )
 
+        per_token_summary: dict[str, Any] = {}
+
+        def quantize(exclude: Sequence[str]) -> None:
+            _quantize(exclude)
+            if per_token:
+                model = ir.load(raw)
+                per_token_summary.update(per_token_pass(model).to_dict())
+                ir.save(model, raw)
+
         quantize(())
         kept = list(keep_float(src, raw)) if keep_float is not None else []
         if kept:
             quantize(kept)
             notes.append(f"sensitivity fallback: {len(kept)} MatMuls kept in float")
+        if per_token:
+            notes.append(f"per-token activations: {per_token_summary['gemms']} GEMMs, one int8 range per row "
+                         f"({per_token_summary['activations']} activations)")
         proto = onnx.load(str(raw))
         emb_summary: dict[str, Any] = {}
         if quantize_embeddings:
@@ -358,7 +375,7 @@ def quantize_dynamic_onnx(
     result = QuantResult(
         path=str(out_path),
         size_bytes=Path(out_path).stat().st_size,
-        route="dynamic",
+        route="per-token" if per_token else "dynamic",
         n_quantize_linear=summary.n_quantize_linear,
         n_dequantize_linear=summary.n_dequantize_linear,
         per_channel=per_channel,
@@ -370,8 +387,9 @@ def quantize_dynamic_onnx(
         smoothquant=sq_summary,
         embeddings=emb_summary,
         fusions=fused,
+        per_token=per_token_summary,
     )
-    if result.n_dynamic_quantize_linear == 0:
+    if result.n_dynamic_quantize_linear == 0 and not per_token_summary.get("gemms"):
         raise ExportError(f"dynamic quantization of {fp32_onnx} quantized no MatMul; is it a float model with weight MatMuls?")
     log.info("%s", result.describe())
     return result
