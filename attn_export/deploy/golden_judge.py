@@ -7,11 +7,14 @@ labels. So each output is judged by its kind (``OUTPUT_KINDS``):
 * ``embedding`` (texts, dim): the cosine of every text with its golden row, top-1 neighbour and
   recall@10 agreement (``checkpoint.output_agreement``, which Jetson bundles ship);
 * ``labels`` (texts, labels): arg-max label agreement and the cosine of each text's logits;
-* ``tensor`` (any rank): the cosine of each sample (first axis) flattened.
+* ``tensor`` (any rank): the cosine of each sample (first axis) flattened;
 
-A text *moved* when its cosine is below ``min_cosine``; the verdict names the outputs and the
+and every kind by its scale: each text's relative error ``|new - old| / |old|``, so outputs grown
+1000-fold (cosine 1, the same neighbours) fail. A text *moved* when its cosine is below
+``min_cosine`` or its relative error above ``max_rel_error``; the verdict names the outputs and the
 texts that moved most (lowest cosine first), so a TensorRT or JetPack upgrade that breaks 5% of
-texts fails by name even when the mean cosine still looks perfect. Pure numpy: no torch.
+texts fails by name even when the mean cosine still looks perfect. A NaN or inf on either side
+fails its output, naming which side holds how many. Pure numpy: no torch.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from attn_export.checkpoint.output_agreement import KINDS, judge_rows
+from attn_export.checkpoint.output_agreement import KINDS, describe_row, failure_verb, judge_rows
 from attn_export.errors import DataError
 
 __all__ = ["OUTPUT_KINDS", "GoldenThresholds", "OutputVerdict", "GoldenVerdict", "judge_golden", "kind_for"]
@@ -39,6 +42,7 @@ class GoldenThresholds:
     min_top1: float = 0.95  # embedding: fraction of texts with the same nearest neighbour
     min_recall_at_10: float = 0.95
     min_label_agreement: float = 0.99
+    max_rel_error: float = 0.1  # every text: |new - old| / |old| (L2), the scale the cosine cannot see
 
 
 @dataclass
@@ -47,7 +51,7 @@ class OutputVerdict:
     kind: str
     metrics: dict[str, float]
     failures: list[str]
-    worst: list[tuple[int, float]]  # (text index, cosine), lowest first, only texts below min_cosine
+    worst: list[tuple[int, float, float]]  # (text index, cosine, relative error; inf: not finite), lowest cosine first
 
     @property
     def passed(self) -> bool:
@@ -74,9 +78,10 @@ class GoldenVerdict:
         lines = []
         for o in self.outputs:
             if o.failures:
-                worst = "; ".join(f"{self.text_name(i)} cosine {c:.4f}" for i, c in o.worst[:WORST_SHOWN])
+                worst = "; ".join(f"{self.text_name(i)} {describe_row(c, r)}" for i, c, r in o.worst[:WORST_SHOWN])
                 more = f" (+{len(o.worst) - WORST_SHOWN} more)" if len(o.worst) > WORST_SHOWN else ""
-                lines.append(f"output {o.name!r} ({o.kind}) moved: {', '.join(o.failures)}" + (f"; moved most: {worst}{more}" if worst else ""))
+                head = f"output {o.name!r} ({o.kind}) {failure_verb(o.metrics)}: {', '.join(o.failures)}"
+                lines.append(head + (f"; moved most: {worst}{more}" if worst else ""))
         return lines
 
 
@@ -92,7 +97,10 @@ def _rows(batches: Sequence[np.ndarray]) -> np.ndarray:
 
 
 def _judge_output(name: str, kind: str, old: np.ndarray, new: np.ndarray, t: GoldenThresholds) -> OutputVerdict:
-    metrics, failures, worst = judge_rows(kind, old, new, asdict(t))  # the arithmetic the Jetson bundle ships too
+    try:
+        metrics, failures, worst = judge_rows(kind, old, new, asdict(t))  # the arithmetic the Jetson bundle ships too
+    except ValueError as err:  # no texts, or a threshold that is not a finite number
+        raise DataError(f"output {name!r} cannot be judged against the golden ({err}); record it again") from None
     return OutputVerdict(name, kind, metrics, failures, worst)
 
 

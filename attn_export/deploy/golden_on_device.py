@@ -33,6 +33,7 @@ import json
 import os
 import platform
 import shutil
+import stat
 import sys
 
 import numpy as np
@@ -93,8 +94,14 @@ def read_run_results(path: str) -> dict:
         raise
     except Exception as err:  # a missing, truncated or foreign file: polygraphy, json, base64 and numpy each raise their own
         raise GoldenError(f"cannot read {path} as Polygraphy RunResults ({type(err).__name__}: {' '.join(str(err).split())[:200]})") from None
-    if not iterations:
+    if iterations is None:
         raise GoldenError(f"{path} must hold the outputs of exactly one runner, got {len(runs)}; record it again")
+    if not iterations or not iterations[0]:
+        raise GoldenError(f"{path} holds no outputs (its runner has {len(iterations)} iterations); record it again")
+    for i, it in enumerate(iterations[1:], 1):
+        if it.keys() != iterations[0].keys():
+            raise GoldenError(f"{path}: iteration {i} has outputs {sorted(it)}, iteration 0 {sorted(iterations[0])}; "
+                              "record it again")
     return {name: [it[name] for it in iterations] for name in iterations[0]}
 
 
@@ -153,8 +160,16 @@ def _load(args: argparse.Namespace, here: str) -> tuple:
     else:
         golden, stack_path = os.path.join(here, GOLDEN_JSON), os.path.join(here, BUNDLE_STACK_JSON)
     for path in (golden, stack_path):
-        if not os.path.isfile(path):
-            raise GoldenError(f"{path} does not exist; pass --golden DIR recorded by --record-golden DIR, or rebuild the bundle")
+        try:
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            raise GoldenError(f"{path} does not exist; pass --golden DIR recorded by --record-golden DIR, "
+                              "or rebuild the bundle") from None
+        except OSError as err:
+            raise GoldenError(f"{path} cannot be inspected ({err.strerror or err}); check the path") from None
+        if not stat.S_ISREG(mode):  # never opened: a FIFO would block the gate
+            what = "a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else "a device or socket"
+            raise GoldenError(f"{path} is {what}, not a regular file; pass a golden written by --record-golden DIR")
     try:
         with open(stack_path, encoding="utf-8") as f:
             meta = json.load(f)
@@ -183,9 +198,11 @@ def judge(agreement, old: dict, got: dict, meta: dict) -> tuple:  # type: ignore
         lines.append(f"golden {name} ({kind}): {'PASS' if not failures else 'FAIL'} {shown}")
         if failures:
             passed = False
-            where = "; ".join(f"{'text' if texts else 'row'} {i}{f' {texts[i][:50]!r}' if i < len(texts) else ''} cosine {c:.4f}" for i, c in worst[:WORST_SHOWN])
+            where = "; ".join(f"{'text' if texts else 'row'} {i}{f' {texts[i][:50]!r}' if i < len(texts) else ''} "
+                              f"{agreement.describe_row(c, r)}" for i, c, r in worst[:WORST_SHOWN])
             more = f" (+{len(worst) - WORST_SHOWN} more)" if len(worst) > WORST_SHOWN else ""
-            lines.append(f"FAIL: output {name!r} moved: {', '.join(failures)}" + (f"; moved most: {where}{more}" if where else ""))
+            head = f"FAIL: output {name!r} {agreement.failure_verb(metrics)}: {', '.join(failures)}"
+            lines.append(head + (f"; moved most: {where}{more}" if where else ""))
     return passed, lines
 
 
