@@ -229,6 +229,8 @@ def _cases(tmp: Path) -> dict[str, tuple[list[object], Path, str]]:
     add("c33-model-name-300-characters", F_TOML.replace('name = "tiny"', f'name = "{"m" * 300}"'), "at most")
     add("c33-missing-fleet-texts", F_TOML.replace("[fleet]\n", '[fleet]\ntexts = "texts.npz"\n')
         + '[[recipes]]\nname = "int8"\noptions = "--quantize int8"\n', "texts.npz")  # fmt: skip
+    texts_only = F_TOML.replace("[fleet]\n", '[fleet]\ntexts = "texts.npz"\n')
+    add("c33-missing-fleet-texts-no-point-reads", texts_only, "texts.npz")
     add(
         "c33-checkpoint-usr-is-not-a-checkpoint-folder",
         F_TOML.replace(f'options = "{LAYER}"', 'checkpoint = "/usr"'),
@@ -264,7 +266,7 @@ REFUSAL_IDS = [
     "c33-fleet-file-not-utf8", "c33-fleet-file-is-a-folder", "c33-fleet-file-nested-5000-deep",
     "c33-model-name-300-characters", "c33-missing-fleet-texts", "c33-checkpoint-usr-is-not-a-checkpoint-folder",
     "c33-cache-inside-out", "c33-recipe-out", "c33-recipe-bundle", "c33-recipe-triton", "c33-ray-nonsense",
-    "c33-ray-empty", "c33-ray-nothing-listening", "c14-fleet-file-dev-zero",
+    "c33-ray-empty", "c33-ray-nothing-listening", "c14-fleet-file-dev-zero", "c33-missing-fleet-texts-no-point-reads",
 ]  # fmt: skip
 
 

@@ -111,6 +111,10 @@ def _point(spec: FleetSpec, m: ModelSpec, r: RecipeSpec, t: TargetSpec, parse: O
 
 def build_points(spec: FleetSpec, parse: OptionParser) -> list[FleetPoint]:
     """Every point of the matrix, each validated and its inputs checked and hashed; a duplicate point is refused."""
+    if spec.fleet.texts is not None:  # named, so checked, even where no point compresses (a typo shows now, not later)
+        from attn_export.host.paths import check_input_file
+
+        check_input_file(spec.fleet.texts, "fleet.texts", allow_dir=True)
     digests = InputDigests()
     points = [_point(spec, m, r, t, parse, digests) for m in spec.models for r in spec.recipes for t in spec.targets]
     seen: dict[str, str] = {}
