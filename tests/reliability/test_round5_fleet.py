@@ -305,3 +305,22 @@ def test_c33_an_oversized_checkpoint_folder_is_refused_before_hashing(
     (tmp_path / "F.toml").write_text(F_TOML.replace(f'options = "{LAYER}"', 'checkpoint = "ck"'))
     o = run_cli(["fleet", tmp_path / "F.toml"], capsys, tmp_path)
     assert_refused(o, "files")
+
+
+def test_c30_an_entry_changed_after_it_was_verified_is_not_copied_into_fleet_out(built: Path, tmp_path: Path) -> None:
+    """The copy in fleet-out is checked too: a file changed between the hit and the copy fails that point."""
+    from attn_export.campaigns.fleet.local import run_local
+    from attn_export.campaigns.fleet.result import fleet_result, write_fleet
+
+    fleet_file, entry = _copy(built, tmp_path)
+    spec = load_fleet(fleet_file)
+    points = build_points(spec, main_command_config)
+    records = run_local(points, str(spec.fleet.cache), 2**30, lambda *a: None)
+    assert records["tiny/fp32/cpu"]["status"] == "cached"
+    _replace_model(entry, tmp_path)  # after the hit was verified, before fleet-out is written
+    result = fleet_result(points, records)
+    write_fleet(result, spec.fleet.out)
+    (row,) = result["points"]
+    assert row["status"] == "failed" and "changed after it was verified" in row["reason"], row
+    assert result["counts"] == {"failed": 1} and result["pareto"]["cpu"] == []
+    assert not (spec.fleet.out / "points" / "tiny" / "fp32" / "cpu").exists()
