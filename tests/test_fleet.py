@@ -61,7 +61,7 @@ def test_cli_refuses_before_work(tmp_path: Path) -> None:
 
 
 def test_cache_lru_eviction_and_first_writer_wins(tmp_path: Path) -> None:
-    cache = Cache(tmp_path, limit_bytes=1500)
+    cache = Cache(tmp_path, limit_bytes=2000)  # two entries (600 bytes and a record of ~150 each) fit, three do not
     for key in ("a", "b"):
         with cache.writing(key) as tmp:
             (tmp / "report.json").write_bytes(b"x" * 600)
@@ -214,11 +214,9 @@ def test_triton_config_selects_the_engine_per_compute_capability() -> None:
 
 
 def test_a_changed_recipe_changes_only_its_points_keys(tmp_path: Path) -> None:
-    from attn_export.campaigns.fleet.cache import point_key
-
     def keys(fp16_options: str) -> dict[str, str]:
         spec = load_fleet(_write(tmp_path, f'[[recipes]]\nname = "half"\noptions = "{fp16_options}"\n'))
-        return {p.key: point_key(p.config.to_dict(), p.checkpoint) for p in build_points(spec, main_command_config)}
+        return {p.key: p.cache_key for p in build_points(spec, main_command_config)}
 
     before, after = keys("--precision fp16"), keys("--precision fp16 --opset 18")
     assert before["layer32/fp32/cpu"] == after["layer32/fp32/cpu"]

@@ -41,8 +41,10 @@ def main_command_config(args: list[str]) -> Any:
 
 def _connect(address: str) -> list[dict[str, str]]:
     """Join (``auto``: start a local one) the Ray cluster; the alive nodes' labels."""
+    from attn_export.campaigns.fleet.ray_address import check_reachable, parse_ray_address
     from attn_export.errors import ConfigError
 
+    parsed = parse_ray_address(address)
     try:
         import ray
     except ImportError:
@@ -51,8 +53,33 @@ def _connect(address: str) -> list[dict[str, str]]:
     from attn_export.campaigns.fleet.ray_exec import cluster_labels
 
     if not ray.is_initialized():
-        ray.init(address=None if address == "auto" else address, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+        check_reachable(parsed)  # ray.init would retry an unreachable address for minutes without a word
+        ray.init(address=None if parsed is None else parsed[0], include_dashboard=False, logging_level="ERROR",
+                 log_to_driver=False)  # fmt: skip
     return cluster_labels()
+
+
+def _check_cache_outside(cache: Path, out: Path) -> None:
+    """The cache and fleet-out are separate folders: fleet-out is replaced on every run, the cache outlives it."""
+    from attn_export.errors import ConfigError
+
+    c, o = cache.resolve(), out.resolve()
+    if c == o or c.is_relative_to(o) or o.is_relative_to(c):
+        raise ConfigError(f"fleet.cache {cache} is inside the output folder {out} (or holds it); "
+                          "put the cache beside it (the default: .attn-export-cache next to the fleet file)")
+
+
+def _updates(points: list[Any], show: Any) -> Any:
+    """The table's update, and one line on stderr for each cache entry that failed verification and was rebuilt."""
+    by_key = {p.key: p for p in points}
+
+    def update(key: str, status: str, record: dict[str, Any] | None) -> None:
+        if record and record.get("cache_rejected") and status != "running":
+            print(f"attn-export: warning: cache entry {record.get('cache_key')} for point {by_key[key].key} failed "
+                  f"verification ({record['cache_rejected']}); rebuilt it", file=sys.stderr)  # fmt: skip
+        show(key, status, record)
+
+    return update
 
 
 def fleet(
@@ -64,15 +91,19 @@ def fleet(
 ) -> None:
     """Build and verify a matrix of models x recipes x targets; a content-addressed cache skips unchanged points."""
     from attn_export.campaigns.fleet.matrix import build_points
+    from attn_export.campaigns.fleet.result import check_fleet_out
     from attn_export.campaigns.fleet.schema import load_fleet
     from attn_export.host.memory import parse_bytes
 
-    from attn_export.campaigns.fleet.result import check_fleet_out
+    if ray_address is not None:  # a typo is refused before anything is read
+        from attn_export.campaigns.fleet.ray_address import parse_ray_address
 
+        parse_ray_address(ray_address)
     spec = load_fleet(fleet_file)
     check_fleet_out(out or spec.fleet.out)  # a file of the user's there: refused now, not after hours of builds
+    _check_cache_outside(spec.fleet.cache, out or spec.fleet.out)
     limit = parse_bytes(spec.fleet.cache_limit, "fleet.cache_limit")
-    points = build_points(spec, main_command_config)
+    points = build_points(spec, main_command_config)  # every input checked and hashed: the keys are content keys
     node_labels = None
     if ray_address is not None:
         from attn_export.campaigns.fleet.placement import check_cluster_has
@@ -87,11 +118,11 @@ def fleet(
         if node_labels is None:
             from attn_export.campaigns.fleet.local import run_local
 
-            records = run_local(points, cache, limit, table.update)
+            records = run_local(points, cache, limit, _updates(points, table.update))
         else:
             from attn_export.campaigns.fleet.ray_exec import run_ray
 
-            records = run_ray(points, cache, limit, spec.fleet.max_retries, table.update)
+            records = run_ray(points, cache, limit, spec.fleet.max_retries, _updates(points, table.update))
     result = fleet_result(points, records)
     write_fleet(result, out or spec.fleet.out)
     if as_json:

@@ -1,12 +1,17 @@
 """The content-addressed cache of whole point folders, safe under concurrent writers, with LRU eviction.
 
-Granularity: one entry per point, keyed by what determines every file the point writes: the model's
-content (sha256 of every file of a checkpoint folder, or the shipped name and attn-export's version),
-the point's canonical RunConfig (recipe, target, TensorRT release, GPU arch, engine build options),
-the versions a run records (attn-export, Python, torch, onnx, onnxruntime and its build, numpy), and the target's compute capability (its sm label) for GPU points.
+Granularity: one entry per point, keyed by what determines every file the point writes: the content of
+every input it reads (``inputs.InputDigests``: the checkpoint's files, the texts, a hand Triton config;
+a shipped name by name), the point's canonical RunConfig (recipe, target, TensorRT release, GPU arch,
+engine build options), the versions a run records (attn-export, Python, torch, onnx, onnxruntime and
+its build, numpy), and the target's compute capability (its sm label) for GPU points.
 A changed recipe changes only its points' keys; an entry is written in a temporary sibling and renamed
 into place (``os.rename`` of a folder is atomic on one filesystem: a reader sees none or all of it, and of
 two concurrent writers the first rename wins and the second discards its copy).
+
+An entry is served only once verified (``entry_check``): its record (``fleet-entry.json``, written last
+into the temporary folder) names its key and the sha256 of every file in it; a link, a file missing,
+added or changed, or a record for another key makes it a miss, and the caller rebuilds it.
 """
 
 from __future__ import annotations
@@ -21,30 +26,24 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from attn_export.campaigns.fleet.entry import entry_check, write_record
 from attn_export.host.environment import package_versions
-from attn_export.outdir.manifest import sha256_file
 
-__all__ = ["Cache", "point_key"]
+__all__ = ["Cache", "canonical_config", "point_key"]
 
 _USED = ".last-used"
 
 
-def model_hash(checkpoint: str | None) -> str:
-    """sha256 over a checkpoint folder's files (path and content); a shipped name or reference layer hashes by name."""
-    h = hashlib.sha256()
-    folder = Path(checkpoint) if checkpoint else None
-    if folder is None or not folder.is_dir():
-        h.update(f"named:{checkpoint}".encode())
-        return h.hexdigest()
-    for f in sorted(p for p in folder.rglob("*") if p.is_file()):
-        h.update(str(f.relative_to(folder)).encode() + b"\0" + sha256_file(f).encode())
-    return h.hexdigest()
-
-
-def point_key(config_dict: dict[str, Any], checkpoint: str | None, compute_capability: str | None = None) -> str:
-    """The cache key of a point: model content + canonical RunConfig (minus where it writes) + versions (+ the target's GPU)."""
+def canonical_config(config_dict: dict[str, Any]) -> dict[str, Any]:
+    """The RunConfig as it enters the key: without where it writes, as JSON carries it (run.json's config compares)."""
     canon = {k: v for k, v in config_dict.items() if k not in ("out", "force", "render")}
-    payload = {"model": model_hash(checkpoint), "config": canon, "versions": package_versions(), "cc": compute_capability}
+    return json.loads(json.dumps(canon, sort_keys=True, default=str))
+
+
+def point_key(config_dict: dict[str, Any], inputs: str, compute_capability: str | None = None) -> str:
+    """The cache key of a point: its inputs' content + canonical RunConfig + versions (+ the target's GPU)."""
+    payload = {"inputs": inputs, "config": canonical_config(config_dict), "versions": package_versions(),
+               "cc": compute_capability}  # fmt: skip
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
@@ -59,13 +58,36 @@ class Cache:
         return self.root / "entries" / key
 
     def get(self, key: str) -> Path | None:
-        """The entry, marked used now (LRU), or None."""
+        """The verified entry, marked used now (LRU), or None (see ``lookup`` for why)."""
+        return self.lookup(key)[0]
+
+    def lookup(self, key: str) -> tuple[Path | None, str | None]:
+        """(entry, None) for an entry that verifies; (None, why) for one that does not, which is removed
+        (a link is unlinked, never followed); (None, None) when there is none."""
         path = self.entry(key)
-        if not (path / "report.json").is_file():
-            return None
+        if not os.path.lexists(path):
+            return None, None
+        why = entry_check(path, key, ignore=(_USED,))
+        if why is not None:
+            self.discard(key)
+            return None, why
         with contextlib.suppress(OSError):
             (path / _USED).touch()
-        return path
+        return path, None
+
+    def discard(self, key: str) -> None:
+        """Take an entry out of the cache: renamed away first (a reader never sees half of it), then removed;
+        a link is removed as a link, and the folder it points to is left alone."""
+        path = self.entry(key)
+        gone = path.with_name(f".{key}.{os.getpid()}.rejected")
+        try:
+            os.rename(path, gone)
+        except OSError:
+            return  # gone already, or another fleet took it
+        if gone.is_symlink() or not gone.is_dir():
+            gone.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(gone, ignore_errors=True)
 
     @contextlib.contextmanager
     def writing(self, key: str) -> Iterator[Path]:
@@ -74,6 +96,7 @@ class Cache:
         tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", suffix=".tmp", dir=self.root / "entries"))
         try:
             yield tmp
+            write_record(tmp, key, ignore=(_USED,))
             (tmp / _USED).touch()
             try:
                 os.rename(tmp, self.entry(key))

@@ -25,6 +25,7 @@ def run_local(points: list[FleetPoint], cache_root: str, cache_limit: int, updat
             update(p.key, "needs-node", records[p.key])
             continue
         update(p.key, "running", {"node": "local"})
-        records[p.key] = run_point(p.config, p.checkpoint, cache_root, cache_limit, {"node": "local", "labels": {}}, p.labels.get("sm"))
+        here = {"node": "local", "labels": {}}
+        records[p.key] = run_point(p.config, p.inputs, cache_root, cache_limit, here, p.labels.get("sm"))
         update(p.key, records[p.key]["status"], records[p.key])
     return records

@@ -13,7 +13,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from attn_export.campaigns.fleet.cache import Cache, point_key
+from attn_export.campaigns.fleet.cache import Cache, canonical_config, point_key
+from attn_export.outdir.manifest import MANIFEST_NAME
 
 __all__ = ["BUILT_ON", "point_record", "run_point"]
 
@@ -36,21 +37,41 @@ def point_record(entry: Path) -> dict[str, Any]:
     return _summary(json.loads((entry / "report.json").read_text(encoding="utf-8")))
 
 
-def run_point(config: Any, checkpoint: str | None, cache_root: str, cache_limit: int, node: dict[str, Any] | None = None,
+def _served(cache: Cache, key: str, config: Any) -> tuple[dict[str, Any] | None, str | None]:
+    """The record of a verified entry whose run was this point's RunConfig; or (None, why it cannot be served)."""
+    hit, why = cache.lookup(key)
+    if hit is None:
+        return None, why
+    try:  # verified byte for byte; what it says must still be this point and readable
+        manifest = json.loads((hit / MANIFEST_NAME).read_text(encoding="utf-8"))
+        if canonical_config(manifest.get("config", {})) != canonical_config(config.to_dict()):
+            why = f"its {MANIFEST_NAME} is the run of another configuration"
+        else:
+            built_on = json.loads((hit / BUILT_ON).read_text(encoding="utf-8"))
+            return {"status": "cached", "folder": str(hit), "built_on": built_on.get("node"), **point_record(hit)}, None
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
+        why = f"its report cannot be read ({type(e).__name__})"
+    cache.discard(key)
+    return None, why
+
+
+def run_point(config: Any, inputs: str, cache_root: str, cache_limit: int, node: dict[str, Any] | None = None,
               compute_capability: str | None = None) -> dict[str, Any]:  # fmt: skip
-    """Run (or find) one point; ``config`` is its RunConfig. Never raises for a failed run: the record says why in one line.
+    """Run (or find) one point; ``config`` is its RunConfig, ``inputs`` the digest of what it reads
+    (``inputs.InputDigests``). Never raises for a failed run: the record says why in one line.
 
     ``compute_capability``: the GPU the point's target asks for (its ``sm`` label), part of the key of what
-    it builds there; a point without one (export, CPU judging) has the same key on every node."""
+    it builds there; a point without one (export, CPU judging) has the same key on every node. An entry that
+    fails verification is rebuilt, and the record says why (``cache_rejected``)."""
     node = node or {"node": socket.gethostname(), "labels": {}}
     cache = Cache(cache_root, cache_limit)
-    key = point_key(config.to_dict(), checkpoint, compute_capability)
+    key = point_key(config.to_dict(), inputs, compute_capability)
     base = {"cache_key": key, "node": node["node"], "labels": node.get("labels", {}), "pid": os.getpid()}
-    hit = cache.get(key)
-    if hit is not None:
-        built = hit / BUILT_ON
-        built_on = json.loads(built.read_text(encoding="utf-8")) if built.is_file() else {}
-        return {**base, "status": "cached", "folder": str(hit), "built_on": built_on.get("node"), **point_record(hit)}
+    served, rejected = _served(cache, key, config)
+    if served is not None:
+        return {**base, **served}
+    if rejected is not None:
+        base["cache_rejected"] = rejected
     from attn_export.pipeline.runner import run
 
     try:

@@ -28,7 +28,7 @@ def _marker(cache_root: str, key: str) -> Path:
     return Path(cache_root) / ".running" / (hashlib.sha256(key.encode()).hexdigest()[:24] + ".json")
 
 
-def _on_node(config: Any, checkpoint: str | None, cache_root: str, cache_limit: int, key: str, sm: str | None) -> dict[str, Any]:
+def _on_node(config: Any, inputs: str, cache_root: str, cache_limit: int, key: str, sm: str | None) -> dict[str, Any]:
     import ray
 
     from attn_export.campaigns.fleet.point import run_point
@@ -38,7 +38,7 @@ def _on_node(config: Any, checkpoint: str | None, cache_root: str, cache_limit: 
     labels = {k: v for k, v in ctx.get_node_labels().items() if not k.startswith("ray.io/")}
     node = {"node": ctx.get_node_id()[:12], "labels": labels}
     atomic_write_bytes(_marker(cache_root, key), json.dumps(node).encode())
-    return run_point(config, checkpoint, cache_root, cache_limit, node, sm)
+    return run_point(config, inputs, cache_root, cache_limit, node, sm)
 
 
 def _report_started(pending: dict[Any, FleetPoint], seen: dict[str, str], cache_root: str, update: Update) -> None:
@@ -81,7 +81,7 @@ def run_ray(points: list[FleetPoint], cache_root: str, cache_limit: int, max_ret
     pending: dict[Any, FleetPoint] = {}
     for p in points:
         ref = task.options(label_selector=dict(p.labels) or None, max_retries=max_retries, retry_exceptions=False).remote(
-            p.config, p.checkpoint, cache_root, cache_limit, p.key, p.labels.get("sm"))
+            p.config, p.inputs, cache_root, cache_limit, p.key, p.labels.get("sm"))
         pending[ref] = p
         update(p.key, "queued", None)
     records: dict[str, dict[str, Any]] = {}

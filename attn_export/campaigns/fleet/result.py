@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from attn_export.campaigns.fleet.entry import entry_check
 from attn_export.campaigns.fleet.matrix import FleetPoint
 from attn_export.errors import ConfigError
 from attn_export.validate.pareto import ParetoPoint, pareto_front
@@ -28,8 +29,11 @@ def fleet_result(points: list[FleetPoint], records: dict[str, dict[str, Any]]) -
         judged = [r for r in rows if r["target"] == target and "accuracy" in r]
         pts = [ParetoPoint(r["key"], r["latency_ms"], r["accuracy"]["sqnr_db"]) for r in judged]
         fronts[target] = [judged[i]["key"] for i in pareto_front(pts)]
-    counts = {s: sum(r["status"] == s for r in rows) for s in dict.fromkeys(r["status"] for r in rows)}
-    return {"kind": "fleet", "points": rows, "pareto": fronts, "counts": counts}
+    return {"kind": "fleet", "points": rows, "pareto": fronts, "counts": _counts(rows)}
+
+
+def _counts(rows: list[dict[str, Any]]) -> dict[str, int]:
+    return {s: sum(r["status"] == s for r in rows) for s in dict.fromkeys(r["status"] for r in rows)}
 
 
 def _table(rows: list[dict[str, Any]], front: list[str]) -> list[str]:
@@ -60,12 +64,21 @@ def write_fleet(result: dict[str, Any], out: Path) -> list[Path]:
         for r in result["points"]:
             if r.get("folder"):
                 dest = tmp / "points" / r["key"]
-                shutil.copytree(r["folder"], dest, ignore=shutil.ignore_patterns(".last-used"))
+                shutil.copytree(r["folder"], dest, symlinks=True, ignore=shutil.ignore_patterns(".last-used"))
+                why = entry_check(dest, r["cache_key"]) if r.get("cache_key") else None
+                if why is not None:  # the copy is checked, not only the entry: nothing changed between the two
+                    shutil.rmtree(dest)
+                    r.update(status="failed", reason=f"its cache entry changed after it was verified ({why}); rerun")
+                    for figure in ("accuracy", "latency_ms", "folder"):
+                        r.pop(figure, None)
+                    result["pareto"][r["target"]] = [k for k in result["pareto"].get(r["target"], []) if k != r["key"]]
+                    continue
                 r["report"] = str(out / "points" / r["key"] / "report.md")
                 sm = (r.get("labels") or {}).get("sm")
                 for plan in dest.glob("*.engine"):  # an engine is for one compute capability: Triton picks it per GPU
                     if sm:
                         engines.setdefault(r["model"] + "-" + r["recipe"], {})[sm] = plan
+        result["counts"] = _counts(result["points"])
         (tmp / "fleet.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
         lines = [f"# Fleet: {len(result['points'])} points", "", ", ".join(f"{n} {s}" for s, n in result["counts"].items()), ""]
         for target, front in result["pareto"].items():

@@ -6,14 +6,22 @@ free; what only the main command knows (its options, its targets) is checked by 
 
 from __future__ import annotations
 
-import tomllib
+import os
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+import tomllib
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from attn_export.errors import ConfigError
 
-__all__ = ["FleetSettings", "FleetSpec", "ModelSpec", "RecipeSpec", "TargetSpec", "load_fleet"]
+__all__ = ["MAX_FLEET_BYTES", "MAX_NAME_CHARS", "MAX_TOML_DEPTH", "FleetSettings", "FleetSpec", "ModelSpec",
+           "RecipeSpec", "TargetSpec", "load_fleet", "resolve_path"]
+
+MAX_FLEET_BYTES = 1 << 20  # a FLEET.toml is a page of settings: a megabyte is far beyond any real one
+MAX_TOML_DEPTH = 16  # the schema nests three deep (targets.labels); deeper is not a fleet file
+MAX_NAME_CHARS = 64  # a name is a folder of fleet-out (points/<model>/<recipe>/<target>) and part of a Triton model
+_NAME = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=MAX_NAME_CHARS)
 
 
 class _Strict(BaseModel):
@@ -23,7 +31,7 @@ class _Strict(BaseModel):
 class ModelSpec(_Strict):
     """A subject: ``checkpoint`` (a folder or a shipped name like ``minilm``), or reference-layer options."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    name: str = _NAME
     checkpoint: str | None = None
     options: str = ""  # main-command subject options (``--d-model 64 --heads 4``)
 
@@ -31,14 +39,14 @@ class ModelSpec(_Strict):
 class RecipeSpec(_Strict):
     """Main-command options that compress or export (``--quantize int8``, ``--low-rank 0.5 --distill 200``)."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    name: str = _NAME
     options: str = ""
 
 
 class TargetSpec(_Strict):
     """Where a point deploys: the main command's ``--target``, TensorRT release, GPU arch, and the node labels that run it."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    name: str = _NAME
     target: str = "ort-cpu"
     trt: str | None = None
     gpu_arch: str | None = None
@@ -61,6 +69,11 @@ class FleetSpec(_Strict):
     models: list[ModelSpec] = Field(min_length=1)
     recipes: list[RecipeSpec] = Field(min_length=1)
     targets: list[TargetSpec] = Field(min_length=1)
+    _base: Path = PrivateAttr(default_factory=Path.cwd)  # the file's folder: relative paths in options resolve to it
+
+    @property
+    def base(self) -> Path:
+        return self._base
 
 
 def _one_line(err: ValidationError, path: Path) -> str:
@@ -69,15 +82,65 @@ def _one_line(err: ValidationError, path: Path) -> str:
     return f"{path}: {where}: {first['msg']}; fix it and rerun"
 
 
+def _depth(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+def _read(path: Path) -> dict[str, Any]:
+    """The file's TOML: a regular UTF-8 file of at most MAX_FLEET_BYTES, nested at most MAX_TOML_DEPTH deep."""
+    from attn_export.host.paths import check_regular_file
+
+    st = check_regular_file(path, "fleet file")  # a folder, FIFO or device (/dev/zero) is refused by its stat, unread
+    if st is None:
+        raise ConfigError(f"no fleet file at {path}; pass a FLEET.toml (see docs/fleet.md)")
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        raw = os.read(fd, MAX_FLEET_BYTES + 1)  # bounded even if the file grew since the stat
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_FLEET_BYTES:
+        raise ConfigError(f"fleet file {path} is over {MAX_FLEET_BYTES >> 20} MiB; pass a FLEET.toml (a page)")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"fleet file {path} is not UTF-8 (byte {e.start}); save it as UTF-8 (TOML)") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path} is not valid TOML: {e}") from None
+    except RecursionError:  # tomllib recurses once per level: thousands of nested arrays exhaust the stack
+        data = None
+    try:
+        too_deep = data is None or _depth(data) > MAX_TOML_DEPTH
+    except RecursionError:
+        too_deep = True
+    if too_deep:
+        raise ConfigError(f"{path}: values nested more than {MAX_TOML_DEPTH} deep; a fleet file nests three deep")
+    return data
+
+
+def resolve_path(value: str, base: Path) -> str:
+    """A relative path of the fleet file, relative to its folder (``base``); absolute and ``~`` paths as given."""
+    p = Path(value).expanduser()
+    return str(p if p.is_absolute() else base / p)
+
+
+def _checkpoint(value: str | None, base: Path) -> str | None:
+    """A checkpoint folder relative to the file; a bare name with no such folder there stays a shipped name."""
+    if value is None or Path(value).expanduser().is_absolute():
+        return value
+    beside = Path(resolve_path(value, base))
+    return str(beside) if beside.exists() or "/" in value or value.startswith(".") else value
+
+
 def load_fleet(path: str | Path) -> FleetSpec:
     """Parse and validate ``path``; a ConfigError (one line) on any problem. Relative paths are relative to the file."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"no fleet file at {path}; pass a FLEET.toml (see docs/fleet.md)") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path} is not valid TOML: {e}") from None
+    data = _read(path)
     try:
         spec = FleetSpec.model_validate(data)
     except ValidationError as e:
@@ -89,5 +152,9 @@ def load_fleet(path: str | Path) -> FleetSpec:
             raise ConfigError(f"{path}: {kind} name {dup!r} appears twice (a duplicate point); give each a distinct name")
     base = path.parent.resolve()  # absolute: a Ray worker runs in another folder
     fleet = spec.fleet
-    resolved = {k: (v if v is None or v.is_absolute() else base / v) for k, v in (("texts", fleet.texts), ("out", fleet.out), ("cache", fleet.cache))}
-    return spec.model_copy(update={"fleet": fleet.model_copy(update=resolved)})
+    paths = {"texts": fleet.texts, "out": fleet.out, "cache": fleet.cache}
+    resolved = {k: (v if v is None else Path(resolve_path(str(v), base))) for k, v in paths.items()}
+    models = [m.model_copy(update={"checkpoint": _checkpoint(m.checkpoint, base)}) for m in spec.models]
+    spec = spec.model_copy(update={"fleet": fleet.model_copy(update=resolved), "models": models})
+    spec._base = base
+    return spec
