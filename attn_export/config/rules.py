@@ -150,16 +150,18 @@ def _check_release(cfg: Any, target: Any) -> None:
 
 
 def _check_jetpack_pair(cfg: Any, target: Any, row: Any) -> None:
-    """``--gpu-arch`` with ``--trt-version`` on a Jetson target: some JetPack ships that release for that GPU (the JetPack table,
-    ``targets.trt_releases.JETPACKS``: 10.13 is Thor's only), refused in one line naming the ones that do otherwise."""
+    """``--gpu-arch`` with ``--trt-version`` on a Jetson target: some JetPack ships that release for that GPU (the
+    JetPack table, ``targets.trt_releases.JETPACKS``: 10.13 is Thor's only); else refused naming the ones that do."""
     from attn_export.targets.trt_releases import RELEASES, jetson_archs
 
     arch = cfg.resolved_gpu_arch
-    if arch not in target.gpu_archs or arch in jetson_archs(row.version):  # an arch the target lacks is refused by name later
+    if arch not in target.gpu_archs or arch in jetson_archs(row.version):  # an arch the target lacks: refused later
         return
-    shipped = ", ".join(r.label for v, r in RELEASES.items() if r.jetpack and v in target.trt_releases and arch in jetson_archs(v))
-    raise ConfigError(f"--target {target.name} --gpu-arch {arch}: no JetPack ships TensorRT {row.version} for {arch}; "
-                      f"the JetPack releases for {arch} are TensorRT {shipped}; use --trt-version with one of those")  # fmt: skip
+    rows = [r for v, r in RELEASES.items() if r.jetpack and v in target.trt_releases and arch in jetson_archs(v)]
+    raise ConfigError(
+        f"--target {target.name} --gpu-arch {arch}: no JetPack ships TensorRT {row.version} for {arch}; the JetPack "
+        f"releases for {arch} are TensorRT {', '.join(r.label for r in rows)}; use --trt-version with one of those"
+    )
 
 
 def _check_float_precision(cfg: Any, target: Any) -> None:

@@ -66,8 +66,11 @@ def parse_length_buckets(text: str | None, flag: str = "--length-buckets") -> tu
         raise ConfigError(f"expected {flag} as increasing token counts joined by commas (e.g. 32,64,128,256), got {text!r}")
     if any(len(p.lstrip("0")) > len(str(MAX_PROFILE_SEQ)) for p in parts):  # named before int() reads a huge number
         big = next(p for p in parts if len(p.lstrip("0")) > len(str(MAX_PROFILE_SEQ)))
-        raise ConfigError(f"expected {flag} at most {MAX_PROFILE_SEQ} tokens, got {big[:20]}{'...' if len(big) > 20 else ''}; "
-                          "TensorRT sizes buffers for the max")  # fmt: skip
+        shown = big if len(big) <= 20 else big[:20] + "..."
+        raise ConfigError(
+            f"expected {flag} at most {MAX_PROFILE_SEQ} tokens, got {shown}; "
+            "TensorRT sizes buffers for the max"
+        )
     buckets = tuple(int(p) for p in parts)
     if buckets[0] < 1 or any(b >= c for b, c in zip(buckets, buckets[1:])):
         raise ConfigError(f"expected {flag} strictly increasing and positive (e.g. 32,64,128,256), got {text!r}")

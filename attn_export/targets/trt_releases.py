@@ -50,8 +50,8 @@ _VERSION = re.compile(r"\s*(\d+)(?:\.(\d+))?(?:\.\d+)*(?:[.-]?(?:post|rc|a|b|dev
 
 
 def parse_trt_version(text: str, flag: str = "--trt-version") -> TrtVersion:
-    """'10.3', '10.14.1.48.post1' or '11' -> TrtVersion; anything older than 10.0 is refused, naming ``flag`` (the option
-    the user typed: ``--trt-version``, or check-trt's ``--trt``) and the releases the tables cover.
+    """'10.3', '10.14.1.48.post1' or '11' -> TrtVersion; anything older than 10.0 is refused, naming ``flag`` (the
+    option the user typed: ``--trt-version``, or check-trt's ``--trt``) and the releases the tables cover.
 
     Only major.minor matter to the toolkit; patch, build, ``.postN``/``rcN`` and local
     (``+cuda12.5``) suffixes are accepted and dropped.
@@ -61,8 +61,10 @@ def parse_trt_version(text: str, flag: str = "--trt-version") -> TrtVersion:
         raise ConfigError(f"expected {flag} to be a TensorRT version like 10.3, 11 or 10.14.1.48.post1, got {text!r}")
     ver = TrtVersion(int(m.group(1)), int(m.group(2) or 0))
     if ver.major < 10:
-        raise ConfigError(f"expected {flag} to name TensorRT 10.x or 11.x (the tables cover {known_releases()}), got {str(text).strip()}; "
-                          f"use e.g. {flag} 10.3 (JetPack 6) or {flag} 10.14")  # fmt: skip
+        raise ConfigError(
+            f"expected {flag} to name TensorRT 10.x or 11.x (the tables cover {known_releases()}), "
+            f"got {str(text).strip()}; use e.g. {flag} 10.3 (JetPack 6) or {flag} 10.14"
+        )
     return ver
 
 
