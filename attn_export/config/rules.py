@@ -142,9 +142,26 @@ def _deploying(step: str) -> list[str]:
 def _check_release(cfg: Any, target: Any) -> None:
     """``--trt-version``: a release the toolkit's tables know and the target has a build of; an explicit ``--opset`` its parser reads."""
     row = target.release(cfg.trt_version)
+    if target.needs_jetpack and cfg.trt_version is not None and cfg.gpu_arch is not None:
+        _check_jetpack_pair(cfg, target, row)
     if cfg.opset is not None and cfg.opset > row.max_opset:
         raise ConfigError(f"expected --opset <= {row.max_opset} for TensorRT {row.version} (its ONNX parser takes at most opset {row.max_opset}), "
                           f"got --opset {cfg.opset}; use --opset {row.max_opset} or a newer --trt-version")  # fmt: skip
+
+
+def _check_jetpack_pair(cfg: Any, target: Any, row: Any) -> None:
+    """``--gpu-arch`` with ``--trt-version`` on a Jetson target: some JetPack ships that release for that GPU (the
+    JetPack table, ``targets.trt_releases.JETPACKS``: 10.13 is Thor's only); else refused naming the ones that do."""
+    from attn_export.targets.trt_releases import RELEASES, jetson_archs
+
+    arch = cfg.resolved_gpu_arch
+    if arch not in target.gpu_archs or arch in jetson_archs(row.version):  # an arch the target lacks: refused later
+        return
+    rows = [r for v, r in RELEASES.items() if r.jetpack and v in target.trt_releases and arch in jetson_archs(v)]
+    raise ConfigError(
+        f"--target {target.name} --gpu-arch {arch}: no JetPack ships TensorRT {row.version} for {arch}; the JetPack "
+        f"releases for {arch} are TensorRT {', '.join(r.label for r in rows)}; use --trt-version with one of those"
+    )
 
 
 def _check_float_precision(cfg: Any, target: Any) -> None:

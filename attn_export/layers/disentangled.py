@@ -37,7 +37,7 @@ from attn_export.layers.masks import AttentionMask
 from attn_export.layers.self_attention import SelfAttention
 from attn_export.layers.transformer import Fp32LayerNorm
 
-__all__ = ["DisentangledSelfAttention", "RelativeEmbeddings", "log_bucket_position"]
+__all__ = ["DisentangledSelfAttention", "RelativeEmbeddings", "clamp_index", "log_bucket_position"]
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,15 @@ def log_bucket_position(relative: torch.Tensor, bucket_size: int, max_position: 
     abs_pos = torch.where((relative < mid) & (relative > -mid), torch.tensor(mid - 1).type_as(relative), torch.abs(relative))
     log_pos = torch.ceil(torch.log(abs_pos / mid) / torch.log(torch.tensor((max_position - 1) / mid)) * (mid - 1)) + mid
     return torch.where(abs_pos <= mid, relative.type_as(log_pos), log_pos * sign).to(torch.long)
+
+
+def clamp_index(index: torch.Tensor, hi: int) -> torch.Tensor:
+    """An integer index tensor clamped into [0, hi], exported as ONNX Max and Min rather than Clip.
+
+    Why not ``torch.clamp``: it exports as Clip, which TensorRT's ONNX parser runs on float types only
+    (onnx-tensorrt docs/operators.md, 10.15: Clip FP32, FP16, BF16), so every TensorRT release refuses the
+    int64 bucket index; Max and Min take INT32 and INT64 there (``checks.trt_support.OP_SUPPORT``)."""
+    return torch.minimum(torch.maximum(index, index.new_zeros(())), index.new_full((), hi))
 
 
 class RelativeEmbeddings(nn.Module):
@@ -123,11 +132,11 @@ class DisentangledSelfAttention(SelfAttention):
         bias: torch.Tensor | None = None
         if "c2p" in self.terms:
             c2p = (split_heads(q * scale, self.heads) @ split_heads(pk, self.heads).transpose(-1, -2)).float()  # (B, H, L, 2A)
-            index = torch.clamp(rel + self.span, 0, 2 * self.span - 1).unsqueeze(1).expand(shape)  # (B, H, Lq, Lk)
+            index = clamp_index(rel + self.span, 2 * self.span - 1).unsqueeze(1).expand(shape)  # (B, H, Lq, Lk)
             bias = torch.gather(c2p, -1, index)
         if "p2c" in self.terms:
             p2c = (split_heads(k * scale, self.heads) @ split_heads(pq, self.heads).transpose(-1, -2)).float()  # (B, H, Lk, 2A)
-            index = torch.clamp(-rel + self.span, 0, 2 * self.span - 1).unsqueeze(1).expand(shape)  # transformers' p2c_pos
+            index = clamp_index(-rel + self.span, 2 * self.span - 1).unsqueeze(1).expand(shape)  # transformers' p2c_pos
             term = torch.gather(p2c, -1, index).transpose(-1, -2)  # (B, H, Lq, Lk)
             bias = term if bias is None else bias + term
         return bias

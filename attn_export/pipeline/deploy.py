@@ -91,6 +91,7 @@ def deploy(plan: Plan, subject: Subject, artifacts: Mapping[str, Artifact], chos
         onnx = artifacts[plan.deploy_source].path  # type: ignore[assignment]
     shipped = next((e.get("precision") for e in report.selection.values() if isinstance(e, dict) and e.get("artifact") == str(onnx)), None)
     target, spec = cfg.target_info, cfg.engine_spec(plan.engine_precision(shipped))
+    graph_precision = plan.graph_precision(shipped)
     deployed: dict[str, Any] = {"onnx": str(onnx)}
     report.selection["deploy"] = deployed
     engine_path: Path | None = None
@@ -100,8 +101,10 @@ def deploy(plan: Plan, subject: Subject, artifacts: Mapping[str, Artifact], chos
         elif step.kind == "engine":
             engine_path = _build_engine(onnx, spec, subject, report, points, say, cfg.accept_engine_mismatch)
         elif step.kind == "bundle":
-            deployed["jetson_bundle"] = str(deploy_steps.write_bundle(subject, onnx, Path(cfg.bundle), spec, plan.deploy_precision,  # type: ignore[arg-type]
-                                                                      cfg.resolved_trt_version, say, planned_gemms(onnx, spec.precision)))  # fmt: skip
+            folder, gemms = Path(cfg.bundle), planned_gemms(onnx, spec.precision)  # type: ignore[arg-type]
+            bundle = deploy_steps.write_bundle(subject, onnx, folder, spec, graph_precision,
+                                               cfg.resolved_trt_version, say, gemms)  # type: ignore[arg-type]
+            deployed["jetson_bundle"] = str(bundle)
         elif step.kind == "session-options":
             deployed["session_options"] = deploy_steps.session_options_for(onnx, target, spec, say)
         elif step.kind == "triton":

@@ -123,6 +123,11 @@ class Plan:
         planned = next((s.precisions for s in self.selections if s.precisions), ())
         return planned[0] if planned else engine_precision(self.config.quantize, "fp32")
 
+    def graph_precision(self, shipped: str | None = None) -> str:
+        """The deployed graph's own precision (the key of its tolerances): ``deploy_precision`` where the plan fixed it,
+        else, under ``--quantize auto`` (``"8bit"`` until the selection picks), the 8-bit format that shipped."""
+        return self.deploy_precision if self.deploy_precision in PRECISIONS else self.engine_precision(shipped)
+
     @property
     def out(self) -> Path:
         return Path(self.config.out)

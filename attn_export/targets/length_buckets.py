@@ -59,16 +59,23 @@ def parse_length_buckets(text: str | None, flag: str = "--length-buckets") -> tu
     if text is None or not str(text).strip():
         return ()
     parts = [p.strip() for p in str(text).split(",")]
-    if not all(re.fullmatch(r"\d{1,9}", p) for p in parts):
+    if len(parts) > 16:
+        # each profile is one more set of tactics timed at build time and kept in the plan
+        raise ConfigError(f"expected at most 16 {flag}, got {len(parts)}; merge neighbouring lengths")
+    if not all(re.fullmatch(r"[0-9]+", p) for p in parts):  # ASCII digits: \d would take other scripts' digits
         raise ConfigError(f"expected {flag} as increasing token counts joined by commas (e.g. 32,64,128,256), got {text!r}")
+    if any(len(p.lstrip("0")) > len(str(MAX_PROFILE_SEQ)) for p in parts):  # named before int() reads a huge number
+        big = next(p for p in parts if len(p.lstrip("0")) > len(str(MAX_PROFILE_SEQ)))
+        shown = big if len(big) <= 20 else big[:20] + "..."
+        raise ConfigError(
+            f"expected {flag} at most {MAX_PROFILE_SEQ} tokens, got {shown}; "
+            "TensorRT sizes buffers for the max"
+        )
     buckets = tuple(int(p) for p in parts)
     if buckets[0] < 1 or any(b >= c for b, c in zip(buckets, buckets[1:])):
         raise ConfigError(f"expected {flag} strictly increasing and positive (e.g. 32,64,128,256), got {text!r}")
     if buckets[-1] > MAX_PROFILE_SEQ:
         raise ConfigError(f"expected {flag} at most {MAX_PROFILE_SEQ} tokens, got {buckets[-1]}; TensorRT sizes buffers for the max")
-    if len(buckets) > 16:
-        # each profile is one more set of tactics timed at build time and kept in the plan
-        raise ConfigError(f"expected at most 16 {flag}, got {len(buckets)}; merge neighbouring lengths")
     return buckets
 
 

@@ -49,18 +49,22 @@ class TrtVersion:
 _VERSION = re.compile(r"\s*(\d+)(?:\.(\d+))?(?:\.\d+)*(?:[.-]?(?:post|rc|a|b|dev)\d*)*(?:\+[0-9A-Za-z.]+)?\s*")
 
 
-def parse_trt_version(text: str) -> TrtVersion:
-    """'10.3', '10.14.1.48.post1' or '11' -> TrtVersion; anything older than 10.0 is refused.
+def parse_trt_version(text: str, flag: str = "--trt-version") -> TrtVersion:
+    """'10.3', '10.14.1.48.post1' or '11' -> TrtVersion; anything older than 10.0 is refused, naming ``flag`` (the
+    option the user typed: ``--trt-version``, or check-trt's ``--trt``) and the releases the tables cover.
 
     Only major.minor matter to the toolkit; patch, build, ``.postN``/``rcN`` and local
     (``+cuda12.5``) suffixes are accepted and dropped.
     """
     m = _VERSION.fullmatch(str(text))
     if not m:
-        raise ConfigError(f"expected a TensorRT version like 10.3, 11 or 10.14.1.48.post1, got {text!r}")
+        raise ConfigError(f"expected {flag} to be a TensorRT version like 10.3, 11 or 10.14.1.48.post1, got {text!r}")
     ver = TrtVersion(int(m.group(1)), int(m.group(2) or 0))
     if ver.major < 10:
-        raise ConfigError(f"expected TensorRT 10.x or 11.x, got {text}; JetPack 6 ships 10.3, use --trt 10.3")
+        raise ConfigError(
+            f"expected {flag} to name TensorRT 10.x or 11.x (the tables cover {known_releases()}), "
+            f"got {str(text).strip()}; use e.g. {flag} 10.3 (JetPack 6) or {flag} 10.14"
+        )
     return ver
 
 
@@ -197,7 +201,7 @@ def known_releases() -> str:
 
 def release(text: str | TrtVersion, flag: str = "--trt-version") -> Release:
     """The row of a TensorRT version (``10.3``, ``10.14.1.48.post1``, ``11``); a release not in ``RELEASES`` is a ConfigError listing them."""
-    version = text if isinstance(text, TrtVersion) else parse_trt_version(str(text))
+    version = text if isinstance(text, TrtVersion) else parse_trt_version(str(text), flag)
     if version not in RELEASES:
         raise ConfigError(
             f"expected {flag} to name a TensorRT release the toolkit's tables cover ({known_releases()}), got {str(text).strip()!r} "

@@ -26,6 +26,7 @@ from hf_models import (
     assert_close,
     assert_matches_transformers,
     assert_onnx_matches_transformers,
+    assert_trt_parsable,
     hf_forward,
     model_cache,
     ours_forward,
@@ -171,6 +172,8 @@ def test_fp32_onnx_matches_transformers(saved, form, attention, name, tmp_path):
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     batches = [probe(PAD, lengths=lengths, seed=seed) for lengths, seed in ((LENGTHS, 1), ((7, 3), 5))]  # another batch and length: dynamic axes
     assert_onnx_matches_transformers(session, hf, batches, f"{name} {form} {attention}")
+    if attention == "decomposed":  # the form every TensorRT release builds: v2's convolution and buckets parse too
+        assert_trt_parsable(path)
 
 
 def test_the_long_seq_form_is_refused_and_the_plan_keeps_the_targets_form(saved, tmp_path):

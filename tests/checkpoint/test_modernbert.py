@@ -27,6 +27,7 @@ from hf_models import (
     assert_close,
     assert_matches_transformers,
     assert_onnx_matches_transformers,
+    assert_trt_parsable,
     char_tokenizer,
     hf_forward,
     model_cache,
@@ -211,6 +212,8 @@ def test_fp32_onnx_matches_transformers(saved, form, attention, tmp_path):
     right = probe(PAD, lengths=LENGTHS)
     batches = [right, _left_padded(*right), probe(PAD, lengths=(17, 3), seed=5)]  # left padding; another batch and length
     assert_onnx_matches_transformers(session, hf, batches, f"{form} {attention}")
+    if (form, attention) == ("padded", "decomposed"):  # the form every TensorRT release builds: rotary and GeGLU parse
+        assert_trt_parsable(path)
 
 
 def test_fidelity_check_passes_and_records_the_family_bar(saved):

@@ -167,7 +167,7 @@ def test_profile_against_static_dims() -> None:
 
 
 def test_bad_inputs() -> None:
-    with pytest.raises(ConfigError, match="expected TensorRT 10.x or 11.x"):
+    with pytest.raises(ConfigError, match="expected --trt to name TensorRT 10.x or 11.x"):
         check_trt_compat(_qdq_model(0), "8.6")
     with pytest.raises(ConfigError, match="does not exist"):
         check_trt_compat("/nonexistent/model.onnx", "10.3")
