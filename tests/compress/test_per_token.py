@@ -120,10 +120,10 @@ def test_the_pass_computes_per_row_int8_exactly():
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 24])],
                               [onnx.numpy_helper.from_array(w, "w")])  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
     import tempfile
     from pathlib import Path
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
 
     with tempfile.TemporaryDirectory() as tmp:
         onnx.save(model, Path(tmp) / "f.onnx")
