@@ -171,3 +171,66 @@ def test_the_fallbacks_view_of_the_route_reproduces_it(subject, models, tmp_path
     scale = float(np.abs((shipped - float_ref) * keep).max())
     assert scale > 1e-4, "int8 must differ from float, or the comparison below says nothing"
     assert float(np.abs((all_int8[key] - shipped) * keep).max()) < 0.05 * scale, "the view computes the route's arithmetic"
+
+
+_QEMU_SCRIPT = """
+import sys, numpy as np, onnxruntime as ort
+data = np.load("data.npz", allow_pickle=False)
+for model in ("full.onnx", "reduced.onnx"):
+    for prec in ("0", "1"):
+        so = ort.SessionOptions(); so.add_session_config_entry("session.x64quantprecision", prec)
+        y = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(None, {"x": data["x"]})[0]
+        expected = data["expected_" + model.split(".")[0]]
+        print(model, prec, float(np.abs(y - expected).max() / np.abs(expected).max()))
+"""
+
+
+def _one_matmul(tmp, w: np.ndarray, reduce_range: bool) -> tuple[np.ndarray, np.ndarray]:
+    """A per-token model of ``x @ w`` written to ``tmp/(full|reduced).onnx``: (its int8 weight, its weight scale)."""
+    from onnx import TensorProto, helper
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", w.shape[0]])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", w.shape[1]])],
+                              [onnx.numpy_helper.from_array(w, "w")])  # fmt: skip
+    name = "reduced" if reduce_range else "full"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), tmp / "f.onnx")
+    quantize_dynamic(str(tmp / "f.onnx"), str(tmp / "d.onnx"), per_channel=True, reduce_range=reduce_range, weight_type=QuantType.QInt8)
+    model = ir.load(tmp / "d.onnx")
+    per_token_pass(model)
+    proto = ir.serde.serialize_model(model)
+    proto.ir_version = min(proto.ir_version, 10)
+    onnx.save(proto, tmp / f"{name}.onnx")
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in proto.graph.initializer}
+    return inits["w_quantized"].astype(np.int64), inits["w_scale"].astype(np.float64)
+
+
+@pytest.mark.skipif(__import__("shutil").which("qemu-x86_64") is None, reason="qemu-user is not installed (apt-get install qemu-user)")
+def test_per_token_on_avx2_is_exact_with_the_encodings_the_project_picks_there(tmp_path):
+    """ONNX Runtime's real AVX2 kernels (qemu -cpu Haswell: no VNNI). Full-range weights saturate the U8S8 kernel's int16
+    pair sums there, as on the dynamic route; the two encodings ``int8_encoding`` picks for such CPUs (the U8U8 session
+    option, or 7-bit reduce-range weights) are exact for the per-token route's MatMulIntegerToFloat too."""
+    import os
+    import subprocess
+    import sys
+
+    rng = np.random.default_rng(0)
+    w = (rng.uniform(0.8, 1.0, (64, 16)) * np.where(rng.random((64, 16)) < 0.5, 1, -1)).astype(np.float32)
+    x = rng.uniform(0.9, 1.0, (8, 64)).astype(np.float32)  # every byte near 255 once shifted by the zero point 128
+    expected = {}
+    for reduce_range in (False, True):
+        wq, sw = _one_matmul(tmp_path, w, reduce_range)
+        row = np.maximum(np.abs(x).max(1, keepdims=True), 1e-12).astype(np.float32)
+        xq = np.clip(np.round(x * (np.float32(127) / row)), -127, 127).astype(np.int64)
+        expected["expected_" + ("reduced" if reduce_range else "full")] = ((xq @ wq) * sw * (row / 127)).astype(np.float32)
+    np.savez(tmp_path / "data.npz", x=x, **expected)
+    (tmp_path / "probe.py").write_text(_QEMU_SCRIPT)
+    proc = subprocess.run(["qemu-x86_64", "-cpu", "Haswell", os.path.realpath(sys.executable), "probe.py"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    if proc.returncode != 0 or not proc.stdout.strip():
+        pytest.skip(f"qemu could not run Python here: {proc.stderr.strip().splitlines()[-1:] if proc.stderr else proc.returncode}")
+    err = {tuple(line.split()[:2]): float(line.split()[2]) for line in proc.stdout.strip().splitlines()}
+    assert err[("full.onnx", "0")] > 1e-3, proc.stdout  # U8S8 on AVX2: saturated sums (the control)
+    assert err[("full.onnx", "1")] < 1e-5, proc.stdout  # session.x64quantprecision=1 (what auto picks on AVX2): exact
+    assert err[("reduced.onnx", "0")] < 1e-5 and err[("reduced.onnx", "1")] < 1e-5, proc.stdout  # 7-bit weights: exact
