@@ -38,6 +38,13 @@ def test_quantize_int8_default_job(tmp_path):
     for route in ("static", "dynamic"):
         assert stages[f"int8-{route}"]["accuracy"]["cosine"] >= 0.999, route
     assert len(selected["tried"]) == 2 and any("torchao" in n for n in report["notes"])
+    # time to ship (issue 40): every phase where it ran, in order, wall and process CPU time, in report.json and the header
+    phases = report["time_to_ship"]["phases"]
+    assert [p["name"] for p in phases] == ["subject", "onnx-fp32", "int8-static", "int8-dynamic", "timing", "judging", "selection and deploy"]
+    assert all(p["wall_s"] >= 0 and p["cpu_s"] >= 0 for p in phases) and phases[1]["wall_s"] > 0.1, phases  # an export takes seconds
+    assert abs(report["time_to_ship"]["wall_s"] - sum(p["wall_s"] for p in phases)) < 1e-6
+    header = (out / "report.md").read_text()
+    assert "| Time to ship |" in header and "| int8-static | " in header and " s wall, " in header
 
 
 def test_low_rank_and_distill_stages(tmp_path):

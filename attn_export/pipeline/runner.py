@@ -34,6 +34,7 @@ from attn_export.runtime.artifacts import Artifact
 from attn_export.errors import ConfigError
 from attn_export.host.signals import raise_if_interrupted
 from attn_export.pipeline.plan import ExportStep, Plan, Step, make_plan
+from attn_export.pipeline.stage_clock import StageClock
 from attn_export.validate.latency import TimingPoint, TimingResult
 from attn_export.validate.report import Report, Stage
 
@@ -63,6 +64,7 @@ class RunSettings:
     measure_memory: bool = False
     skip: Callable[[str, TimingPoint], str | None] | None = None  # why a runner is not timed at a point
     keep_going: bool = False  # a plan whose build fails is reported (RunResult.error), not fatal (the bench)
+    clock: StageClock = field(default_factory=StageClock)  # every phase's wall and CPU time (report.json time_to_ship)
 
 
 @dataclass
@@ -142,12 +144,14 @@ def _build_plan(plan: Plan, subject: Subject, settings: RunSettings, unique: dic
                 raise ConfigError(f"plan step {step.name} starts from {step.source!r}, which is not built before it")
             source = None if step.source == "subject" else known[step.source]
             ctx = contexts.get(step.form, contexts["padded"])  # students are re-exported in their own encoder form
-            if isinstance(step.config, ExportStep):
-                unique[key] = _export(step, ctx, source)
-            elif isinstance(step.config, Method) and source is not None:
-                unique[key] = apply(Source(source, step.name, plan.out / (step.filename or f"{step.name}.onnx"), ctx), step.config)
-            else:
-                raise ConfigError(f"plan step {step.name}: a method needs a built source, got {step.source!r}")
+            with settings.clock.phase(step.name, "build"):
+                if isinstance(step.config, ExportStep):
+                    unique[key] = _export(step, ctx, source)
+                elif isinstance(step.config, Method) and source is not None:
+                    unique[key] = apply(Source(source, step.name, plan.out / (step.filename or f"{step.name}.onnx"), ctx), step.config)
+                else:
+                    raise ConfigError(f"plan step {step.name}: a method needs a built source, got {step.source!r}")
+            settings.say(f"{step.name} built ({settings.clock.last()})")
         known[step.name] = unique[key]
     return known
 
@@ -227,11 +231,15 @@ def run_plans(plans: Sequence[Plan], subject: Subject, settings: RunSettings) ->
     runners: dict[str, Callable[[], Runner]] = {"eager": subject.eager_runner, **settings.peers}
     runners.update({labels[k]: art.make_runner for k, art in unique.items()})
     say(f"timing eager and {len(unique)} artifacts side by side on {', '.join(p.label for p in points)} ({settings.threads} threads)")
-    timing = time_pass(runners, points, settings.measure_memory, settings.skip)
+    with settings.clock.phase("timing", "timing"):
+        timing = time_pass(runners, points, settings.measure_memory, settings.skip)
+    say(f"timing done ({settings.clock.last()})")
     candidates = {plan.content_key(c) for plan, arts in zip(plans, per_plan) if isinstance(arts, dict) for sel in plan.selections for c in sel.candidates}
     say("judging every artifact on the report split" + (" (and the 8-bit candidates on the select split)" if candidates else ""))
-    report_j = {k: _judge(subject, art, "report") for k, art in unique.items()}
-    select_j = {k: _judge(subject, unique[k], "select") for k in candidates}
+    with settings.clock.phase("judging", "judging"):
+        report_j = {k: _judge(subject, art, "report") for k, art in unique.items()}
+        select_j = {k: _judge(subject, unique[k], "select") for k in candidates}
+    say(f"judging done ({settings.clock.last()})")
     results = []
     for plan, arts in zip(plans, per_plan):
         report = _report(plan, subject, settings)
@@ -257,8 +265,10 @@ def run_plans(plans: Sequence[Plan], subject: Subject, settings: RunSettings) ->
             if step.required and not stage.passed:
                 report.verdict.setdefault("failures", []).append(f"{step.name}: {'; '.join(report_j[key].violations)}")
         _notes(plan, stages, report, timing)
-        chosen = select(plan, stages, {n: select_j[plan.content_key(n)] for sel in plan.selections for n in sel.candidates}, arts, report, say)
-        deploy(plan, subject, arts, chosen, report, points, say)
+        with settings.clock.phase("selection and deploy", "deploy"):
+            chosen = select(plan, stages, {n: select_j[plan.content_key(n)] for sel in plan.selections for n in sel.candidates}, arts, report, say)
+            deploy(plan, subject, arts, chosen, report, points, say)
+        report.time_to_ship = settings.clock.to_dict()
         _verdict(report, plan.config)
         results.append(RunResult(report, plan, dict(arts), timing, {n: labels[plan.content_key(n)] for n in arts}))
     return results
@@ -356,12 +366,14 @@ def run(cfg: RunConfig, progress: Progress | None = None, quiet: bool = False) -
         for note in moved:
             say(note)
         say(f"building the subject ({cfg.kind.name}: {cfg.checkpoint or cfg.resolved_layer})")
-        subject = make_subject(cfg)
+        clock = StageClock()
+        with clock.phase("subject", "subject"):
+            subject = make_subject(cfg)
         plan = make_plan(cfg)
         if plan.encoding is not None:
             say(f"int8 weights for ONNX Runtime CPU: {plan.encoding.encoding} ({plan.encoding.reason})")
         say(f"data: {subject.describe_data()}")
-        (result,) = run_plans([plan], subject, RunSettings(threads, say, warmup=cfg.warmup, repeats=cfg.repeats))
+        (result,) = run_plans([plan], subject, RunSettings(threads, say, warmup=cfg.warmup, repeats=cfg.repeats, clock=clock))
         result.report.notes.extend(moved)
         owner.stamp(result.report)  # the sha256 of each artifact judged, checked by `attn-export check`
         result.report.write(cfg.out / "report.json")
@@ -370,8 +382,10 @@ def run(cfg: RunConfig, progress: Progress | None = None, quiet: bool = False) -
             from attn_export.validate.report import load_report
 
             say("rendering report.md and report.html")
-            attention = subject.report_attention(load_report(cfg.out / "report.json"), cfg.out)  # maps or why not, while the model is loaded
-            write_reports(cfg.out / "report.json", cfg.out, attention=attention)
+            with clock.phase("rendering", "render"):  # after report.json is written: in this line and run.log only
+                attention = subject.report_attention(load_report(cfg.out / "report.json"), cfg.out)  # maps or why not, while the model is loaded
+                write_reports(cfg.out / "report.json", cfg.out, attention=attention)
+            say(f"rendering done ({clock.last()})")
         # matplotlib figures (and the run's sessions) sit in reference cycles: collect them before the
         # run is committed, so their finalizers run (and an interrupt landing in one surfaces) while the
         # run can still be rolled back, not at interpreter exit after the signal handlers are gone.

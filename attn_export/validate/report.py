@@ -77,6 +77,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     selection: dict[str, Any] = field(default_factory=dict)  # e.g. {"int8": {"route": ..., "tried": [...]}}
     verdict: dict[str, Any] = field(default_factory=dict)  # {"passed": bool, "failures": [why, ...]}
+    time_to_ship: dict[str, Any] = field(default_factory=dict)  # pipeline.stage_clock: each phase's wall and CPU seconds
     schema_version: int = REPORT_SCHEMA_VERSION
 
     def add(self, stage: Stage) -> Stage:
@@ -99,6 +100,7 @@ class Report:
             "notes": self.notes,
             "selection": self.selection,
             "verdict": self.verdict,
+            **({"time_to_ship": self.time_to_ship} if self.time_to_ship else {}),
         }
 
     def write(self, path: str | os.PathLike[str]) -> Path:

@@ -23,9 +23,9 @@ Row = tuple[str, str]
 
 @dataclass(frozen=True)
 class HeaderTable:
-    """One labelled table of the header: ``title`` (Model, Inputs, Environment) and its (fact, value) rows."""
+    """One labelled table of the header: ``title`` (Model, Inputs, Environment, Time to ship) and its (fact, value) rows."""
 
-    key: str  # the report.json section it reads: model | inputs | environment
+    key: str  # the report.json section it reads: model | inputs | environment | time_to_ship
     title: str
     rows: tuple[Row, ...]
 
@@ -252,7 +252,7 @@ FACTS: tuple[Fact, ...] = (
     Fact("environment", ("int8_encoding",), "int8 weights", _one("int8_encoding", _encoding)),
     Fact("environment", (*_VERSIONS, "onnxruntime_distribution"), "versions", _versions),
 )  # fmt: skip
-_TITLES = {"model": "Model", "inputs": "Inputs", "environment": "Environment"}
+_TITLES = {"model": "Model", "inputs": "Inputs", "environment": "Environment", "time_to_ship": "Time to ship"}
 
 
 def _flatten(label: str, v: Any) -> list[Row]:
@@ -264,12 +264,24 @@ def _flatten(label: str, v: Any) -> list[Row]:
     return [(label, readable(v))]
 
 
+def _seconds(wall: Any, cpu: Any) -> str:
+    return f"{float(wall):.1f} s wall, {float(cpu):.1f} s CPU"
+
+
+def _phase_rows(sec: Mapping[str, Any]) -> list[Row]:
+    rows: list[Row] = [(str(p.get("name", "?")), _seconds(p.get("wall_s", 0), p.get("cpu_s", 0))) for p in sec.get("phases", [])]
+    return [*rows, ("total", _seconds(sec.get("wall_s", 0), sec.get("cpu_s", 0)))]
+
+
 def header_tables(report: Mapping[str, Any]) -> list[HeaderTable]:
     """The header's tables, in order (sections the report leaves empty are left out)."""
     tables = []
     for key, title in _TITLES.items():
         sec = report.get(key) or {}
         if not isinstance(sec, Mapping) or not sec:
+            continue
+        if key == "time_to_ship":  # one row per phase, in the order they ran, then the total
+            tables.append(HeaderTable(key, title, tuple(_phase_rows(sec))))
             continue
         rows: list[Row] = []
         read: set[str] = set()

@@ -205,6 +205,21 @@ class EnvironmentSchema(StrictSchema):
     cpu: CpuSchema | None = None
 
 
+class PhaseTimeSchema(StrictSchema):
+    name: Annotated[str, Field(min_length=1, max_length=200)]
+    kind: Literal["subject", "build", "timing", "judging", "deploy", "render"]
+    wall_s: NonNegFinite
+    cpu_s: NonNegFinite
+
+
+class TimeToShipSchema(StrictSchema):
+    """pipeline.stage_clock: where a run's time went, phase by phase."""
+
+    phases: list[PhaseTimeSchema] = Field(default_factory=list)
+    wall_s: NonNegFinite = 0.0
+    cpu_s: NonNegFinite = 0.0
+
+
 class ReportSchema(StrictSchema):
     schema_version: Annotated[int, Field(ge=1, le=REPORT_SCHEMA_VERSION)] = REPORT_SCHEMA_VERSION
     model: ModelSchema = Field(default_factory=ModelSchema)
@@ -213,6 +228,7 @@ class ReportSchema(StrictSchema):
     stages: Annotated[list[StageSchema], AfterValidator(_unique_names)]
     notes: list[str] = Field(default_factory=list)
     selection: dict[str, Any] = Field(default_factory=dict)
+    time_to_ship: TimeToShipSchema | None = None
 
 
 # --- baselines ------------------------------------------------------------------------------------
