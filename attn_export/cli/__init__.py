@@ -18,7 +18,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from attn_export.host.preflight import environment_problem
 
-    problem = environment_problem(sys.argv[1:] if argv is None else argv)  # before torch: it aborts in some
+    problem = environment_problem(sys.argv[1:] if argv is None else argv)  # first: torch aborts without a cwd
     if problem:
         print(f"attn-export: error: {problem}", file=sys.stderr)
         return 2

@@ -7,6 +7,7 @@ to stdout.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,6 +23,7 @@ from attn_export.vocab.choices import is_ascii_digits
 __all__ = ["writing", "JsonFlag", "QuietFlag", "ThreadsFlag", "err_console", "int_in", "ints", "out_console", "progress_bar",
            "progress_lines", "strs"]
 
+
 class _StdoutConsole(Console):
     """rich's console on stdout: a reader that closed the pipe (``... | head -1``) ends the output, not the run.
 
@@ -30,8 +32,6 @@ class _StdoutConsole(Console):
     stdout at /dev/null and go on, so the command's own exit code stands."""
 
     def on_broken_pipe(self) -> None:
-        import os
-
         self.quiet = True  # nothing more to write: rich drops its buffer
         try:
             null = os.open(os.devnull, os.O_WRONLY)

@@ -159,12 +159,14 @@ def test_c32_force_moves_a_users_staging_named_folder_aside_and_a_killed_runs_st
     from attn_export.deploy.folder import DeployClaim, staging
 
     folder, out = tmp_path / "b", tmp_path / "out"
+    folder.mkdir()
     with pytest.raises(KeyboardInterrupt), staging(folder) as tmp:  # a run's staging folder, killed: its marker is in it
         (tmp / "bundle.json").write_text("{}")
-        ours = tmp.parent
-        os.rename(ours, folder / "kept")  # what a SIGKILL leaves: the folder, not removed by staging()'s finally
+        (name,) = [n for n in os.listdir(folder) if n.startswith(".attn-export-staging-")]
+        ours = folder / name
+        os.rename(ours, tmp_path / "kept")  # what a SIGKILL leaves: the folder, not removed by staging()'s finally
         raise KeyboardInterrupt
-    os.rename(folder / "kept", ours)
+    os.rename(tmp_path / "kept", ours)
     _plant(folder, STAGING)
     claim = DeployClaim(folder, "--bundle", out).acquire(force=True)
     try:
