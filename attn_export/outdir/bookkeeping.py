@@ -15,21 +15,24 @@ folder a run makes gets a marker file first, before anything is put in it:
 A bookkeeping name without its marker (or with one that does not parse) is the user's: the run
 refuses the folder in one line naming it and ``--force``, or ``--force`` moves it aside like any
 other file of the user's (``fs.make_sibling``); it is never deleted or emptied. The lock file is
-ours when it is empty or holds what ``fs.take_lock`` writes (a JSON object with a ``pid``).
+ours when it is empty or holds what ``fs.take_lock`` writes (a JSON object with a ``pid``); whether a
+live run holds it (``lock_is_held``) tells a run still under way from one that was killed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
 import secrets
 import stat
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-__all__ = ["MARKER_NAME", "Marker", "PREVIOUS_FORMAT", "STAGING_FORMAT", "STAGING_MARKER", "is_our_lock", "marker_bytes", "new_run_id",
+__all__ = ["MARKER_NAME", "Marker", "PREVIOUS_FORMAT", "STAGING_FORMAT", "STAGING_MARKER", "is_our_lock", "lock_is_held", "marker_bytes", "new_run_id",
            "parse_marker", "shown"]  # fmt: skip
 
 MARKER_NAME = ".attn-export-moved"  # inside OUT/.attn-export-previous (and a discard folder renamed from it)
@@ -89,3 +92,28 @@ def shown(names: list[str], limit: int = 5) -> str:
     """At most ``limit`` names and the count of the rest: a message stays one short line for 10,000 files."""
     head = ", ".join(names[:limit])
     return head if len(names) <= limit else f"{head} and {len(names) - limit} more ({len(names)} in all)"
+
+
+def lock_is_held(path: Path) -> bool | None:
+    """Whether a live process holds the ``flock`` on the file at ``path`` (None: cannot tell; False: no file or no holder).
+
+    Read from ``/proc/locks``, not by taking the lock: a probe that took it, even shared and for a
+    moment, could make a run starting at that moment refuse its own folder. (No library reads
+    ``/proc/locks``; its format is the kernel's: ``N: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE ...``.)"""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return False if not os.path.lexists(path) else None
+    except OSError:
+        return None
+    want = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+    for line in lines:
+        parts = line.split()
+        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[2] != "->":  # "->": a waiter, not the holder
+            with contextlib.suppress(ValueError):
+                major, minor, inode = parts[5].split(":")
+                if (int(major, 16), int(minor, 16), int(inode)) == want:
+                    return True
+    return False

@@ -138,3 +138,33 @@ def test_c34_running_out_of_file_descriptors_mid_run_is_one_line_and_no_run_json
     o = run_cli([*TINY, "--out", tmp_path / "o"], capsys, tmp_path)
     assert_refused(o, "Too many open files; raise the open-file limit (ulimit -n")
     assert not (tmp_path / "o").exists(), "the run's claim was undone: no run.json 'running'"
+
+
+# -- a run.json left "running": killed, or still under way ---------------------------------------------------
+@pytest.mark.parametrize("live", [False, True], ids=["c34-killed", "c34-live"])
+def test_c34_check_tells_a_killed_run_from_one_still_running(live: bool, tmp_path: Path) -> None:
+    """A run the environment killed leaves run.json "running"; ``check`` used to say "killed or still running"."""
+    import json
+
+    from attn_export.errors import DataError
+    from attn_export.outdir.fs import OutDir, take_lock
+    from attn_export.validate.gate.hashes import check_run_folder
+
+    report = stamped_run(tmp_path / "run")
+    manifest = report.parent / "run.json"
+    data = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({**data, "status": "running", "pid": 4242}))
+    od = OutDir(report.parent, "--out")
+    fd = take_lock(od, ".attn-export.lock", {"pid": 4242, "started": "then"})  # what the run's lock file holds
+    if not live:
+        os.close(fd)  # the process died: the kernel dropped its flock, the file stays
+    try:
+        with pytest.raises(DataError) as err:
+            check_run_folder(report)
+    finally:
+        if live:
+            os.close(fd)
+        od.close()
+    text = str(err.value)
+    assert "killed or is still running" not in text, text
+    assert ("still running (pid 4242 holds .attn-export.lock)" if live else "it was killed (no process holds .attn-export.lock)") in text, text
