@@ -14,6 +14,14 @@ __all__ = ["main"]
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: ``attn_export.cli.app.main`` with the signal handlers in place first."""
     import signal
+    import sys
+
+    from attn_export.host.preflight import environment_problem
+
+    problem = environment_problem(sys.argv[1:] if argv is None else argv)  # first: torch aborts without a cwd
+    if problem:
+        print(f"attn-export: error: {problem}", file=sys.stderr)
+        return 2
 
     from attn_export.host.signals import Terminated, announce, interrupt_signals, raise_if_interrupted
 

@@ -7,6 +7,7 @@ to stdout.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,8 +23,26 @@ from attn_export.vocab.choices import is_ascii_digits
 __all__ = ["writing", "JsonFlag", "QuietFlag", "ThreadsFlag", "err_console", "int_in", "ints", "out_console", "progress_bar",
            "progress_lines", "strs"]
 
+
+class _StdoutConsole(Console):
+    """rich's console on stdout: a reader that closed the pipe (``... | head -1``) ends the output, not the run.
+
+    rich's own ``on_broken_pipe`` raises ``SystemExit(1)``: a passing run piped into ``head -1``
+    exited 1 with no word. This does what Python's signal docs ("Note on SIGPIPE") advise: point
+    stdout at /dev/null and go on, so the command's own exit code stands."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True  # nothing more to write: rich drops its buffer
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, sys.stdout.fileno())
+            os.close(null)
+        except (OSError, ValueError, AttributeError):
+            pass  # stdout is not a descriptor (captured): quiet is enough
+
+
 # Logs and CI capture are not terminals: rich would wrap wide tables at 80 columns there.
-out_console = Console(width=None if sys.stdout.isatty() else 200)
+out_console = _StdoutConsole(width=None if sys.stdout.isatty() else 200)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
 QuietFlag = Annotated[bool, typer.Option("--quiet", "-q", metavar="", help="No progress output; print only the result.")]

@@ -9,7 +9,8 @@ and it restores everything on the way out.
 Exit codes, for every command: 0 success; 1 a tolerance or gate failure (the report says
 which), or an unexpected internal error (one line, the traceback saved to a file); 2 bad
 input (``attn-export: error: <one line>``), memory that ran out, or a standard output that
-cannot be written; 130 interrupted (Ctrl-C); 143 terminated.
+cannot be written (a reader that closed the pipe, as ``| head -1`` does, is not that: the
+output ends there and the command's own code stands); 130 interrupted (Ctrl-C); 143 terminated.
 
 The standard streams are inputs too: a closed one (``>&-``) is /dev/null for the command (so
 no file the run opens lands on descriptor 1 or 2), and a crash in native code (a library that
@@ -117,7 +118,9 @@ def _save_traceback() -> Path | None:
 # OSErrors a user fixes on their side (space, permissions, a read-only disk): one line, exit 2.
 _USER_OS_ERRORS = {errno.ENOSPC: "free some disk space or pass another --out", errno.EDQUOT: "free some quota or pass another --out",
                    errno.EROFS: "pass a folder on a writable disk", errno.EACCES: "check its permissions or pass another path",
-                   errno.EPERM: "check its permissions or pass another path"}  # fmt: skip
+                   errno.EPERM: "check its permissions or pass another path",
+                   errno.EMFILE: "raise the open-file limit (ulimit -n 1024) and run again",
+                   errno.ENFILE: "the system's table of open files is full; close some programs and run again"}  # fmt: skip
 
 
 # What a native library or torch says when an allocation fails (MemoryError is Python's own).
@@ -200,6 +203,8 @@ def check_stdout_written() -> None:
     the interpreter's own flush at exit cannot print a second error)."""
     try:
         sys.stdout.flush()
+    except BrokenPipeError:  # its reader left (``| head -1``): the output ends there, the command's exit code stands
+        _silence_stdout()
     except (OSError, ValueError) as err:
         _silence_stdout()
         raise StdoutError(getattr(err, "strerror", None) or str(err)) from None

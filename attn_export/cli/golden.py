@@ -37,7 +37,15 @@ def _texts(path: Path | None) -> list[str] | None:
         return None
     if not path.is_file():
         raise ConfigError(f"--texts {path} does not exist; pass the file of texts the inputs came from, one per line")
-    return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"--texts {path} is not UTF-8 (byte {err.object[err.start]:#04x} at offset {err.start}); "
+                          "save it as UTF-8 (e.g. iconv -f latin1 -t utf-8) and pass it again") from None
+    except OSError as err:
+        raise ConfigError(f"--texts {path}: cannot read it ({err.strerror or err}); "
+                          "pass a readable file of texts, one per line") from None
+    return [line for line in text.splitlines() if line.strip()]
 
 
 @golden_app.command("record")
@@ -57,7 +65,9 @@ def record(
     providers = _providers(provider)
     if not model.is_file():
         raise ConfigError(f"{model} is not a file; pass the ONNX model or TensorRT engine to record")
-    meta = record_golden(golden, model, read_feeds(inputs), labels=tuple(labels or ()), texts=_texts(texts), providers=providers, force=force)
+    lines = _texts(texts)  # read before the inputs and the model: a bad file is refused before any work
+    meta = record_golden(golden, model, read_feeds(inputs), labels=tuple(labels or ()), texts=lines, providers=providers,
+                         force=force)
     stack = ", ".join(f"{k} {v}" for k, v in meta.stack.items() if v and k != "host")
     out_console.print(f"recorded golden outputs of {model.name} in {golden}: {', '.join(f'{k} ({v})' for k, v in meta.kinds.items())}; stack: {stack}",
                       highlight=False, soft_wrap=True, markup=False)  # fmt: skip

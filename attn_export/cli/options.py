@@ -138,7 +138,7 @@ PrecisionOpt = Annotated[str, typer.Option("--precision", help=f"Export precisio
 OutOpt = Annotated[Path, typer.Option("--out", help="Output directory.", rich_help_panel=_OUTPUT)]
 ForceOpt = Annotated[
     bool,
-    typer.Option("--force", metavar="", help="Files in the output folders (--out, --bundle, --triton) with names a run writes that attn-export did not write are moved into a new folder beside each, DIR.attn-export-aside-<UTC time>/, instead of refusing the run.",
+    typer.Option("--force", metavar="", help="Files in the output folders (--out, --bundle, --triton) with names a run writes that attn-export did not write, and entries named like its bookkeeping (.attn-export*) that no run of attn-export made, are moved into a new folder beside each, DIR.attn-export-aside-<UTC time>/, instead of refusing the run.",
                  rich_help_panel=_OUTPUT),
 ]
 ThreadsOpt = Annotated[

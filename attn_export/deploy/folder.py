@@ -17,7 +17,10 @@ folder with whatever else was in it. Now:
   for its whole run, so two runs with the same ``--bundle`` cannot interleave: the second is
   refused at once, naming the PID. A folder inside ``--out`` is covered by ``--out``'s lock.
 
-Names starting with ``.attn-export`` directly in DIR are this bookkeeping, never foreign.
+Names starting with ``.attn-export`` directly in DIR are ours only with the record a run leaves
+(``outdir.bookkeeping``): the manifest when it parses as ours, the lock when it holds a run's
+record, a staging folder when it holds its marker. Without it such an entry is the user's and
+foreign like any other (a user's ``.attn-export-staging-mine/`` is refused, never deleted).
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from attn_export.errors import ConfigError
+from attn_export.outdir.bookkeeping import (STAGING_FORMAT, STAGING_MARKER, is_our_lock, marker_bytes, new_run_id,
+                                            parse_marker)
 from attn_export.outdir.manifest import sha256_fd
 from attn_export.outdir.fs import SIBLING_INFIX, OutDir, make_sibling, move_into, take_lock
 
@@ -59,6 +64,30 @@ def _reserved(name: str) -> bool:
     return name.startswith(".attn-export")
 
 
+def _read_regular(path: Path, limit: int) -> bytes | None:
+    """At most ``limit`` bytes of the regular file at ``path`` (no link followed, no FIFO blocks), else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, limit) if stat.S_ISREG(os.fstat(fd).st_mode) else None
+    finally:
+        os.close(fd)
+
+
+def _ours_reserved(folder: Path, entry: os.DirEntry[str]) -> bool:
+    """A ``.attn-export*`` entry of ``folder`` that carries the record a run of ours leaves (see the module doc)."""
+    path = folder / entry.name
+    if entry.name == LOCK_NAME:
+        return is_our_lock(entry.stat(follow_symlinks=False), _read_regular(path, 1 << 16))
+    if entry.name == MANIFEST_NAME:
+        return _read_manifest(folder) is not None
+    if entry.name.startswith(STAGING_PREFIX) and entry.is_dir(follow_symlinks=False):
+        return parse_marker(_read_regular(path / STAGING_MARKER, 1 << 16), STAGING_FORMAT) is not None
+    return False
+
+
 def _sha256(path: Path) -> str | None:
     """The sha256 of a regular file reached without following a link at its name, else None."""
     try:
@@ -71,16 +100,21 @@ def _sha256(path: Path) -> str | None:
         os.close(fd)
 
 
+def _read_manifest(folder: Path) -> _Manifest | None:
+    raw = _read_regular(folder / MANIFEST_NAME, _MAX_MANIFEST_BYTES + 1)
+    if raw is None or len(raw) > _MAX_MANIFEST_BYTES:
+        return None
+    try:
+        m = _Manifest.model_validate(json.loads(raw.decode("utf-8")))
+    except (UnicodeDecodeError, ValueError, RecursionError, ValidationError):
+        return None
+    return m if m.format == MANIFEST_FORMAT else None
+
+
 def _owned(folder: Path) -> dict[str, set[str]]:
     """rel -> the sha256 values the manifest vouches for (empty when there is no readable manifest of ours)."""
-    path = folder / MANIFEST_NAME
-    if os.path.islink(path) or not path.is_file() or path.stat().st_size > _MAX_MANIFEST_BYTES:
-        return {}
-    try:
-        m = _Manifest.model_validate(json.loads(path.read_bytes().decode("utf-8")))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError, ValidationError):
-        return {}
-    if m.format != MANIFEST_FORMAT:
+    m = _read_manifest(folder)
+    if m is None:
         return {}
     owned: dict[str, set[str]] = {}
     for files in (m.files, m.pending):
@@ -102,7 +136,7 @@ def foreign_entries(folder: Path) -> list[str]:
             entries = sorted(it, key=lambda e: e.name)
         for e in entries:
             sub = f"{rel}/{e.name}" if rel else e.name
-            if not rel and _reserved(e.name):
+            if not rel and _reserved(e.name) and _ours_reserved(folder, e):
                 continue
             if e.is_dir(follow_symlinks=False):
                 try:
@@ -127,7 +161,7 @@ def refuse_foreign(folder: Path, flag: str) -> None:
     """One line naming the first foreign entry of ``folder`` and the fixes; nothing when there is none."""
     foreign = foreign_entries(folder)
     if foreign:
-        more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+        more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""  # one name and a count, however many
         raise ConfigError(
             f"{flag} {folder} holds {foreign[0]!r}{more}, which attn-export did not write (a {flag} folder holds only its files); "
             f"pass another {flag} (new or empty), or add --force to move them into {folder.name}{SIBLING_INFIX}<UTC time> first"
@@ -191,15 +225,18 @@ def check_deploy_paths(out: Path, folders: list[tuple[str, Path]], force: bool) 
 
 @contextlib.contextmanager
 def staging(final: Path) -> Iterator[Path]:
-    """A new folder ``final/.attn-export-staging-*`` to write into (``final`` is created); removed on the way out,
-    with ``final`` too if this created it and nothing else is in it."""
+    """A new folder ``final/.attn-export-staging-*/files`` to write into (``final`` is created); removed on the way out,
+    with ``final`` too if this created it and nothing else is in it. The staging folder holds its marker
+    (``STAGING_MARKER``) beside ``files/`` from the start, so a leftover of a killed run is known as ours."""
     if os.path.islink(final):
         raise ConfigError(f"{final} is a symbolic link; attn-export never writes through a link: pass the folder it points to")
     created = not final.exists()
     final.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=final))
     try:
-        yield tmp
+        (tmp / STAGING_MARKER).write_bytes(marker_bytes(STAGING_FORMAT, new_run_id()))
+        (tmp / "files").mkdir()
+        yield tmp / "files"
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # our own temporary folder
         if created:
@@ -270,9 +307,11 @@ class DeployClaim:
                 raise ConfigError(f"{self.flag} {self.folder}: cannot create the folder ({err.strerror or err}); pass a writable {self.flag} DIR") from None
             self._od = OutDir(self.folder, self.flag)
             self._fd = take_lock(self._od, LOCK_NAME, {"pid": os.getpid(), "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")})
-            for name in os.listdir(self.folder):  # a killed run's staging folder (we hold the lock: nobody writes there)
-                if name.startswith(STAGING_PREFIX):
-                    shutil.rmtree(self.folder / name, ignore_errors=True)
+            with os.scandir(self.folder) as entries:  # a killed run's staging folder, by its marker (we hold the lock)
+                leftovers = [e.name for e in entries
+                             if e.name.startswith(STAGING_PREFIX) and _ours_reserved(self.folder, e)]
+            for name in leftovers:
+                shutil.rmtree(self.folder / name, ignore_errors=True)
         if not force:
             refuse_foreign(self.folder, self.flag)
         elif self.inside_out:  # before --out is claimed, so the aside folder is not taken for the run's own output

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from attn_export.errors import ConfigError
+from attn_export.outdir.bookkeeping import new_run_id, shown
 from attn_export.outdir.manifest import MANIFEST_NAME, manifest_bytes, manifest_record, sha256_file
 from attn_export.host.paths import COMMAND_LINE, given_empty
 from attn_export.outdir.recovery import (
@@ -50,10 +51,12 @@ from attn_export.outdir.recovery import (
     LOCK_NAME,
     PREVIOUS_NAME,
     REPORT_FILES,
+    bookkeeping_error,
     check_owned,
     conflict_error,
     discard_aside,
     earlier_files,
+    foreign_bookkeeping,
     foreign_files,
     is_manifest,
     is_reserved,
@@ -101,6 +104,7 @@ class RunDir:
         self.seed = seed
         self.deployed = {k: Path(v) for k, v in (deployed or {}).items() if v is not None}
         self.started = _now()
+        self.run = new_run_id()  # in the lock, the aside folder's marker and run.json: what this run made is its own
         self._dir: OutDir | None = None
         self._fd: int | None = None
         self._created: list[Path] = []  # folders this run created, outermost first
@@ -145,7 +149,8 @@ class RunDir:
 
     def _lock(self) -> None:
         command = COMMAND_LINE.get()
-        self._fd = take_lock(self.dir, LOCK_NAME, {"pid": os.getpid(), "started": self.started, "command": list(command) if command else None})
+        holder = {"pid": os.getpid(), "run": self.run, "started": self.started, "command": list(command) if command else None}
+        self._fd = take_lock(self.dir, LOCK_NAME, holder)
 
     def _unlock(self) -> None:
         if self._fd is not None:
@@ -207,6 +212,10 @@ class RunDir:
             refuse_links(self.dir, self.out, self.deployed.values())
             if self.force and not is_manifest(self.dir):
                 self._set_aside([MANIFEST_NAME])  # a run.json that is not an attn-export manifest is the user's file too
+            theirs = foreign_bookkeeping(self.dir)  # named like our bookkeeping, without our record: the user's
+            if theirs and not self.force:
+                raise bookkeeping_error(self.out, self.flag, theirs)
+            self._set_aside(theirs)
             recover(self.dir)  # a killed run's files out, the last complete run back in
             manifest, _ = read_manifest(self.dir)
             foreign = foreign_files(self.dir, manifest, self.names)  # the user's files at names this run may write
@@ -217,7 +226,7 @@ class RunDir:
             if self.names is not None:
                 self._base, self._kept = manifest, {rel for rel in earlier if rel not in self.names and rel != MANIFEST_NAME}
                 earlier = [rel for rel in earlier if rel not in self._kept]
-            self._moved = move_aside(self.dir, earlier, self.started)
+            self._moved = move_aside(self.dir, earlier, self.run)
             before = self._top()
             before.pop(MANIFEST_NAME, None)
             self._touched = {rel.split("/", 1)[0] for rel in self._moved if "/" in rel}  # folders an earlier run wrote into
@@ -240,7 +249,8 @@ class RunDir:
             self.aside = make_sibling(self.dir, _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
         move_into(self.dir, files, self.aside)
         self._aside_files += files
-        log.warning("--force: moved %d file(s) attn-export did not write out of %s into %s: %s", len(files), self.out, self.aside, ", ".join(files))
+        log.warning("--force: moved %d file(s) attn-export did not write out of %s into %s: %s", len(files), self.out, self.aside,
+                    shown(files))
 
     def finish(self) -> Path:
         """Write the complete manifest (the commit), then drop the earlier run's files and release the folder."""
@@ -308,6 +318,7 @@ class RunDir:
         command = COMMAND_LINE.get()
         data = manifest_record(fields["status"], command=list(command) if command else None, seed=self.seed, started=self.started,
                                config=self.config, **{k: v for k, v in fields.items() if k != "status"})  # fmt: skip
+        data["run"] = self.run  # the aside folder's marker carries it too: complete with this id = this run committed
         if self._base is not None:  # it amends that run: its command, seed and options stay, with this command added
             data.update({k: self._base[k] for k in ("command", "seed", "versions", "started", "config", "deployed") if k in self._base})
             data["amended"] = [*(self._base.get("amended") or []), {"command": list(command) if command else None, "started": self.started}]

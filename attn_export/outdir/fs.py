@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 from attn_export.errors import ConfigError
+from attn_export.outdir.bookkeeping import is_our_lock
 from attn_export.outdir.manifest import sha256_fd
 
 __all__ = ["SIBLING_INFIX", "OutDir", "Stat", "lock_holder", "make_sibling", "move_into", "stat_key", "take_lock"]
@@ -272,6 +273,10 @@ def take_lock(od: OutDir, name: str, holder: dict[str, object]) -> int:
             ) from None
         now = od.lstat(name)
         if now is not None and now.st_ino == st.st_ino:
+            if not is_our_lock(st, os.pread(fd, 1 << 16, 0)):  # a file of the user's at the lock's name is never truncated
+                os.close(fd)
+                raise ConfigError(f"{od.flag} {od.path} holds {name}, which is not a lock attn-export wrote; "
+                                  f"move it away or pass another {od.flag}")
             os.ftruncate(fd, 0)
             os.write(fd, json.dumps(holder).encode() + b"\n")
             return fd

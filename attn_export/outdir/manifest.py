@@ -66,6 +66,7 @@ class RunManifestSchema(BaseModel):
     format: Literal["attn-export-run/1"]
     status: Literal["running", "complete"]
     pid: Annotated[int, Field(ge=0)] | None = None
+    run: str | None = None  # the run's id, also in its aside folder's marker (outdir.bookkeeping)
     command: list[str] | None = None
     seed: int | None = None
     versions: dict[str, str | None] = Field(default_factory=dict)

@@ -6,23 +6,25 @@ then rename) is the commit point. Until then the last complete run is kept in
 state the next run can read back:
 
 1. *move aside*: the aside folder is created with ``mkdir`` (an existing one, or a link, is
-   refused), the earlier run's files are renamed into it with ``run.json`` last, then the
-   marker ``.attn-export-moved`` is created inside it: the whole earlier run is aside.
+   refused), the marker ``.attn-export-moved`` is created inside it first (this run's id and
+   the files it moves: the record that makes the folder ours, ``outdir.bookkeeping``), then the
+   earlier run's files are renamed into it with ``run.json`` last.
 2. ``run.json`` "running" is written, with the claim's snapshot of ``--out`` (what was there
    before this run wrote anything), then the run writes its files.
-3. *commit*: ``run.json`` "complete"; then the aside folder is renamed to a
-   ``.attn-export-discard-*`` name and deleted.
+3. *commit*: ``run.json`` "complete", with the run's id; then the aside folder is renamed to a
+   ``.attn-export-discard-*`` name and deleted, its marker last.
 4. *abort* (a failure or an interrupt): this run's files are removed, then its ``run.json``,
-   then the marker, then the earlier files are renamed back (``run.json`` last).
+   then the earlier files the marker lists are renamed back (``run.json`` last), then the marker.
 
-``recover()`` (the next run, holding the lock) reads that state: a marker beside a complete
-``run.json`` means the commit happened (the aside is dropped); a marker, or a ``run.json``
-still "running", means the run never completed: its files are removed (the names a run
-writes, found new or changed against its recorded snapshot and changed after its
-``run.json`` was written, by inode change time, which no file owner can set back) and the
-aside run is renamed back. No marker means a move aside or a restore was cut short: every
-file in the aside folder goes back. ``--out`` then holds the last complete run again, which
-the new run keeps aside until it completes itself.
+``recover()`` (the next run, holding the lock, so the run it cleans up is dead) reads that
+state: a marker whose run id a complete ``run.json`` carries means the commit happened (the
+aside is dropped); otherwise the run never completed: a ``run.json`` still "running" has its
+files removed (the names a run writes, found new or changed against its recorded snapshot and
+changed after its ``run.json`` was written, by inode change time, which no file owner can set
+back), and the files the marker lists are renamed back. ``--out`` then holds the last complete
+run again, which the new run keeps aside until it completes itself. A ``.attn-export*`` entry
+without our marker is not ours: ``foreign_bookkeeping`` finds it, and it is refused or, with
+``--force``, moved aside like the user's files below; recovery never touches it.
 
 Only files are moved: those a complete ``run.json`` lists whose bytes still match the sha256
 it recorded, all reached through ``run_dir_fs.OutDir``, which follows no link. A file with a
@@ -36,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import json
 import logging
 import os
 import secrets
@@ -48,19 +49,19 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from attn_export.errors import ConfigError
+from attn_export.outdir.bookkeeping import MARKER_NAME, PREVIOUS_FORMAT, Marker, marker_bytes, parse_marker, shown
 from attn_export.outdir.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, parse_manifest
 from attn_export.outdir.fs import SIBLING_INFIX, OutDir, stat_key
 
 __all__ = [
     "ARTIFACT_PATTERNS", "NESTED_PATTERNS", "REPORT_FILES", "LOCK_NAME", "MARKER_NAME", "PREVIOUS_NAME", "TRASH_PREFIX",
-    "check_owned", "conflict_error", "discard_aside", "earlier_files", "foreign_files", "is_manifest", "is_reserved", "move_aside", "read_manifest", "recover", "refuse_links", "restore",
+    "check_owned", "conflict_error", "discard_aside", "bookkeeping_error", "earlier_files", "foreign_bookkeeping", "foreign_files", "is_manifest", "is_reserved", "move_aside", "read_manifest", "recover", "refuse_links", "restore",
 ]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
 LOCK_NAME = ".attn-export.lock"
 PREVIOUS_NAME = ".attn-export-previous"
-MARKER_NAME = ".attn-export-moved"  # inside PREVIOUS_NAME: the whole earlier run is aside
 TRASH_PREFIX = ".attn-export-discard-"
 # Every name a command writes into --out (the main command and ``encoder``, ``sweep``, ``bench``,
 # ``report``): such a file that no complete run.json of ours lists is the user's (see the module doc).
@@ -213,28 +214,40 @@ def conflict_error(out: Path, flag: str, rel: str) -> ConfigError:
                        f"pass another {flag}, or --force to move such files aside into {out}{SIBLING_INFIX}<UTC time>/ first")  # fmt: skip
 
 
-def move_aside(od: OutDir, files: list[str], started: str) -> list[str]:
-    """Step 1 of the protocol; returns the files moved."""
+def move_aside(od: OutDir, files: list[str], run: str) -> list[str]:
+    """Step 1 of the protocol (the marker first: the folder is ours before it holds anything); returns the moved files."""
     if not files:
         return []
     od.mkdir_new(PREVIOUS_NAME)
+    od.write_new(f"{PREVIOUS_NAME}/{MARKER_NAME}", marker_bytes(PREVIOUS_FORMAT, run, files))
     for rel in files:
         od.rename(rel, f"{PREVIOUS_NAME}/{rel}")
-    od.write_new(f"{PREVIOUS_NAME}/{MARKER_NAME}", json.dumps({"pid": os.getpid(), "started": started, "files": files}).encode())
-    log.info("moved %d files of an earlier run aside: %s", len(files), ", ".join(files))
+    log.info("moved %d files of an earlier run aside: %s", len(files), shown(files))
     return files
 
 
+def _marker(od: OutDir, folder: str) -> Marker | None:
+    """The marker of ``folder`` (a ``bookkeeping.Marker``) when it is a real folder of ours, else None."""
+    st = od.lstat(folder)
+    if st is None or not stat.S_ISDIR(st.st_mode):
+        return None
+    try:
+        return parse_marker(od.read(f"{folder}/{MARKER_NAME}", MAX_MANIFEST_BYTES), PREVIOUS_FORMAT)
+    except (OSError, ConfigError):  # a link or a FIFO at the marker's name: not ours
+        return None
+
+
 def restore(od: OutDir, strict: bool) -> bool:
-    """Rename every file of the aside folder back into --out (``run.json`` last), then remove the
-    folder. A file that cannot go back keeps the folder (nothing is lost); ``strict`` raises."""
-    aside = od.lstat(PREVIOUS_NAME)
-    if aside is None or not stat.S_ISDIR(aside.st_mode):
-        return True  # none, or a link or file that is not ours (refused elsewhere, never followed)
-    with contextlib.suppress(FileNotFoundError):
-        od.unlink(f"{PREVIOUS_NAME}/{MARKER_NAME}")
+    """Rename the files the aside folder's marker lists back into --out (``run.json`` last), then the
+    marker, then the folder. A file that cannot go back, or one the marker does not list, keeps the
+    folder (nothing is lost, nothing of someone else's is moved); ``strict`` raises."""
+    marker = _marker(od, PREVIOUS_NAME)
+    if marker is None:
+        return od.lstat(PREVIOUS_NAME) is None  # none, or not ours (refused before, never touched)
     prefix = PREVIOUS_NAME + "/"
-    files = sorted((r for r in od.files(PREVIOUS_NAME)), key=lambda r: (r == prefix + MANIFEST_NAME, r))
+    present = od.files(PREVIOUS_NAME)
+    listed = [prefix + rel for rel in marker.files if inside(rel)]
+    files = sorted((r for r in listed if r in present), key=lambda r: (r == prefix + MANIFEST_NAME, r))
     left = []
     for rel in files:
         try:
@@ -246,17 +259,47 @@ def restore(od: OutDir, strict: bool) -> bool:
             log.warning("could not put %s back (%s); it stays in %s", rel, err, PREVIOUS_NAME)
     if left:
         return False
-    od.rmtree(PREVIOUS_NAME)
+    return _remove_marked(od, PREVIOUS_NAME)
+
+
+def _remove_marked(od: OutDir, folder: str) -> bool:
+    """Delete our bookkeeping ``folder``: what it holds, then its marker (last: until then it is known as ours)."""
+    for name, st in od.entries(folder).items():
+        if name != MARKER_NAME:
+            od.rmtree(f"{folder}/{name}") if stat.S_ISDIR(st.st_mode) else od.unlink(f"{folder}/{name}")
+    with contextlib.suppress(FileNotFoundError):
+        od.unlink(f"{folder}/{MARKER_NAME}")
+    od.rmdir(folder)
     return True
 
 
 def discard_aside(od: OutDir) -> None:
     """Step 3 after the commit: rename the aside folder away (one atomic step), then delete it."""
-    if od.lstat(PREVIOUS_NAME) is None:
+    if _marker(od, PREVIOUS_NAME) is None:
         return
     trash = TRASH_PREFIX + secrets.token_hex(4)
     od.rename(PREVIOUS_NAME, trash)
-    od.rmtree(trash)
+    _remove_marked(od, trash)
+
+
+def foreign_bookkeeping(od: OutDir) -> list[str]:
+    """Entries directly in --out named like the tool's bookkeeping (``.attn-export*``) that carry no record
+    of a run of ours (``outdir.bookkeeping``): the user's, sorted."""
+    found = []
+    for name in od.entries(""):
+        if not is_reserved(name) or name == LOCK_NAME:  # the lock is checked as it is taken (``fs.take_lock``)
+            continue
+        if not ((name == PREVIOUS_NAME or name.startswith(TRASH_PREFIX)) and _marker(od, name)):
+            found.append(name)
+    return sorted(found)
+
+
+def bookkeeping_error(out: Path, flag: str, names: list[str]) -> ConfigError:
+    """The one line that refuses a --out holding a ``.attn-export*`` entry attn-export did not make."""
+    more = f" (and {len(names) - 1} more)" if len(names) > 1 else ""
+    return ConfigError(f"{flag} {out} holds {out / names[0]}{more}, which attn-export did not make (a name like its bookkeeping, "
+                       f"without the record a run of attn-export leaves in it); pass another {flag}, "
+                       f"or --force to move it aside into {out}{SIBLING_INFIX}<UTC time>/ first")
 
 
 # -- what a killed run left behind -------------------------------------------------------------
@@ -293,24 +336,22 @@ def _discard_incomplete(od: OutDir, manifest: dict[str, Any], since_ns: int) -> 
 
 
 def recover(od: OutDir) -> None:
-    """Bring --out back to its last complete run after a run was killed (see the module doc)."""
-    for name, st in od.entries("").items():
-        if name.startswith(TRASH_PREFIX):
-            if stat.S_ISDIR(st.st_mode):
-                od.rmtree(name)
-            else:
-                od.unlink(name)  # never followed
+    """Bring --out back to its last complete run after a run was killed (see the module doc). Only
+    bookkeeping with our marker is touched; the caller has refused (or moved aside) the rest."""
+    for name in od.entries(""):
+        if name.startswith(TRASH_PREFIX) and _marker(od, name) is not None:
+            _remove_marked(od, name)
     aside = od.lstat(PREVIOUS_NAME)
-    if aside is not None and not stat.S_ISDIR(aside.st_mode):
-        raise od.link_error(PREVIOUS_NAME) if stat.S_ISLNK(aside.st_mode) else od.kind_error(PREVIOUS_NAME, aside)
+    if aside is not None and stat.S_ISLNK(aside.st_mode):
+        raise od.link_error(PREVIOUS_NAME)
+    marker = _marker(od, PREVIOUS_NAME)
     manifest, since = read_manifest(od)
     status = (manifest or {}).get("status")
-    if aside is None:
+    if marker is None:
         if status == "running":
             _discard_incomplete(od, manifest or {}, since)
         return
-    marker = od.lstat(f"{PREVIOUS_NAME}/{MARKER_NAME}") is not None
-    if marker and status == "complete":
+    if status == "complete" and (manifest or {}).get("run") == marker.run:
         discard_aside(od)  # the run committed and was killed before it dropped the earlier one
         return
     if status == "running":
@@ -330,6 +371,9 @@ def check_owned(out: str | os.PathLike[str], flag: str = "--out", force: bool = 
     od = OutDir(path, flag)
     try:
         refuse_links(od, path, ())
+        theirs = foreign_bookkeeping(od)
+        if theirs:
+            raise bookkeeping_error(path, flag, theirs)
         if od.lstat(PREVIOUS_NAME) is not None:
             return  # a run was cut short here: the claim decides once it has put the last complete run back
         manifest, _ = read_manifest(od)

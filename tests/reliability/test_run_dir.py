@@ -129,6 +129,8 @@ def test_c02_a_killed_runs_leftovers_are_cleared_and_user_files_kept(tmp_path: P
     (out / ".attn-export-previous" / "report.json").write_text("{}")
     earlier = {"report.json": {"sha256": hashlib.sha256(b"{}").hexdigest(), "size_bytes": 2}}  # the last complete run, kept aside
     (out / ".attn-export-previous" / "run.json").write_text(json.dumps({"format": "attn-export-run/1", "status": "complete", "artifacts": earlier}))
+    marker = {"format": "attn-export-previous/1", "run": "0123456789abcdef", "pid": 1, "started": "then", "files": ["report.json", "run.json"]}
+    (out / ".attn-export-previous" / ".attn-export-moved").write_text(json.dumps(marker))  # the record the killed run left: the folder is its own
     (out / "run.json").write_text(json.dumps({"format": "attn-export-run/1", "status": "running", "pid": 1}))
     for name in ("model.int8.onnx", "model.onnx", "latency.png", "notes.txt"):
         (out / name).write_text("old")

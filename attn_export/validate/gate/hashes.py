@@ -90,10 +90,15 @@ def check_run_folder(report_path: str | os.PathLike[str]) -> tuple[list[GateChec
     data = read_json(manifest, f"an attn-export {MANIFEST_NAME}", fix)
     validate(RunManifestSchema, data, str(manifest), fix)
     if data["status"] != "complete":
-        raise DataError(
-            f"{report_path}: its run did not complete ({manifest} says status {data['status']!r}: it was killed or is still running), "
-            f"so the report may be half-written and its files a mix; {_RERUN}"
-        )
+        from attn_export.outdir.bookkeeping import lock_is_held
+        from attn_export.outdir.recovery import LOCK_NAME
+
+        held = lock_is_held(report_path.parent / LOCK_NAME)  # a live run holds its folder's lock; a killed one cannot
+        why = {True: f"it is still running (pid {data.get('pid')} holds {LOCK_NAME}): wait for it to finish",
+               False: f"it was killed (no process holds {LOCK_NAME}): the next run into {report_path.parent} clears its files",
+               None: "it was killed or is still running"}[held]  # fmt: skip
+        raise DataError(f"{report_path}: its run did not complete ({manifest} says status {data['status']!r}; {why}), "
+                        f"so the report may be half-written and its files a mix; {_RERUN}")
     recorded = (data.get("artifacts") or {}).get(report_path.name)
     if recorded is None:
         msg = f"{report_path.name} is not among the files the run beside it wrote ({manifest}); check that run's own report.json, or {_RERUN}"
