@@ -49,22 +49,23 @@ class TrtVersion:
 _VERSION = re.compile(r"\s*(\d+)(?:\.(\d+))?(?:\.\d+)*(?:[.-]?(?:post|rc|a|b|dev)\d*)*(?:\+[0-9A-Za-z.]+)?\s*")
 
 
-def parse_trt_version(text: str, flag: str = "--trt-version") -> TrtVersion:
+def parse_trt_version(text: str, flag: str | None = None) -> TrtVersion:
     """'10.3', '10.14.1.48.post1' or '11' -> TrtVersion; anything older than 10.0 is refused, naming ``flag`` (the
-    option the user typed: ``--trt-version``, or check-trt's ``--trt``) and the releases the tables cover.
+    option the user typed: ``--trt-version``, or check-trt's ``--trt``) and the releases the tables cover. Without a
+    flag (a version read from a file: an engine's sidecar, the installed bindings) the message names no option.
 
     Only major.minor matter to the toolkit; patch, build, ``.postN``/``rcN`` and local
     (``+cuda12.5``) suffixes are accepted and dropped.
     """
+    what = f"{flag} to be a TensorRT version" if flag else "a TensorRT version"
     m = _VERSION.fullmatch(str(text))
     if not m:
-        raise ConfigError(f"expected {flag} to be a TensorRT version like 10.3, 11 or 10.14.1.48.post1, got {text!r}")
+        raise ConfigError(f"expected {what} like 10.3, 11 or 10.14.1.48.post1, got {text!r}")
     ver = TrtVersion(int(m.group(1)), int(m.group(2) or 0))
     if ver.major < 10:
-        raise ConfigError(
-            f"expected {flag} to name TensorRT 10.x or 11.x (the tables cover {known_releases()}), "
-            f"got {str(text).strip()}; use e.g. {flag} 10.3 (JetPack 6) or {flag} 10.14"
-        )
+        fix = f"; use e.g. {flag} 10.3 (JetPack 6) or {flag} 10.14" if flag else ""
+        raise ConfigError(f"expected {flag + ' to name ' if flag else ''}TensorRT 10.x or 11.x (the tables cover {known_releases()}), "
+                          f"got {str(text).strip()}{fix}")  # fmt: skip
     return ver
 
 
