@@ -208,7 +208,7 @@ TARGETS: dict[str, Target] = {
         description="ONNX Runtime on CPU (default): plain ONNX ops, fp32 softmax/LayerNorm islands",
         # dynamic needs no calibration data and is ORT CPU's fastest int8 (docs/quantization.md);
         # weight-only (opt-in) keeps activations float: smallest accuracy cost, not the fastest;
-        # per-token (opt-in) takes one activation range per token: batch-invariant (compress/quant/per_token.py)
+        # per-token (opt-in) takes one activation range per token: batch-invariant (docs/quantization.md)
         route_preference={"int8": ("dynamic", "static", "per-token", "weight-only")},
         layernorm_rows=True,
         mask_free_attention=True,
