@@ -36,11 +36,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from attn_export.errors import ConfigError
 from attn_export.outdir.bookkeeping import (STAGING_FORMAT, STAGING_MARKER, is_our_lock, marker_bytes, new_run_id,
-                                            parse_marker)
+                                            parse_marker, parse_record)
 from attn_export.outdir.manifest import sha256_fd
 from attn_export.outdir.fs import SIBLING_INFIX, OutDir, make_sibling, move_into, take_lock
 
@@ -102,13 +102,7 @@ def _sha256(path: Path) -> str | None:
 
 def _read_manifest(folder: Path) -> _Manifest | None:
     raw = _read_regular(folder / MANIFEST_NAME, _MAX_MANIFEST_BYTES + 1)
-    if raw is None or len(raw) > _MAX_MANIFEST_BYTES:
-        return None
-    try:
-        m = _Manifest.model_validate(json.loads(raw.decode("utf-8")))
-    except (UnicodeDecodeError, ValueError, RecursionError, ValidationError):
-        return None
-    return m if m.format == MANIFEST_FORMAT else None
+    return parse_record(raw, _Manifest, MANIFEST_FORMAT, _MAX_MANIFEST_BYTES)
 
 
 def _owned(folder: Path) -> dict[str, set[str]]:

@@ -28,17 +28,18 @@ import os
 import secrets
 import stat
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-__all__ = ["MARKER_NAME", "Marker", "PREVIOUS_FORMAT", "STAGING_FORMAT", "STAGING_MARKER", "is_our_lock", "lock_is_held", "marker_bytes", "new_run_id",
+__all__ = ["MARKER_NAME", "Marker", "PREVIOUS_FORMAT", "STAGING_FORMAT", "STAGING_MARKER", "is_our_lock", "lock_is_held", "marker_bytes", "new_run_id", "parse_record",
            "parse_marker", "shown"]  # fmt: skip
 
 MARKER_NAME = ".attn-export-moved"  # inside OUT/.attn-export-previous (and a discard folder renamed from it)
 STAGING_MARKER = ".attn-export-staging.json"  # inside a deployment folder's staging folder
 PREVIOUS_FORMAT = "attn-export-previous/1"
 STAGING_FORMAT = "attn-export-staging/1"
+_R = TypeVar("_R", bound=BaseModel)
 MAX_MARKER_BYTES = 16 << 20  # a marker lists the files moved: bounded, read once
 
 
@@ -64,15 +65,21 @@ def marker_bytes(fmt: str, run: str, files: list[str] | None = None) -> bytes:
     return json.dumps(record).encode()
 
 
-def parse_marker(raw: bytes | None, fmt: str) -> Marker | None:
-    """The marker in ``raw`` when it is one of ours of format ``fmt``; None otherwise (the folder is not ours)."""
-    if raw is None or len(raw) > MAX_MARKER_BYTES:
+def parse_record(raw: bytes | None, model: type[_R], fmt: str, max_bytes: int) -> _R | None:
+    """``raw`` read as ``model`` (a pydantic record with a ``format`` field) when it is one of ours of format ``fmt``;
+    None when it is missing, too large, not UTF-8 JSON, off the schema or of another format: then it is not ours."""
+    if raw is None or len(raw) > max_bytes:
         return None
     try:
-        marker = Marker.model_validate(json.loads(raw.decode("utf-8")))
+        record = model.model_validate(json.loads(raw.decode("utf-8")))
     except (UnicodeDecodeError, ValueError, RecursionError, ValidationError):
         return None
-    return marker if marker.format == fmt else None
+    return record if getattr(record, "format", None) == fmt else None
+
+
+def parse_marker(raw: bytes | None, fmt: str) -> Marker | None:
+    """The marker in ``raw`` when it is one of ours of format ``fmt``; None otherwise (the folder is not ours)."""
+    return parse_record(raw, Marker, fmt, MAX_MARKER_BYTES)
 
 
 def is_our_lock(st: os.stat_result, raw: bytes | None) -> bool:
