@@ -299,3 +299,16 @@ def earlier_run(out: Path, tag: str = "earlier", subfolder: bool = False) -> dic
             (out / "triton" / "attn" / "1").mkdir(parents=True, exist_ok=True)
             (out / "triton" / "attn" / "1" / "model.onnx").write_bytes(f"{tag} triton model".encode())
     return files_of(out)
+
+
+def plant(folder: Path, files: dict[str, bytes]) -> dict[str, bytes]:
+    """Write a user's ``files`` (relative path -> bytes) under ``folder``; returns every file there, for comparing after."""
+    for rel, data in files.items():
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_bytes(data)
+    return files_of(folder)
+
+
+def asides(folder: Path) -> list[Path]:
+    """The ``FOLDER.attn-export-aside-*`` siblings ``--force`` moved a user's files into."""
+    return sorted(folder.parent.glob(f"{folder.name}.attn-export-aside-*"))

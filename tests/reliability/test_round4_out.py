@@ -16,7 +16,18 @@ import os
 from pathlib import Path
 
 import pytest
-from rel_helpers import TINY, assert_refused, earlier_run, files_of, good_report, run_cli, stamped_run, write_json
+from rel_helpers import (
+    TINY,
+    asides,
+    assert_refused,
+    earlier_run,
+    files_of,
+    good_report,
+    plant,
+    run_cli,
+    stamped_run,
+    write_json,
+)
 
 from attn_export.errors import ConfigError
 
@@ -25,15 +36,7 @@ USER = {"model.onnx": b"mine\n", "report.md": b"notes\n"}
 
 def _users_folder(out: Path, files: dict[str, bytes] | None = None) -> dict[str, bytes]:
     """``mkdir -p p && echo mine > p/model.onnx && echo notes > p/report.md``."""
-    files = USER if files is None else files
-    for rel, data in files.items():
-        (out / rel).parent.mkdir(parents=True, exist_ok=True)
-        (out / rel).write_bytes(data)
-    return files_of(out)
-
-
-def _asides(out: Path) -> list[Path]:
-    return sorted(out.parent.glob(f"{out.name}.attn-export-aside-*"))
+    return plant(out, USER if files is None else files)
 
 
 def _assert_names_the_file_and_the_fix(err: str, out: Path, rel: str) -> None:
@@ -50,7 +53,7 @@ def test_c21_out_with_users_model_onnx_and_report_md_is_refused_before_any_work(
     assert_refused(o, "which attn-export did not write", max_seconds=60)  # no new file: not even the lock was taken
     _assert_names_the_file_and_the_fix(o.err, out, "model.onnx")
     assert files_of(out) == before and sorted(os.listdir(out)) == ["model.onnx", "report.md"]
-    assert not _asides(out)
+    assert not asides(out)
 
 
 def test_c21_force_moves_the_users_files_into_a_named_sibling_and_the_run_succeeds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -59,7 +62,7 @@ def test_c21_force_moves_the_users_files_into_a_named_sibling_and_the_run_succee
     before = _users_folder(out)
     o = run_cli([*TINY, "--out", out, "--force", "--quiet"], capsys, tmp_path)
     assert o.code == 0, o.err
-    (aside,) = _asides(out)
+    (aside,) = asides(out)
     assert aside.parent == out.parent, "beside --out, not inside it"
     assert files_of(aside) == before, "every conflicting file, byte for byte"
     manifest = json.loads((out / "run.json").read_text())
@@ -79,7 +82,7 @@ def test_c21_a_normal_rerun_into_our_own_out_still_replaces_the_earlier_run(tmp_
     assert o.code == 0, o.err
     assert files_of(out)["model.onnx"] != first["model.onnx"], "the earlier run was replaced"
     assert json.loads((out / "run.json").read_text())["seed"] == 2
-    assert not (out / ".attn-export-previous").exists() and not _asides(out), "kept aside until the commit, then dropped"
+    assert not (out / ".attn-export-previous").exists() and not asides(out), "kept aside until the commit, then dropped"
 
 
 def test_c21_a_file_edited_after_its_run_is_the_users_and_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -113,7 +116,7 @@ def test_c21_a_run_json_that_is_not_ours_is_refused_and_moved_aside_with_force(t
     assert files_of(out) == before
     with claim(out, force=True) as owner:
         (owner.out / "model.onnx").write_bytes(b"ours")
-    (aside,) = _asides(out)
+    (aside,) = asides(out)
     assert files_of(aside) == before and (out / "model.onnx").read_bytes() == b"ours"
 
 
@@ -124,7 +127,7 @@ def test_c21_files_with_other_names_are_left_alone(tmp_path: Path) -> None:
     before = _users_folder(out, {"notes.txt": b"mine", "holiday.jpg": b"jpeg", "data/model.onnx": b"not a name a run writes"})
     with claim(out) as owner:
         (owner.out / "model.onnx").write_bytes(b"ours")
-    assert {k: v for k, v in files_of(out).items() if k in before} == before and not _asides(out)
+    assert {k: v for k, v in files_of(out).items() if k in before} == before and not asides(out)
 
 
 # -- every command that writes --------------------------------------------------------------------
@@ -160,7 +163,7 @@ def test_c21_report_force_moves_the_users_file_and_a_later_report_needs_no_force
     before = _users_folder(out, {"report.html": b"<p>my page</p>", "report.json": b"{}"})
     o = run_cli([*_report_args(tmp_path), "--out", out, "--force", "-q"], capsys, tmp_path)
     assert o.code == 0, o.err
-    (aside,) = _asides(out)
+    (aside,) = asides(out)
     assert files_of(aside) == {"report.html": before["report.html"]}, "only the names report writes"
     assert (out / "report.json").read_bytes() == b"{}", "the user's report.json is no name `report` writes: left alone"
     manifest = json.loads((out / "run.json").read_text())
@@ -183,7 +186,7 @@ def test_c21_report_into_a_run_folder_keeps_the_run_and_its_manifest_whole(tmp_p
     assert run_cli(["check", report, "--baseline", baseline, "--update-baseline", "-q"], capsys, tmp_path).code == 0
     with claim(out) as owner:  # the next run takes the folder over without a word
         (owner.out / "model.onnx").write_bytes(b"next")
-    assert sorted(os.listdir(out)) == ["model.onnx", "run.json"] and not _asides(out)
+    assert sorted(os.listdir(out)) == ["model.onnx", "run.json"] and not asides(out)
 
 
 # -- the claim itself, under its lock ---------------------------------------------------------------
@@ -207,7 +210,7 @@ def test_c21_force_keeps_the_users_files_aside_when_the_run_fails(tmp_path: Path
     with pytest.raises(RuntimeError), claim(out, force=True) as owner:
         (owner.out / "model.onnx").write_bytes(b"half")
         raise RuntimeError("boom")
-    (aside,) = _asides(out)
+    (aside,) = asides(out)
     assert files_of(aside) == before and not os.listdir(out), "nothing lost, and nothing of the failed run left"
 
 

@@ -18,23 +18,12 @@ import os
 from pathlib import Path
 
 import pytest
-from rel_helpers import TINY, assert_refused, earlier_run, files_of, good_report, run_cli, write_json
+from rel_helpers import TINY, asides, assert_refused, earlier_run, files_of, good_report, plant, run_cli, write_json
 
 from attn_export.errors import ConfigError
 
 KEEP = {".attn-export-previous/keep.txt": b"the user's notes, not a run's\n"}
 STAGING = {".attn-export-staging-mine/k.txt": b"the user's draft\n"}
-
-
-def _plant(folder: Path, files: dict[str, bytes]) -> dict[str, bytes]:
-    for rel, data in files.items():
-        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
-        (folder / rel).write_bytes(data)
-    return files_of(folder)
-
-
-def _asides(folder: Path) -> list[Path]:
-    return sorted(folder.parent.glob(f"{folder.name}.attn-export-aside-*"))
 
 
 def _report_args(t: Path) -> list[object]:
@@ -56,13 +45,13 @@ COMMANDS = {
 def test_c32_a_users_folder_named_like_our_bookkeeping_in_out_is_refused_and_kept(command: str, planted: dict[str, bytes], tmp_path: Path,
                                                                                    capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     out = tmp_path / "out"
-    before = _plant(out, planted)
+    before = plant(out, planted)
     head = _report_args(tmp_path) if COMMANDS[command] is None else COMMANDS[command]
     o = run_cli([*head, "--out", out], capsys, tmp_path)
     assert_refused(o, "which attn-export did not make")
     name = next(iter(planted)).split("/")[0]
     assert f"{out / name}" in o.err and "--force" in o.err and f"{out}.attn-export-aside-" in o.err, o.err
-    assert files_of(out) == before and sorted(os.listdir(out)) == [name] and not _asides(out)
+    assert files_of(out) == before and sorted(os.listdir(out)) == [name] and not asides(out)
 
 
 def test_c32_the_issues_keep_txt_is_neither_removed_nor_moved_into_out(tmp_path: Path) -> None:
@@ -71,7 +60,7 @@ def test_c32_the_issues_keep_txt_is_neither_removed_nor_moved_into_out(tmp_path:
 
     out = tmp_path / "out"
     earlier = earlier_run(out)
-    before = _plant(out, KEEP)
+    before = plant(out, KEEP)
     with pytest.raises(ConfigError, match=r"\.attn-export-previous, which attn-export did not make"), claim(out):
         pass
     assert files_of(out) == before and not (out / "keep.txt").exists()
@@ -83,10 +72,10 @@ def test_c32_force_moves_the_users_previous_folder_aside_whole_and_the_run_compl
 
     out = tmp_path / "out"
     earlier_run(out)
-    _plant(out, KEEP)
+    plant(out, KEEP)
     with claim(out, force=True) as owner:
         (owner.out / "model.onnx").write_bytes(b"new")
-    (aside,) = _asides(out)
+    (aside,) = asides(out)
     assert files_of(aside) == KEEP and not (out / "keep.txt").exists()
     assert sorted(os.listdir(out)) == ["model.onnx", "run.json"]
     manifest = json.loads((out / "run.json").read_text())
@@ -95,7 +84,7 @@ def test_c32_force_moves_the_users_previous_folder_aside_whole_and_the_run_compl
 
 def test_c32_a_user_file_at_the_locks_name_is_never_truncated(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
-    before = _plant(out, {".attn-export.lock": b"my lock notes\n"})
+    before = plant(out, {".attn-export.lock": b"my lock notes\n"})
     o = run_cli([*TINY, "--out", out], capsys, tmp_path)
     assert_refused(o, "not a lock attn-export wrote")
     assert files_of(out) == before
@@ -122,7 +111,7 @@ def test_c32_a_marker_from_another_format_does_not_make_a_users_folder_ours(tmp_
     from attn_export.outdir.claim import claim
 
     out = tmp_path / "out"
-    before = _plant(out, {**KEEP, ".attn-export-previous/.attn-export-moved": b'{"pid": 1, "files": ["keep.txt"]}'})
+    before = plant(out, {**KEEP, ".attn-export-previous/.attn-export-moved": b'{"pid": 1, "files": ["keep.txt"]}'})
     with pytest.raises(ConfigError, match="did not make"), claim(out):
         pass
     assert files_of(out) == before
@@ -135,7 +124,7 @@ def test_c32_a_users_staging_named_folder_in_a_deploy_folder_is_refused_and_kept
     if flag == "--triton":
         pytest.importorskip("tritonclient.grpc.model_config_pb2", reason="tritonclient[grpc] writes the Triton configs")
     folder = tmp_path / "b"
-    before = _plant(folder, STAGING)
+    before = plant(folder, STAGING)
     o = run_cli([*TINY, "--target", "jetson", flag, folder, "--out", tmp_path / "out"], capsys, tmp_path)
     assert_refused(o, ".attn-export-staging-mine")
     assert "did not write" in o.err and "--force" in o.err, o.err
@@ -149,7 +138,7 @@ def test_c32_golden_and_fleet_folders_refuse_a_users_staging_named_folder(flag: 
     from attn_export.deploy.folder import refuse_foreign
 
     folder = tmp_path / "g"
-    before = _plant(folder, STAGING)
+    before = plant(folder, STAGING)
     with pytest.raises(ConfigError, match=r"'\.attn-export-staging-mine'.*--force"):
         check_fleet_out(folder) if flag == "--out" else refuse_foreign(folder, flag)
     assert files_of(folder) == before
@@ -167,11 +156,11 @@ def test_c32_force_moves_a_users_staging_named_folder_aside_and_a_killed_runs_st
         os.rename(ours, tmp_path / "kept")  # what a SIGKILL leaves: the folder, not removed by staging()'s finally
         raise KeyboardInterrupt
     os.rename(tmp_path / "kept", ours)
-    _plant(folder, STAGING)
+    plant(folder, STAGING)
     claim = DeployClaim(folder, "--bundle", out).acquire(force=True)
     try:
         claim.make_room(True)
-        (aside,) = _asides(folder)
+        (aside,) = asides(folder)
         assert files_of(aside) == STAGING
         assert not ours.exists(), "a staging folder with our marker is a killed run's leftover: removed"
     finally:
