@@ -24,23 +24,23 @@ def test_quantize_int8_default_job(tmp_path):
     assert main(["--quantize", "int8", "--out", str(out), *FAST]) == 0
     report = _report(out)
     stages = {s["name"]: s for s in report["stages"]}
-    assert {"onnx-fp32", "int8-static", "int8-dynamic"} <= set(stages) and "int8-torchao" not in stages  # torchao is opt-in
+    assert {"onnx-fp32", "int8-static", "int8-per-token"} <= set(stages) and not {"int8-torchao", "int8-dynamic"} & set(stages)  # opt-in
     assert "validation split" in report["inputs"]["accuracy_data"] and "never used for a decision" in report["inputs"]["accuracy_data"]
     fp32_size = stages["onnx-fp32"]["size_bytes"]
     selected = report["selection"]["int8"]
-    assert selected["route"] in ("static", "dynamic") and Path(selected["artifact"]).is_file()
+    assert selected["route"] in ("static", "per-token") and Path(selected["artifact"]).is_file()
     best = stages[selected["stage"]]
     assert best["size_bytes"] <= 0.30 * fp32_size
     assert best["accuracy"]["cosine"] >= 0.999 and best["passed"] is True
     # int8 vs eager fp32 is several times faster here; > 1 is a sanity bound, the
     # measured ratio is in the report and in bench/compress.py (no timed unit tests).
     assert best["speedup_vs_eager"] > 1.0
-    for route in ("static", "dynamic"):
+    for route in ("static", "per-token"):
         assert stages[f"int8-{route}"]["accuracy"]["cosine"] >= 0.999, route
     assert len(selected["tried"]) == 2 and any("torchao" in n for n in report["notes"])
     # time to ship (issue 40): every phase where it ran, in order, wall and process CPU time, in report.json and the header
     phases = report["time_to_ship"]["phases"]
-    assert [p["name"] for p in phases] == ["subject", "onnx-fp32", "int8-static", "int8-dynamic", "timing", "judging", "selection and deploy"]
+    assert [p["name"] for p in phases] == ["subject", "onnx-fp32", "int8-static", "int8-per-token", "timing", "judging", "selection and deploy"]
     assert all(p["wall_s"] >= 0 and p["cpu_s"] >= 0 for p in phases) and phases[1]["wall_s"] > 0.1, phases  # an export takes seconds
     assert abs(report["time_to_ship"]["wall_s"] - sum(p["wall_s"] for p in phases)) < 1e-6
     header = (out / "report.md").read_text()

@@ -15,12 +15,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attn_export.runtime.artifacts import Artifact
 from attn_export.pipeline.plan import Plan
+from attn_export.runtime.artifacts import Artifact
 from attn_export.validate.report import Report, Stage
 from attn_export.vocab.precisions import PRECISIONS
 
 if TYPE_CHECKING:
+    from attn_export.pipeline.select import MoreRounds
     from attn_export.subjects.base import Judgement, Subject
     from attn_export.validate.latency import TimingPoint
 
@@ -30,11 +31,14 @@ log = logging.getLogger(__name__)
 
 
 def select(plan: Plan, stages: Mapping[str, Stage], select_j: Mapping[str, Judgement], artifacts: Mapping[str, Artifact], report: Report,
-           say: Callable[[str], None]) -> dict[str, Path]:  # fmt: skip
+           say: Callable[[str], None], rounds: Mapping[str, list[float]] | None = None, point: TimingPoint | None = None,
+           ) -> dict[str, Path]:  # fmt: skip
     """Each selection of ``plan``: the fastest candidate meeting its tolerance on the select split (and on every set judged
-    beside it, when one does), copied to its file."""
+    beside it, when one does), copied to its file. ``rounds``: each stage's time per round-robin round on the deciding
+    input (paired: ``pipeline.select``); two whose comparison is undecided are timed again on ``point``, that input."""
     from attn_export.outdir.atomic import atomic_path
     from attn_export.pipeline.select import Candidate, select_most_accurate, select_route
+    from attn_export.validate.batch_invariance import BatchInvariance
 
     chosen_paths: dict[str, Path] = {}
     for sel in plan.selections:
@@ -44,13 +48,19 @@ def select(plan: Plan, stages: Mapping[str, Stage], select_j: Mapping[str, Judge
             p50 = lat.p50 if lat is not None else float("inf")
             missed = tuple(f"{data} ({'; '.join(o.get('violations') or []) or 'below its bar'})"
                            for data, o in (j.details.get("also_judged_on") or {}).items() if not o.get("passed"))  # fmt: skip
-            cands.append(Candidate(name, art.route or name, p50, j.passed, float(j.score), "; ".join(j.violations), art.precision, missed))
-        result = select_most_accurate(cands, sel.preference, sel.precisions) if sel.criterion == "accuracy" else select_route(cands, sel.preference, sel.band)
+            cands.append(Candidate(name, art.route or name, p50, j.passed, float(j.score), "; ".join(j.violations), art.precision, missed,
+                                   tuple((rounds or {}).get(name) or ()), plan.step(name).form if len(plan.form_specs) else ""))  # fmt: skip
+        result = select_most_accurate(cands, sel.preference, sel.precisions) if sel.criterion == "accuracy" else \
+            select_route(cands, sel.preference, sel.band, None if point is None else _more_rounds(artifacts, point))
         entry: dict[str, Any] = {"route": None, "reason": result.reason, "tried": result.tried, "preference": list(sel.preference), "band": sel.band,
                                  "criterion": sel.criterion, "decided_on": report.inputs.get("selection_data"),
                                  "ships": plan.deploy_source == f"select:{sel.key}"}  # fmt: skip  # the headline names what the plan deploys
         if sel.why:
             entry["why_these"] = sel.why
+        if result.margins:
+            entry["margin"] = result.margins
+        if sel.key == "form" and plan.form_decision:
+            entry["decided_before_8bit"] = plan.form_decision
         if result.chosen is None:
             report.notes.append(f"no {sel.key} route selected: {result.reason}")
             if result.best_failing is not None:
@@ -66,12 +76,34 @@ def select(plan: Plan, stages: Mapping[str, Stage], select_j: Mapping[str, Judge
         report.selection[sel.key] = entry
         say(f"selected {chosen.name} as {final.name}: {result.reason}")
         report.notes.append(f"selected {chosen.name} as {final.name}: {result.reason}")
+        moved = chosen.details.get("batch_invariance") or {}
+        if moved and not moved.get("passed"):  # batch-invariant on the select split, not on the report split: what ships moves
+            report.verdict.setdefault("failures", []).append(f"{chosen.name} on the report split: {BatchInvariance.from_dict(moved).violation()}")
         if chosen.passed is False:
             report.verdict.setdefault("failures", []).append(
                 f"{chosen.name} met its tolerance on the select split but not on the report split: {'; '.join(chosen.details.get('violations') or [])}"
             )
         chosen_paths[sel.key] = final
     return chosen_paths
+
+
+EXTRA_ROUNDS = 6  # paired rounds per extra timing of two candidates whose comparison is undecided
+
+
+def _more_rounds(arts: Mapping[str, Artifact], point: TimingPoint) -> MoreRounds:
+    """Times two candidates again, interleaved on the deciding input, for a selection still undecided between them."""
+    from attn_export.validate.latency import time_runners
+
+    def more(a: str, b: str) -> tuple[list[float], list[float]]:
+        runners, rounds = {a: arts[a].make_runner(), b: arts[b].make_runner()}, {}  # type: ignore[var-annotated]
+        try:
+            time_runners(runners, point.feeds, warmup=1, repeats=EXTRA_ROUNDS, batch=point.batch, rounds_ms=rounds)
+        finally:
+            for r in runners.values():
+                r.deactivate()
+        return rounds[a], rounds[b]
+
+    return more
 
 
 def deploy(plan: Plan, subject: Subject, artifacts: Mapping[str, Artifact], chosen: Mapping[str, Path], report: Report,

@@ -31,8 +31,8 @@ from attn_export.vocab.precisions import EIGHT_BIT, PRECISIONS, engine_precision
 if TYPE_CHECKING:
     from attn_export.config.run import RunConfig
     from attn_export.export.spec import ExportSpec
-    from attn_export.targets.targets import Target
     from attn_export.subjects.kinds import SubjectProfile
+    from attn_export.targets.targets import Target
 
 __all__ = ["DeployStep", "ExportStep", "Plan", "Selection", "Step", "make_plan"]
 
@@ -104,6 +104,7 @@ class Plan:
     deploy: list[DeployStep] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # stage name -> why the run does not build it
+    form_decision: dict[str, Any] = field(default_factory=dict)  # the fp32 twins' timing that chose the 8-bit routes' form
     encoding: Any = None  # compress.int8_encoding.EncodingChoice, when an 8-bit precision runs
     fp32_spec: ExportSpec | None = None  # the ExportSpec every fp32 graph of the run uses (compression sources, students)
     form_specs: dict[str, ExportSpec] = field(default_factory=dict)  # a second encoder form -> its fp32 ExportSpec
@@ -358,6 +359,7 @@ def _add_packed_form(cfg: RunConfig, plan: Plan, why: str) -> None:
     plan.form_specs["packed"] = packed_spec(cfg, plan.fp32_spec) if plan.fp32_spec is not None else None  # type: ignore[assignment]
     plan.steps[0] = dataclasses.replace(plan.steps[0], filename="model.padded.onnx", required=False)
     plan.steps[len(padded)] = dataclasses.replace(plan.steps[len(padded)], required=False)
+    plan.steps.insert(1, plan.steps.pop(len(padded)))  # both fp32 twins first: the form can be decided before the rest (form_first)
     plan.selections[:] = [dataclasses.replace(sel, candidates=(*sel.candidates, *map(_packed_name, sel.candidates))) for sel in plan.selections]
     plan.selections.insert(0, Selection("form", (base, _packed_name(base)), (_packed_name(base), base), "model.onnx", why=why))
     if plan.deploy_source == base:  # an fp32 run ships the selected form's graph

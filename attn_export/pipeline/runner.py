@@ -30,11 +30,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from attn_export.runtime.artifacts import Artifact
 from attn_export.errors import ConfigError
 from attn_export.host.signals import raise_if_interrupted
+from attn_export.pipeline.notes import run_notes
 from attn_export.pipeline.plan import ExportStep, Plan, Step, make_plan
 from attn_export.pipeline.stage_clock import StageClock
+from attn_export.runtime.artifacts import Artifact
 from attn_export.validate.latency import TimingPoint, TimingResult
 from attn_export.validate.report import Report, Stage
 
@@ -132,12 +133,16 @@ def build_plans(plans: Sequence[Plan], subject: Subject, settings: RunSettings) 
 
 def _build_plan(plan: Plan, subject: Subject, settings: RunSettings, unique: dict[str, Artifact]) -> dict[str, Artifact]:
     from attn_export.compress.registry import BuildContext, Method, Source, apply
+    from attn_export.pipeline.form_first import decide_form, form_first
 
     contexts = {form: BuildContext(subject, plan.out, plan.config.target_info, spec, settings.threads, settings.say)
                 for form, spec in {"padded": plan.fp32_spec, **plan.form_specs}.items()}  # fmt: skip
     plan.out.mkdir(parents=True, exist_ok=True)
     known: dict[str, Artifact] = {}
-    for step in plan.steps:
+    decide_after = form_first(plan)
+    for step in list(plan.steps):
+        if step not in plan.steps:
+            continue  # the other encoder form's stage, dropped by decide_form
         key = plan.content_key(step.name)
         if key not in unique:
             if step.source != "subject" and step.source not in known:
@@ -153,6 +158,8 @@ def _build_plan(plan: Plan, subject: Subject, settings: RunSettings, unique: dic
                     raise ConfigError(f"plan step {step.name}: a method needs a built source, got {step.source!r}")
             settings.say(f"{step.name} built ({settings.clock.last()})")
         known[step.name] = unique[key]
+        if step.name == decide_after:
+            decide_form(plan, known, subject, settings.say)
     return known
 
 
@@ -161,8 +168,14 @@ def _judge(subject: Subject, art: Artifact, split: str) -> Judgement:
     runner = art.make_runner()
     try:
         judgement = subject.judge(runner, split, art.tolerance_key)  # type: ignore[arg-type]
+        invariance = subject.batch_invariance(runner, split)  # type: ignore[arg-type]
     finally:
         runner.deactivate()
+    if invariance is not None:  # a text's answer alone vs inside a batch (validate.batch_invariance): a figure on the report
+        judgement.details["batch_invariance"] = invariance.to_dict()  # split, and on the select split a bar to be shipped
+        if split == "select" and not invariance.passed:
+            judgement.violations.append(invariance.violation())
+            judgement.passed = False
     for defect in art.defects:  # what the method itself found wrong (e.g. a fallback that left no 8-bit GEMM)
         judgement.violations.append(defect)
         judgement.passed = False
@@ -257,16 +270,18 @@ def run_plans(plans: Sequence[Plan], subject: Subject, settings: RunSettings) ->
             if key in select_j:
                 j = select_j[key]
                 stage.details["select_split"] = {"passed": j.passed, "accuracy": j.accuracy.__dict__, "violations": j.violations, "score": j.score,
-                                                 **({"also_judged_on": j.details["also_judged_on"]} if j.details.get("also_judged_on") else {})}  # fmt: skip
+                                                 **{k: j.details[k] for k in ("also_judged_on", "batch_invariance") if j.details.get(k)}}  # fmt: skip
             stage.details["judged_sets"] = [js.to_dict() for js in judged_sets(stage.to_dict(), {"inputs": report.inputs})]
             stages[step.name] = report.add(stage)
             say(f"{arts[step.name].display_name}: {report_j[key].headline()}, {stage.speedup_vs_eager or 0:.2f}x vs eager, "
                 f"{'PASS' if stage.passed else 'FAIL'}")  # fmt: skip
             if step.required and not stage.passed:
                 report.verdict.setdefault("failures", []).append(f"{step.name}: {'; '.join(report_j[key].violations)}")
-        _notes(plan, stages, report, timing)
+        run_notes(plan, stages, report, timing)
         with settings.clock.phase("selection and deploy", "deploy"):
-            chosen = select(plan, stages, {n: select_j[plan.content_key(n)] for sel in plan.selections for n in sel.candidates}, arts, report, say)
+            rounds = {n: timing.rounds_ms.get(points[0].label, {}).get(labels[plan.content_key(n)], []) for n in arts}  # paired
+            chosen = select(plan, stages, {n: select_j[plan.content_key(n)] for sel in plan.selections for n in sel.candidates}, arts,
+                            report, say, rounds, points[0])
             deploy(plan, subject, arts, chosen, report, points, say)
         report.time_to_ship = settings.clock.to_dict()
         _verdict(report, plan.config)
@@ -308,49 +323,15 @@ def _report(plan: Plan, subject: Subject, settings: RunSettings) -> Report:
     return report
 
 
-def _disagreement(plan: Plan, stage: Stage, source: str) -> list[str]:
-    """Where a stage passes on the run's data but fails on a set judged beside it (or the reverse), and the likely cause."""
-    from attn_export.compress.registry import Method
-
-    out = []
-    config = plan.step(stage.name).config
-    cause = config.fitted() if isinstance(config, Method) else None
-    figures = ("embedding", "logits")  # what the subject's users read: one of the two is there
-    mine = next((stage.details[k]["mean_cosine"] for k in figures if stage.details.get(k)), float("nan"))
-    for name, other in (stage.details.get("also_judged_on") or {}).items():
-        if bool(other.get("passed")) == bool(stage.passed):
-            continue
-        theirs = next((other[k]["mean_cosine"] for k in figures if other.get(k)), float("nan"))
-        verdict = ("passes", "fails") if stage.passed else ("fails", "passes")
-        why = f"; likely cause: {cause}, which fits {source} and not {name}" if cause and stage.passed else (f"; likely cause: {cause}" if cause else "")
-        out.append(f"{stage.name} {verdict[0]} on {source} (mean cosine {mine:.5f}) but {verdict[1]} on {name} ({theirs:.5f}: "
-                   f"{'; '.join(other.get('violations') or []) or 'within its tolerance'}){why}")  # fmt: skip
-    return out
-
-
-def _notes(plan: Plan, stages: dict[str, Stage], report: Report, timing: TimingResult) -> None:
-    stand_ins = {s.details["runtime"]["stand_in"] for s in stages.values() if (s.details.get("runtime") or {}).get("stand_in")}
-    for why in sorted(stand_ins):
-        report.notes.append(f"stand-in: {plan.config.target} artifacts were validated on ONNX Runtime's CPUExecutionProvider: {why}")
-    for stage in stages.values():
-        prof = stage.details.get("profitability") or {}
-        if prof.get("faster_than_dense") is False:
-            report.notes.append(f"{stage.name} is slower than the dense model in ONNX Runtime ({prof['speedup_vs_dense_onnx']:.2f}x); "
-                                "a lower --low-rank ratio or fewer --low-rank-targets may pay off")  # fmt: skip
-        if stage.details.get("timing_failed"):
-            report.notes.append(f"{stage.name} could not be timed: {stage.details['timing_failed']}")
-        report.notes.extend(_disagreement(plan, stage, str(stage.details.get("judged_on") or "the report split")))
-
-
 def run(cfg: RunConfig, progress: Progress | None = None, quiet: bool = False) -> RunResult:
     """Run ``cfg`` (a ``RunConfig``): every stage, side-by-side timing, judging, selection, deploy, report.
 
     What libraries log while loading (transformers' load report) goes to ``OUT/run.log``; with
     ``quiet`` every library record and Python warning does, and none reaches the terminal."""
-    from attn_export.host.quiet import RUN_LOG_NAME, run_log
-    from attn_export.deploy.folder import claim_deploy_folders
     from attn_export.config.extras import check_extras
+    from attn_export.deploy.folder import claim_deploy_folders
     from attn_export.host.process import ProcessSettings, process_settings
+    from attn_export.host.quiet import RUN_LOG_NAME, run_log
     from attn_export.outdir.claim import claim_output
     from attn_export.subjects import make_subject
 

@@ -17,16 +17,22 @@ chosen, however fast or accurate (the plan does not build one; this holds the li
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["NOISE_BAND", "Candidate", "SelectionResult", "select_most_accurate", "select_route"]
+from attn_export.validate.paired import CLEAR, MIN_ROUNDS, UNDECIDED, PairedComparison, compare_rounds
+
+__all__ = ["MAX_EXTRA_ROUNDS", "NOISE_BAND", "Candidate", "MoreRounds", "SelectionResult", "select_most_accurate", "select_route"]
 
 log = logging.getLogger(__name__)
 
 # Routes within 10% of the fastest count as equally fast: two routes swapped by 7% between runs on
 # a shared 2-core machine, and three runs of `attn-export --quantize int8` then picked the same one.
 NOISE_BAND = 0.10
+MAX_EXTRA_ROUNDS = 3  # times an undecided pair is timed again (``MoreRounds``) before it is declared a tie
+# (challenger stage, incumbent stage) -> more paired rounds of the two, in ms, timed interleaved on the deciding input
+MoreRounds = Callable[[str, str], tuple[list[float], list[float]]]
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,8 @@ class Candidate:
     shortfall: str = ""  # why it missed the tolerance, when it did
     precision: str = ""  # its 8-bit format, when a selection spans several (--quantize auto)
     missed: tuple[str, ...] = ()  # the other select-side data sets it fails (long texts, the shipped corpus), each with why
+    rounds_ms: tuple[float, ...] = ()  # its time per round-robin round on the deciding input (paired with the others')
+    form: str = ""  # its encoder form ("packed": padding-free), when the selection spans two
 
 
 @dataclass
@@ -49,6 +57,7 @@ class SelectionResult:
     reason: str
     tried: list[dict[str, Any]] = field(default_factory=list)
     best_failing: Candidate | None = None
+    margins: list[dict[str, Any]] = field(default_factory=list)  # each paired comparison that decided it (the report's margin)
 
 
 def _shippable(candidates: list[Candidate], preference: tuple[str, ...]) -> list[Candidate]:
@@ -112,12 +121,48 @@ def select_most_accurate(candidates: list[Candidate], preference: tuple[str, ...
     return SelectionResult(chosen, reason, tried)
 
 
-def select_route(candidates: list[Candidate], preference: tuple[str, ...], band: float = NOISE_BAND) -> SelectionResult:
-    """The fastest passing candidate, ties within ``band`` broken by ``preference``."""
+def _duel(challenger: Candidate, incumbent: Candidate, more: MoreRounds | None) -> PairedComparison:
+    """Their paired comparison, with more rounds while it is undecided (at most ``MAX_EXTRA_ROUNDS`` times)."""
+    mine, theirs = list(challenger.rounds_ms), list(incumbent.rounds_ms)
+    for extra in range(MAX_EXTRA_ROUNDS + 1):
+        result = compare_rounds(mine, theirs, final=more is None or extra == MAX_EXTRA_ROUNDS)
+        if result.outcome != UNDECIDED or more is None:
+            return result
+        a, b = more(challenger.stage, incumbent.stage)
+        mine, theirs = mine + list(a), theirs + list(b)
+    return compare_rounds(mine, theirs, final=True)
+
+
+def _select_paired(ok: list[Candidate], preference: tuple[str, ...], more: MoreRounds | None) -> tuple[Candidate, str, list[dict[str, Any]]]:
+    """The most preferred candidate (padding-free first, then the route policy) unless another is clearly faster on paired
+    rounds; each challenger meets the one in place. Returns the chosen one, why, and every comparison (the margin)."""
+    rank = {route: i for i, route in enumerate(preference)}
+    order = sorted(ok, key=lambda c: (c.form != "packed", rank.get(c.route, len(rank)), c.p50_ms))
+    chosen, margins, words = order[0], [], []
+    for challenger in order[1:]:
+        duel = _duel(challenger, chosen, more)
+        margins.append({"challenger": challenger.stage, "incumbent": chosen.stage, **duel.to_dict()})
+        words.append(f"{challenger.stage} vs {chosen.stage}: {duel.describe()}")
+        if duel.outcome == CLEAR:
+            chosen = challenger
+    prefer = "padding-free first, then " + " > ".join(preference) if any(c.form for c in ok) else " > ".join(preference)
+    reason = (f"{chosen.stage} ({chosen.p50_ms:.2f} ms) ships: a route displaces the preferred one ({prefer}) only when it is "
+              f"clearly faster on paired rounds ({'; '.join(words)})")
+    return chosen, reason, margins
+
+
+def select_route(candidates: list[Candidate], preference: tuple[str, ...], band: float = NOISE_BAND,
+                 more_rounds: MoreRounds | None = None) -> SelectionResult:  # fmt: skip
+    """The fastest passing candidate. With paired round-robin rounds for every candidate (``Candidate.rounds_ms``): the
+    preferred one unless another is clearly faster (``validate.paired``; ``more_rounds`` times an undecided pair
+    again); without them: ties within ``band`` of the fastest p50 broken by ``preference``."""
     tried, ok = _tried(candidates), _shippable(candidates, preference)
     if not ok:
         return _nothing_ships(candidates, preference, tried)
     ok, caveat = _everywhere(ok)
+    if len(ok) > 1 and all(len(c.rounds_ms) >= MIN_ROUNDS for c in ok):
+        chosen, reason, margins = _select_paired(ok, preference, more_rounds)
+        return SelectionResult(chosen, reason + caveat, tried, margins=margins)
     fastest = min(ok, key=lambda c: c.p50_ms)
     tied = [c for c in ok if c.p50_ms <= fastest.p50_ms * (1.0 + band)]
     rank = {route: i for i, route in enumerate(preference)}

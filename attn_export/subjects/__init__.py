@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 from attn_export.host.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from attn_export.vocab.run_options import RunOptions
     from attn_export.subjects.base import Subject
+    from attn_export.vocab.run_options import RunOptions
 
 _WHERE = {"Judgement": "base", "Split": "base", "Subject": "base", "SubjectProfile": "kinds", "kind_of": "kinds"}
 __all__ = ["Judgement", "Split", "Subject", "SubjectProfile", "kind_of", "make_subject"]

@@ -59,6 +59,7 @@ class Subject(TransformSubject, Protocol):
     def deploy_name(self) -> str: ...
     def bundle_reference(self, tolerance_key: str) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Tolerance]]: ...
     def report_attention(self, report: Mapping[str, Any], report_dir: Path) -> Any: ...
+    def batch_invariance(self, candidate: Runner, split: Split) -> Any: ...
 
 
 class BaseSubject(ABC):
@@ -95,6 +96,11 @@ class BaseSubject(ABC):
     def report_attention(self, report: Mapping[str, Any], report_dir: Path) -> Any:
         """What the report shows for attention maps: ``validate.render.write_reports``' ``attention`` argument
         ("auto": the renderer rebuilds the layer from report.json; an ``AttentionSection``: maps or a note; None: no section)."""
+        return None
+
+    def batch_invariance(self, candidate: Runner, split: Split) -> Any:
+        """The batch-invariance figure (``validate.batch_invariance.BatchInvariance``) of ``candidate`` on ``split``'s texts;
+        None: the subject's inputs are not texts a service batches (a layer on random tensors)."""
         return None
 
     def training_defaults(self) -> Mapping[str, Any]:

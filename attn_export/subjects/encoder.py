@@ -12,8 +12,8 @@ load, a fidelity check (``checkpoint.fidelity``) refuses, in one line, a checkpo
 project's layers do not reproduce, so no run can pass against a re-implementation. Data roles
 (``subjects.text_data``): the user's texts (``--calib FILE.txt``, split 60/20/20) or the shipped
 corpus's three disjoint splits; every figure is on the report split, with the shipped corpus (and
-long texts, for a long ``--seq-len``) judged beside it as named figures. ``EncoderLayerSubject``
-(layer N of the same checkpoint) reuses all of this.
+long texts, for a long ``--seq-len``) judged beside it as named figures, and batch invariance
+(``subjects.invariance``). ``EncoderLayerSubject`` (layer N of the same checkpoint) reuses all of this.
 """
 
 from __future__ import annotations
@@ -29,16 +29,16 @@ from torch import nn
 from attn_export.layers.encoder_config import JUDGED_OUTPUT
 from attn_export.runtime.base import Feed, Runner
 from attn_export.subjects.base import BaseSubject, Judgement, ModuleSlot, Split
+from attn_export.subjects.invariance import TextBatchInvariance
 
 __all__ = ["EncoderSubject"]
-
 log = logging.getLogger(__name__)
 
-FEED_BATCH = 16  # texts per judged batch
+FEED_BATCH, TIMED_BATCHES = 16, 16  # texts per judged batch; real-text batches per timing round (short rounds: more)
 E2E_LR = 2e-4  # end-to-end distillation of the low-rank factors (after the per-layer stage)
 
 
-class EncoderSubject(BaseSubject):
+class EncoderSubject(TextBatchInvariance, BaseSubject):
     """``--checkpoint DIR|minilm`` (``--layers all``): the whole encoder."""
 
     kind = "encoder"
@@ -164,19 +164,18 @@ class EncoderSubject(BaseSubject):
         return self._latency_tokens.feed()
 
     def timing_points(self, warmup: int, repeats: int) -> list[Any]:
-        """The report split's real texts in batches of ``--batch`` (corpus order, each padded to its longest) first, the
-        fixed ``--batch`` x ``--seq-len`` input second: a service sees the first, so the selections are decided on it."""
+        """The report split's real texts in batches of ``--batch`` (corpus order, each padded to its longest; ``TIMED_BATCHES``
+        evenly spread) first, the fixed ``--batch`` x ``--seq-len`` input second: the first decides the selections."""
         from attn_export.validate.latency import TimingPoint
 
         if self.kind != "encoder":  # layer N of the encoder runs on hidden states: the fixed input only
             return super().timing_points(warmup, repeats)
         feeds = self.tokens["report"].feeds(self.cfg.batch, trim=True)
-        slots = sum(int(f["attention_mask"].size) for f in feeds)
-        real = sum(int(f["attention_mask"].sum()) for f in feeds)
-        details = {"batches": len(feeds), "texts": len(self.tokens["report"]), "padding_fraction": 1.0 - real / max(slots, 1),
-                   "tokens_per_text": real / max(len(self.tokens["report"]), 1)}  # fmt: skip
-        texts = TimingPoint("real texts", feeds[0], batch=self.cfg.batch, warmup=min(warmup, 1), repeats=None, budget_s=15.0,
-                            min_repeats=min(3, repeats), max_repeats=repeats, details=details, more_feeds=tuple(feeds[1:]))  # fmt: skip
+        feeds = [feeds[i] for i in sorted({round(x) for x in np.linspace(0, len(feeds) - 1, min(len(feeds), TIMED_BATCHES))})]
+        slots, real, n = (sum(int(f(m["attention_mask"])) for m in feeds) for f in (np.size, np.sum, len))
+        details = {"batches": len(feeds), "texts": n, "padding_fraction": 1.0 - real / max(slots, 1), "tokens_per_text": real / max(n, 1)}
+        texts = TimingPoint("real texts", feeds[0], batch=self.cfg.batch, warmup=min(warmup, 1), repeats=None, budget_s=6.0,
+                            min_repeats=min(5, repeats), max_repeats=repeats, details=details, more_feeds=tuple(feeds[1:]))  # fmt: skip
         lat = self.latency_feed()
         fixed_pad = 1.0 - float(lat["attention_mask"].sum()) / lat["attention_mask"].size
         fixed = TimingPoint("fixed", lat, batch=self.cfg.batch, warmup=warmup, repeats=repeats, details={"padding_fraction": fixed_pad})

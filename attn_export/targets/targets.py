@@ -206,10 +206,10 @@ TARGETS: dict[str, Target] = {
         trt_version=None,
         quantize_attention_bmm=False,
         description="ONNX Runtime on CPU (default): plain ONNX ops, fp32 softmax/LayerNorm islands",
-        # dynamic needs no calibration data and is ORT CPU's fastest int8 (docs/quantization.md);
-        # weight-only (opt-in) keeps activations float: smallest accuracy cost, not the fastest;
-        # per-token (opt-in) takes one activation range per token: batch-invariant (docs/quantization.md)
-        route_preference={"int8": ("dynamic", "static", "per-token", "weight-only")},
+        # per-token takes one activation range per token: batch-invariant, no calibration data, and
+        # ORT CPU's most accurate all-int8 route (docs/quantization.md); dynamic (opt-in) moves a text
+        # with its batch mates; weight-only (opt-in) keeps activations float: not the fastest
+        route_preference={"int8": ("per-token", "static", "dynamic", "weight-only")},
         layernorm_rows=True,
         mask_free_attention=True,
         long_seq=True,

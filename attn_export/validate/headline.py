@@ -97,6 +97,17 @@ def _accuracy(stage: Mapping[str, Any], report: Mapping[str, Any]) -> str:
     return f"{what} " + "; ".join(pieces) + bar if pieces else "no accuracy measured"
 
 
+def _invariance(stage: Mapping[str, Any]) -> str:
+    """The batch-invariance figure (``validate.batch_invariance``), where the run measured it: a text alone vs in batches."""
+    fig = (stage.get("details") or {}).get("batch_invariance")
+    if not isinstance(fig, Mapping) or "min_cosine" not in fig:
+        return ""
+    sizes = sorted({int(b["batch"]) for b in fig.get("batchings") or [] if isinstance(b, Mapping) and "batch" in b})
+    where = f"batches of {' and '.join(map(str, sizes))}" if sizes else "batches"
+    word = "batch-invariant" if fig.get("passed") else f"NOT batch-invariant (worst: {fig.get('worst_text')!r}, {fig.get('worst_batching')})"
+    return f"; {word}: min cosine {float(fig['min_cosine']):.7f} of a text alone vs in {where} (bar {fig.get('bar')})"
+
+
 def _speed(stage: Mapping[str, Any], report: Mapping[str, Any]) -> str:
     lat = stage.get("latency_ms") or {}
     art, eager = (lat.get("artifact") or {}).get("p50"), (lat.get("eager") or {}).get("p50")
@@ -169,5 +180,5 @@ def headline(report: Mapping[str, Any]) -> Headline:
     if ship.stage is None:
         return Headline(verdict.state, None, ship.why, "", "", **common)
     size = ship.stage.get("size_bytes")
-    return Headline(verdict.state, ship.file, ship.why, _accuracy(ship.stage, report), _speed(ship.stage, report),
+    return Headline(verdict.state, ship.file, ship.why, _accuracy(ship.stage, report) + _invariance(ship.stage), _speed(ship.stage, report),
                     size=f"size {format_bytes(int(size))}" if size is not None else "", **common)  # fmt: skip

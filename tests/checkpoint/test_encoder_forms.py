@@ -26,7 +26,7 @@ def _sha(path: Path) -> str:
 def test_auto_plans_both_forms_on_onnx_runtime_and_one_where_the_other_cannot_ship():
     both = make_plan(RunConfig(checkpoint="minilm", quantize="int8", int8_mode="dynamic"))
     names = [s.name for s in both.steps]
-    assert names == ["onnx-fp32", "int8-dynamic", "onnx-fp32-packed", "int8-dynamic-packed"], names
+    assert names == ["onnx-fp32", "onnx-fp32-packed", "int8-dynamic", "int8-dynamic-packed"], names  # the fp32 twins first: form_first
     files = {s.name: s.filename for s in both.steps}
     assert files["onnx-fp32"] == "model.padded.onnx" and files["onnx-fp32-packed"] == "model.packed.onnx"
     form, int8 = both.selections[0], both.selections[1]

@@ -121,16 +121,16 @@ def test_a_tagger_int8_run_end_to_end_reports_labels_and_the_worst_token(tagger:
     from attn_export.cli import main
 
     run = ["--max-len", "32", "--seq-len", "16", "--batch", "2", "--max-texts", "8", "--repeats", "1", "--warmup", "0", "--threads", "1",
-           "--encoder-form", "padded", "--int8-mode", "dynamic", "--quiet"]  # fmt: skip
+           "--encoder-form", "padded", "--int8-mode", "per-token", "--quiet"]  # fmt: skip
     assert main(["--checkpoint", str(tagger), "--quantize", "int8", "--out", str(tmp_path / "out"), *run]) == 0
     report = json.loads((tmp_path / "out" / "report.json").read_text())
-    assert report["verdict"]["passed"] and {s["name"] for s in report["stages"]} >= {"onnx-fp32", "int8-dynamic"}
+    assert report["verdict"]["passed"] and {s["name"] for s in report["stages"]} >= {"onnx-fp32", "int8-per-token"}
     for stage in report["stages"]:
         details = stage["details"]
         assert "embedding" not in details and details["logits"]["per"] == "token" and ", token " in details["logits"]["worst"], stage["name"]
     markdown = (tmp_path / "out" / "report.md").read_text()
     assert "label agreement" in markdown and "real tokens" in markdown and "neighbour" not in markdown
     # issue 33: a checkpoint report draws one layer's heads, the user's model against the shipped file
-    assert "attention maps, the user's model (transformers, eager) vs model.int8.onnx (int8-dynamic, the shipped artifact), layer 1, on '" in (
+    assert "attention maps, the user's model (transformers, eager) vs model.int8.onnx (int8-per-token, the shipped artifact), layer 1, on '" in (
         markdown.replace("\\", "")), markdown  # fmt: skip
     assert (tmp_path / "out" / "attention_maps.png").is_file()

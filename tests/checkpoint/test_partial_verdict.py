@@ -3,7 +3,7 @@
 The plant is a route that behaves well on short texts and badly on long ones: ONNX Runtime's outputs of the int8
 artifacts are bent whenever a batch holds a text longer than --max-len (only the long texts judged beside the report
 split do). When every int8 route is bent, the run ships the fastest anyway and says PARTIAL, exit 3, naming the data;
-``--accept-partial`` ships it with exit 0 and report.json records it. When only the dynamic route is bent, the
+``--accept-partial`` ships it with exit 0 and report.json records it. When only the per-token route is bent, the
 selection falls back to the static route, which passes every judged data set: a PASS.
 """
 
@@ -58,7 +58,7 @@ def _main(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str
 
 
 def test_a_route_failing_long_texts_is_partial_with_exit_3(tiny_bert, tmp_path, monkeypatch, capsys):
-    hits = _plant(monkeypatch, ("model.int8-dynamic.onnx", "model.int8-static.onnx"))
+    hits = _plant(monkeypatch, ("model.int8-per-token.onnx", "model.int8-static.onnx"))
     code, out = _main(["--checkpoint", str(tiny_bert), *RUN, "--out", str(tmp_path)], capsys)
     assert hits, "the plant never saw a long text"
     first = out.splitlines()[0]
@@ -76,7 +76,7 @@ def test_a_route_failing_long_texts_is_partial_with_exit_3(tiny_bert, tmp_path, 
 
 @pytest.mark.slow
 def test_accept_partial_ships_it_with_exit_0_and_the_report_records_it(tiny_bert, tmp_path, monkeypatch, capsys):
-    _plant(monkeypatch, ("model.int8-dynamic.onnx", "model.int8-static.onnx"))
+    _plant(monkeypatch, ("model.int8-per-token.onnx", "model.int8-static.onnx"))
     code, out = _main(["--checkpoint", str(tiny_bert), *RUN, "--out", str(tmp_path), "--accept-partial"], capsys)
     assert code == 0, out[-2000:]
     assert out.splitlines()[0].startswith("PARTIAL | ") and "(shipped anyway: --accept-partial)" in out.splitlines()[0]
@@ -86,9 +86,9 @@ def test_accept_partial_ships_it_with_exit_0_and_the_report_records_it(tiny_bert
 
 @pytest.mark.slow
 def test_the_selection_falls_back_to_a_route_passing_every_judged_data_set(tiny_bert, tmp_path, monkeypatch, capsys):
-    hits = _plant(monkeypatch, ("model.int8-dynamic.onnx",))
+    hits = _plant(monkeypatch, ("model.int8-per-token.onnx",))
     code, out = _main(["--checkpoint", str(tiny_bert), *RUN, "--out", str(tmp_path)], capsys)
     assert hits
     first = out.splitlines()[0]
     assert code == 0 and first.startswith("PASS | ships model.int8.onnx (int8-static"), first
-    assert "among the routes passing every judged data set (int8-dynamic fails on long texts" in first, first
+    assert "among the routes passing every judged data set (int8-per-token fails on long texts" in first, first

@@ -236,14 +236,18 @@ def test_per_token_on_avx2_is_exact_with_the_encodings_the_project_picks_there(t
     assert err[("reduced.onnx", "0")] < 1e-5 and err[("reduced.onnx", "1")] < 1e-5, proc.stdout  # 7-bit weights: exact
 
 
-def test_the_route_is_opt_in_on_onnx_runtime_cpu_and_refused_by_name_on_tensorrt():
-    from attn_export.compress.methods.int8_dynamic import Int8PerToken
+def test_the_route_is_built_by_default_on_onnx_runtime_cpu_in_place_of_dynamic_and_refused_by_name_on_tensorrt():
+    from attn_export.compress.methods.int8_dynamic import Int8Dynamic, Int8PerToken
     from attn_export.config.run import RunConfig
     from attn_export.errors import ConfigError
     from attn_export.pipeline.plan import make_plan
 
     asked = {s.name: s.config for s in make_plan(RunConfig(quantize="int8", int8_mode="per-token")).steps}
     assert list(asked) == ["onnx-fp32", "int8-per-token"] and isinstance(asked["int8-per-token"], Int8PerToken)
-    assert "int8-per-token" not in {s.name for s in make_plan(RunConfig(quantize="int8")).steps}, "opt-in: auto does not build it"
+    auto = make_plan(RunConfig(quantize="int8"))
+    assert [s.name for s in auto.steps] == ["onnx-fp32", "int8-static", "int8-per-token"], "auto: per-token, not dynamic"
+    assert auto.selections[-1].preference[0] == "per-token"
+    dynamic = {s.name: s.config for s in make_plan(RunConfig(quantize="int8", int8_mode="dynamic")).steps}
+    assert type(dynamic["int8-dynamic"]) is Int8Dynamic, "dynamic stays, opt-in"
     with pytest.raises(ConfigError, match="per-token.*MatMulIntegerToFloat|MatMulIntegerToFloat.*per-token|route policy"):
         make_plan(RunConfig(quantize="int8", int8_mode="per-token", target="tensorrt"))

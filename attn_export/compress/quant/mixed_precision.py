@@ -219,6 +219,13 @@ def time_fallback(all_int8: Path, mixed: Path, feed: Feed, threads: int, qdq_fus
     return lat["all-int8"].p50, lat["mixed"].p50
 
 
+def _all_int8_trial(subject: Any, graph: SwitchableGraph, tolerance_key: str, goal: FallbackGoal) -> FallbackTrial:
+    """The all-8-bit model judged on the select split (the first step of an ``auto`` search)."""
+    j = subject.judge(graph.runner(set(graph.groups)), "select", tolerance_key)
+    missed = goal.violations(j)
+    return FallbackTrial([], j.headline(), not missed, missed)
+
+
 def mixed_precision_(
     qdq_path: Path, float_path: Path, out_path: Path, subject: Any, tolerance_key: str, goal: FallbackGoal, mode: str | int,
     float_precision: str, limit: int, threads: int, timing: dict[str, Any] | None = None, say: Callable[[str], None] | None = None,
@@ -234,8 +241,12 @@ def mixed_precision_(
     with tempfile.TemporaryDirectory(prefix="attn_export_mp_") as tmp:
         graph = SwitchableGraph(ir.load(os.fspath(qdq_path)), float_model, threads, Path(tmp))
         try:
-            ranking = sensitivity(subject, graph, limit, say=say)
-            float_groups, steps = fallback_search(subject, graph, [r.group for r in ranking], tolerance_key, goal, mode, say)
+            ranking, float_groups, steps = [], [], [_all_int8_trial(subject, graph, tolerance_key, goal)] if mode == "auto" else []
+            if steps and steps[0].met:  # time to ship: most models meet the goal all-int8, and nothing needs ranking
+                say(f"int8 fallback, every GEMM int8: {steps[0].headline} - goal met; nothing ranked")
+            else:
+                ranking = sensitivity(subject, graph, limit, say=say)
+                float_groups, steps = fallback_search(subject, graph, [r.group for r in ranking], tolerance_key, goal, mode, say)
         finally:
             graph.close()
         moved = apply_fallback(qdq_path, float_model, float_groups, out_path)

@@ -204,6 +204,7 @@ def check_report(
         result.checks.append(GateCheck("(all)", "comparisons", None, None, None, False,
                                        f"{why}: nothing compared; record metrics with --update-baseline"))  # fmt: skip
     result.checks.extend(_verdict_checks(report))
+    result.checks.extend(_invariance_checks(report))
     log.info("gate: %s", result.summary())
     return result
 
@@ -219,6 +220,23 @@ def _verdict_checks(report: Mapping[str, Any]) -> list[GateCheck]:
         return [GateCheck(stage, "judged data sets", None, None, None, True, f"accepted with --accept-partial: {'; '.join(verdict.misses)}")]
     return [GateCheck(stage, "judged data sets", None, None, None, False,
                       f"PARTIAL: {'; '.join(verdict.misses)}; rerun with --accept-partial to ship it anyway")]  # fmt: skip
+
+
+def _invariance_checks(report: Mapping[str, Any]) -> list[GateCheck]:
+    """Every selected model of a text subject gives a text the same answer alone and in a batch
+    (``validate.batch_invariance``): measured by the run on the report split, checked against its own bar."""
+    stages = {s["name"]: s for s in report["stages"]}
+    checks = []
+    for entry in (report.get("selection") or {}).values():
+        stage = stages.get(str(entry.get("stage"))) if isinstance(entry, Mapping) else None
+        figure = ((stage or {}).get("details") or {}).get("batch_invariance")
+        if not isinstance(figure, Mapping):
+            continue
+        value, bar = float(figure.get("min_cosine", float("nan"))), float(figure.get("bar", 0.99999))
+        ok = math.isfinite(value) and value >= bar
+        msg = "" if ok else f"text {figure.get('worst_text')!r} alone vs in {figure.get('worst_batching')}: its answer moves with its batch mates"
+        checks.append(GateCheck(str(stage["name"]), "batch invariance", bar, value, bar, ok, msg))  # type: ignore[index]
+    return checks
 
 
 def _cross_notice(report_class: str, baseline_class: str, recorded: list[str]) -> str:
