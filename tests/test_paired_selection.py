@@ -92,3 +92,41 @@ def test_without_paired_rounds_the_old_band_rule_decides():
     cands = [Candidate("a", "static", 10.0, True, 0.99), Candidate("b", "per-token", 10.5, True, 0.99)]
     result = select_route(cands, PREFERENCE)
     assert result.chosen.stage == "b" and not result.margins
+
+
+@pytest.mark.parametrize("padded_ms, built", [(10.0, "packed"), (8.0, "padded"), (6.5, "padded")])
+def test_the_encoder_form_is_decided_on_the_fp32_twins_before_any_8bit_route_is_built(padded_ms, built, monkeypatch):
+    """--checkpoint --quantize int8 on ORT CPU: the fp32 twins first, then the 8-bit routes of the winning form only;
+    static is planned padded only there (its packed twin runs unfused), so a packed win leaves per-token alone."""
+    from attn_export.config.run import RunConfig
+    from attn_export.pipeline.form_first import decide_form, form_first
+    from attn_export.pipeline.plan import make_plan
+    from attn_export.validate.latency import TimingPoint
+
+    plan = make_plan(RunConfig(checkpoint="minilm", quantize="int8"))
+    assert [s.name for s in plan.steps] == ["onnx-fp32", "onnx-fp32-packed", "int8-static", "int8-per-token", "int8-per-token-packed"]
+    assert "unfused" in plan.skipped["int8-static-packed"]
+    assert form_first(plan) == "onnx-fp32-packed"
+    clock = _Clock(2.0)
+    monkeypatch.setattr(time, "perf_counter", clock)
+    point = TimingPoint("real texts", {"x": np.zeros(1)}, batch=8, more_feeds=({"x": np.zeros(1)},) * 3)
+
+    class _Art:
+        def __init__(self, ms: float) -> None:
+            self.ms = ms
+
+        def make_runner(self) -> _Runner:
+            return _Runner(clock, self.ms)
+
+    class _Subject:
+        def timing_points(self, warmup: int, repeats: int) -> list[TimingPoint]:
+            return [point]
+
+    decide_form(plan, {"onnx-fp32": _Art(padded_ms), "onnx-fp32-packed": _Art(10.0)}, _Subject(), lambda m: None)
+    names = [s.name for s in plan.steps]
+    if built == "packed":  # a tie or a packed win: per-token packed only, static (padded only) dropped with the padded routes
+        assert names == ["onnx-fp32", "onnx-fp32-packed", "int8-per-token-packed"], names
+        assert {"int8-static", "int8-per-token"} <= set(plan.skipped) and "padded graph takes" in plan.skipped["int8-static"]
+    else:  # the padded graph clearly faster (texts filling --seq-len): the padded routes
+        assert names == ["onnx-fp32", "onnx-fp32-packed", "int8-static", "int8-per-token"], names
+    assert plan.form_decision["built"] == built and plan.selections[-1].candidates == tuple(n for n in names if n.startswith("int8"))

@@ -59,6 +59,9 @@ def decide_form(plan: Plan, known: Mapping[str, Artifact], subject: Any, say: Ca
             break
     loser = "packed" if duel.outcome == CLEAR else "padded"
     drop = [s.name for s in plan.steps if s.form == loser and s.name not in (base, packed)]
+    for sel in plan.selections:  # a selection the losing form alone feeds (a route built padded only) keeps its candidates
+        if sel.key != "form" and sel.candidates and all(c in drop for c in sel.candidates):
+            drop = [n for n in drop if n not in sel.candidates]
     why = (f"encoder form decided on the fp32 graphs before the 8-bit routes: on {point.label} the padded graph takes "
            f"{duel.ratio:.3f}x the padding-free one's time (95% interval {duel.low:.3f}-{duel.high:.3f}, {duel.rounds} paired rounds: "
            f"{duel.outcome}), so the 8-bit routes are built {'padded' if loser == 'packed' else 'padding-free'} only (the padding-free "

@@ -1,18 +1,16 @@
 """``make_plan``: a ``RunConfig`` becomes the ordered list of stages to build. The only place stages are made.
 
-Nothing runs here: the plan says what to build from what (each step names its source step),
-which built artifacts compete in a selection (the 8-bit routes of a precision), and what is
-deployed. ``attn_export.pipeline.runner.run_plans`` executes one plan or several merged ones (the
-sweep's points, the bench's variants), building every shared stage once.
+Nothing runs here: the plan says what to build from what (each step names its source step), which built artifacts
+compete in a selection (the 8-bit routes of a precision), and what is deployed. ``pipeline.runner.run_plans`` executes
+one plan or several merged ones (the sweep's points, the bench's variants), building every shared stage once.
 
     onnx-<precision> [onnx-fp32] -> transforms (lowrank -> lowrank+distill)
       -> routes of --quantize's precision (+ their refinements) -> select (model.<precision>.onnx)
       -> TensorRT check -> engine -> Jetson bundle / Triton repository
 
-The plan never names a method: it asks the compression registry for its transforms and for
-the routes of the requested precision (``compress.registry``), each method building its own
-config from the ``RunConfig`` or saying why it is skipped; which routes a target prefers is
-target data (``export.targets.Target.route_preference``).
+The plan never names a method: it asks the compression registry for its transforms and for the routes of the requested
+precision (``compress.registry``), each method building its own config from the ``RunConfig`` or saying why it is
+skipped; which routes a target prefers (and builds padded only) is target data (``targets.targets.Target``).
 """
 
 from __future__ import annotations
@@ -299,9 +297,7 @@ def _routes(cfg: RunConfig, plan: Plan, ctx: PlanContext, source: str, transform
 
 def packed_spec(cfg: RunConfig, spec: ExportSpec) -> ExportSpec:
     """``spec`` for the packed encoder form: ONNX Runtime's MultiHeadAttention on an ORT target, the decomposed math elsewhere.
-
-    An explicit ``--attention`` the packed form can export is kept (config_rules refuses the others).
-    """
+    An explicit ``--attention`` the packed form can export is kept (config_rules refuses the others)."""
     from attn_export.vocab.choices import PACKED_ATTENTION_FORMS
 
     if cfg.attention not in (None, "auto") and cfg.attention in PACKED_ATTENTION_FORMS:
@@ -330,8 +326,7 @@ def encoder_forms(cfg: RunConfig, profile: SubjectProfile) -> tuple[tuple[str, .
     if cfg.low_rank is not None or cfg.distill is not None:
         return ("padded",), ("--encoder-form auto: padded (with --low-rank/--distill the students would be trained once per form; "
                              "pass --encoder-form packed to build them packed)")  # fmt: skip
-    return ("padded", "packed"), ("--encoder-form auto: padded and packed both built; the faster on the real-text batches "
-                                  "(meeting its tolerance) ships")  # fmt: skip
+    return ("padded", "packed"), "--encoder-form auto: padded and packed both built; the faster on the real-text batches ships"
 
 
 def _packed_name(name: str) -> str:
@@ -343,15 +338,18 @@ def _packed_filename(filename: str) -> str:
 
 
 def _add_packed_form(cfg: RunConfig, plan: Plan, why: str) -> None:
-    """Every stage again in the packed form, competing beside its padded twin in the same selections.
-
-    The padded export moves to ``model.padded.onnx``; a ``form`` selection (the faster fp32 graph
-    meeting its tolerance) writes ``model.onnx``, and the 8-bit selections take both forms' routes.
-    """
+    """Every stage again in the packed form (but the target's ``padded_only_routes``), beside its padded twin in the same
+    selections. The padded export moves to ``model.padded.onnx``; a ``form`` selection (the faster fp32 graph meeting its
+    tolerance) writes ``model.onnx``, and the 8-bit selections take both forms' routes (``form_first`` may drop one's)."""
     padded = list(plan.steps)
     base = padded[0].name
+    unfused = cfg.target_info.padded_only_routes  # a route (and what refines it) the packed form cannot win with
     for step in padded:
         config = step.config
+        why_not = unfused.get(str(getattr(config, "route", ""))) or plan.skipped.get(_packed_name(step.source))
+        if why_not and isinstance(config, Method):
+            plan.skipped[_packed_name(step.name)] = why_not
+            continue
         if isinstance(config, ExportStep):
             config = ExportStep(config.precision, packed_spec(cfg, config.spec))
         source = step.source if step.source == "subject" else _packed_name(step.source)
@@ -360,7 +358,9 @@ def _add_packed_form(cfg: RunConfig, plan: Plan, why: str) -> None:
     plan.steps[0] = dataclasses.replace(plan.steps[0], filename="model.padded.onnx", required=False)
     plan.steps[len(padded)] = dataclasses.replace(plan.steps[len(padded)], required=False)
     plan.steps.insert(1, plan.steps.pop(len(padded)))  # both fp32 twins first: the form can be decided before the rest (form_first)
-    plan.selections[:] = [dataclasses.replace(sel, candidates=(*sel.candidates, *map(_packed_name, sel.candidates))) for sel in plan.selections]
+    twins = {s.name for s in plan.steps}
+    plan.selections[:] = [dataclasses.replace(sel, candidates=(*sel.candidates, *(n for n in map(_packed_name, sel.candidates) if n in twins)))
+                          for sel in plan.selections]  # fmt: skip
     plan.selections.insert(0, Selection("form", (base, _packed_name(base)), (_packed_name(base), base), "model.onnx", why=why))
     if plan.deploy_source == base:  # an fp32 run ships the selected form's graph
         plan.deploy_source = "select:form"

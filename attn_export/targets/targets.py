@@ -70,6 +70,9 @@ class Target:
     # are within the timing noise of each other, the earlier one wins, so the same command ships
     # the same route run after run. A route not listed here is never shipped for this target.
     route_preference: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # Routes built in the padded encoder form only (their packed twin is planned as skipped, with this reason): on this
+    # runtime their graph runs unfused around the packed form's ops, so the packed twin cannot win (measured).
+    padded_only_routes: Mapping[str, str] = field(default_factory=dict)
     # Export residual Add + LayerNorm on 2-D rows (export/row_layernorm.py): ONNX Runtime CPU's
     # SkipLayerNormalization fusion cannot match them, so the graph is fast in a plain session.
     layernorm_rows: bool = False
@@ -210,6 +213,9 @@ TARGETS: dict[str, Target] = {
         # ORT CPU's most accurate all-int8 route (docs/quantization.md); dynamic (opt-in) moves a text
         # with its batch mates; weight-only (opt-in) keeps activations float: not the fastest
         route_preference={"int8": ("per-token", "static", "dynamic", "weight-only")},
+        padded_only_routes={"static": "static Q/DQ around the packed form's MultiHeadAttention runs unfused on ONNX Runtime CPU: "
+                                      "MiniLM's int8-static-packed took 3.46x int8-per-token-packed's time on real texts (clearly "
+                                      "slower, 5 paired rounds) and 1.6x the padded int8-static's"},
         layernorm_rows=True,
         mask_free_attention=True,
         long_seq=True,
