@@ -104,12 +104,12 @@ def test_encoder_cli_command(tmp_path, minilm_dir, capsys):
 
     from attn_export.cli import main
 
-    args = ["encoder", "--layers", "5", "--precision", "fp32", "--low-rank-targets", "q", "--distill", "5", "--int8-mode", "dynamic",
+    args = ["encoder", "--layers", "5", "--precision", "fp32", "--low-rank-targets", "q", "--distill", "5", "--int8-mode", "per-token",
             "--out", str(tmp_path), "--seq-len", "16", "--batch", "2", "--warmup", "0", "--repeats", "1", "--threads", "2", "--json",
             "--max-texts", "16"]  # fmt: skip
     assert main(args) == 0
     report = json.loads(capsys.readouterr().out)
-    assert [s["name"] for s in report["stages"]] == ["onnx-fp32", "lowrank", "lowrank+distill", "lowrank-int8-dynamic"]
+    assert [s["name"] for s in report["stages"]] == ["onnx-fp32", "lowrank", "lowrank+distill", "lowrank-int8-per-token"]
     assert report["model"]["layers"] == "5" and report["model"]["name"] == "minilm"
     assert report["stages"][0]["details"]["embedding"]["min_cosine"] > 0.99999
     # one layer exported and compressed alone, judged inside the encoder (what the slow
@@ -121,7 +121,7 @@ def test_encoder_cli_command(tmp_path, minilm_dir, capsys):
         assert stage["accuracy"]["cosine"] == pytest.approx(emb["mean_cosine"], abs=1e-6)  # unit vectors
         assert stage["details"]["layer_accuracy"]["cosine"] > 0.99 and stage["latency_ms"]["artifact"]["p50"] > 0
     assert all((tmp_path / f).is_file() for f in ("model.onnx", "model.lowrank.onnx", "model.int8.onnx", "report.html"))
-    assert report["selection"]["int8"]["route"] == "dynamic"
+    assert report["selection"]["int8"]["route"] == "per-token"
     assert main(["encoder", "--checkpoint", str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert "checkpoint directory" in err and len(err.splitlines()) == 1

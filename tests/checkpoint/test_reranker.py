@@ -113,10 +113,10 @@ def test_a_reranker_int8_run_end_to_end_reports_rank_agreement(reranker: Path, t
     from attn_export.cli import main
 
     run = ["--max-len", "32", "--seq-len", "16", "--batch", "2", "--max-texts", "24", "--repeats", "1", "--warmup", "0", "--threads", "1",
-           "--encoder-form", "padded", "--int8-mode", "dynamic", "--quiet"]  # fmt: skip
+           "--encoder-form", "padded", "--int8-mode", "per-token", "--quiet"]  # fmt: skip
     calib = _pairs_file(tmp_path / "pairs.txt")
     assert main(["--checkpoint", str(reranker), "--calib", str(calib), "--quantize", "int8", "--out", str(tmp_path / "out"), *run]) == 0
     report = json.loads((tmp_path / "out" / "report.json").read_text())
-    stage = next(s for s in report["stages"] if s["name"] == "int8-dynamic")
+    stage = next(s for s in report["stages"] if s["name"] == "int8-per-token")
     assert stage["details"]["logits"]["rank"]["num_queries"] >= 2 and "embedding" not in stage["details"]
     assert "queries" in (tmp_path / "out" / "report.md").read_text()

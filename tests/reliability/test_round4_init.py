@@ -111,7 +111,8 @@ _SAME_GRAPH_AS_ROBERTA = {"xlm-roberta", "camembert"}
 @pytest.mark.parametrize("family", [pytest.param(f, id=f"c27-{f}", marks=[pytest.mark.slow] if f in _SAME_GRAPH_AS_ROBERTA else [])
                                     for f in FAMILIES])  # fmt: skip
 def test_c27_default_int8_passes_on_a_freshly_initialised_model(family: str, fresh_checkpoint, tmp_path: Path, capsys) -> None:
-    """``--checkpoint DIR --quantize int8`` with the default routes (static and dynamic, padded and packed, SmoothQuant auto).
+    """``--checkpoint DIR --quantize int8`` with the default routes (per-token in the encoder form the fp32 twins' timing
+    chose, static padded, SmoothQuant auto).
 
     xlm-roberta and camembert are slow: the default suite's c27-roberta covers their graph (the roberta family's)."""
     out = tmp_path / "out"
@@ -122,14 +123,17 @@ def test_c27_default_int8_passes_on_a_freshly_initialised_model(family: str, fre
     assert report["verdict"]["passed"], report["verdict"]
     assert report["model"]["family"] == family
     stages = {s["name"] for s in report["stages"]}
-    assert {"int8-static", "int8-dynamic", "int8-static-packed", "int8-dynamic-packed"} <= stages, stages
+    skipped = report["selection"].get("skipped_stages") or {}  # the losing form's routes, and static's packed twin: with why
+    assert {"int8-static", "int8-per-token", "int8-static-packed", "int8-per-token-packed"} <= stages | set(skipped), (stages, skipped)
+    assert stages & {"int8-per-token", "int8-per-token-packed"} and "int8-dynamic" not in stages | set(skipped), stages
     assert _shared_bias_readers(out / "model.padded.onnx") >= 2, "the exported graph no longer shares a bias across layers: the case lost its trigger"
 
 
 ROUTES = {  # route -> (its flags, the stages it must build, each passing on its own)
-    # --int8-mode auto builds the static and the dynamic route in one run (one pair of exports instead of two)
-    "int8-static-and-dynamic": (["--quantize", "int8"], {"int8-static", "int8-static-packed", "int8-dynamic", "int8-dynamic-packed"}),
-    "int8-weight-only": (["--quantize", "int8", "--int8-mode", "weight-only"], {"int8-weight-only", "int8-weight-only-packed"}),
+    # one encoder form each: with both, the fp32 twins' timing decides which form the 8-bit routes are built in
+    "int8-static": (["--quantize", "int8", "--int8-mode", "static", "--encoder-form", "padded"], {"int8-static"}),
+    "int8-per-token": (["--quantize", "int8", "--int8-mode", "per-token", "--encoder-form", "padded"], {"int8-per-token"}),
+    "int8-weight-only": (["--quantize", "int8", "--int8-mode", "weight-only", "--encoder-form", "padded"], {"int8-weight-only"}),
     "fp8-sm90": (["--quantize", "fp8", "--target", "tensorrt", "--gpu-arch", "sm90"], {"fp8-static"}),
 }
 

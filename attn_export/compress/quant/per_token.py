@@ -137,12 +137,12 @@ def per_token_pass(model: ir.Model) -> PerTokenSummary:
             rows = ir.node("Mul", [gemm.outputs[0], row_scale], name=f"{name}_per_token_rows")
             graph.insert_before(mmi, [gemm, rows])
             out_mul.outputs[0].replace_all_uses_with(rows.outputs[0], replace_graph_outputs=True)
-            final_name = out_mul.outputs[0].name
+            final_name, final_shape = out_mul.outputs[0].name, out_mul.outputs[0].shape  # a graph output keeps its declared shape
             for dead in (out_mul, cast, mmi):
                 graph.remove(dead, safe=True)
             if not list(scales.outputs[0].uses()):
                 graph.remove(scales, safe=True)
-            rows.outputs[0].name = final_name
+            rows.outputs[0].name, rows.outputs[0].shape = final_name, final_shape
             rows.outputs[0].type = ir.TensorType(ir.DataType.FLOAT)
             summary.gemms += 1
             summary.names.append(name)
