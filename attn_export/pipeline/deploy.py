@@ -59,8 +59,8 @@ def select(plan: Plan, stages: Mapping[str, Stage], select_j: Mapping[str, Judge
             entry["why_these"] = sel.why
         if result.margins:
             entry["margin"] = result.margins
-        if sel.key == "form" and plan.form_decision:
-            entry["decided_before_8bit"] = plan.form_decision
+        if plan.form_decision and (sel.key == "form" or any(plan.step(c).form for c in sel.candidates)):
+            entry["decided_before_8bit"] = plan.form_decision  # the margin that chose the encoder form of what ships
         if result.chosen is None:
             report.notes.append(f"no {sel.key} route selected: {result.reason}")
             if result.best_failing is not None:

@@ -170,6 +170,8 @@ def select_route(candidates: list[Candidate], preference: tuple[str, ...], band:
     if chosen is not fastest:
         reason = (f"{chosen.stage} ({chosen.p50_ms:.2f} ms) is within {band:.0%} of the fastest, {fastest.stage} "
                   f"({fastest.p50_ms:.2f} ms): equally fast within the timing noise, and the target prefers {' > '.join(preference)}")  # fmt: skip
+    elif len(ok) == 1:
+        reason = f"{chosen.stage} ({chosen.p50_ms:.2f} ms) is the only candidate meeting its tolerance"
     else:
         reason = f"{chosen.stage} is the fastest route meeting its tolerance ({chosen.p50_ms:.2f} ms)"
         others = [c for c in tied if c is not chosen]
