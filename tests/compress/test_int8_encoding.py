@@ -98,7 +98,7 @@ def test_plan_keeps_tensorrt_q_dq_full_range_on_a_saturating_cpu(monkeypatch):
     cpu = make_plan(RunConfig(quantize="int8"))
     assert cpu.encoding.encoding == "u8u8"
     configs = {s.name: s.config for s in cpu.steps}
-    assert isinstance(configs["int8-dynamic"], Int8Dynamic) and configs["int8-dynamic"].session_u8u8
+    assert isinstance(configs["int8-per-token"], Int8Dynamic) and configs["int8-per-token"].session_u8u8  # per-token is a dynamic route
     assert isinstance(configs["int8-static"], Int8Static) and configs["int8-static"].session_u8u8
     trt = make_plan(RunConfig(quantize="int8", target="tensorrt"))
     static = next(s.config for s in trt.steps if s.name == "int8-static")

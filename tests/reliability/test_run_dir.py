@@ -68,7 +68,7 @@ def test_c02_the_finished_reports_artifact_hashes_match_the_files_on_disk(int8_r
     assert report["inputs"]["seed"] == 1, "the report is run A's"
     checks = verify_artifact_hashes(report, out)
     names = {c.stage for c in checks}
-    assert {"onnx-fp32", "int8-static", "int8-dynamic", "selection.int8"} <= names, names
+    assert {"onnx-fp32", "int8-static", "int8-per-token", "selection.int8"} <= names, names
     assert all(c.ok for c in checks), [c.message for c in checks if not c.ok]
     manifest = json.loads((out / "run.json").read_text())
     assert manifest["status"] == "complete" and manifest["seed"] == 1 and manifest["pid"] == int8_run["pid"]
