@@ -159,7 +159,8 @@ def _build_plan(plan: Plan, subject: Subject, settings: RunSettings, unique: dic
             settings.say(f"{step.name} built ({settings.clock.last()})")
         known[step.name] = unique[key]
         if step.name == decide_after:
-            decide_form(plan, known, subject, settings.say)
+            with settings.clock.phase("form decision", "timing"):
+                decide_form(plan, known, subject, settings.say)
     return known
 
 

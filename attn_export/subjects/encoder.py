@@ -34,7 +34,7 @@ from attn_export.subjects.invariance import TextBatchInvariance
 __all__ = ["EncoderSubject"]
 log = logging.getLogger(__name__)
 
-FEED_BATCH, TIMED_BATCHES = 16, 16  # texts per judged batch; real-text batches per timing round (short rounds: more)
+FEED_BATCH, TIMED_BATCHES = 16, 8  # texts per judged batch; real-text batches per timing round (short rounds: more)
 E2E_LR = 2e-4  # end-to-end distillation of the low-rank factors (after the per-layer stage)
 
 
@@ -174,7 +174,7 @@ class EncoderSubject(TextBatchInvariance, BaseSubject):
         feeds = [feeds[i] for i in sorted({round(x) for x in np.linspace(0, len(feeds) - 1, min(len(feeds), TIMED_BATCHES))})]
         slots, real, n = (sum(int(f(m["attention_mask"])) for m in feeds) for f in (np.size, np.sum, len))
         details = {"batches": len(feeds), "texts": n, "padding_fraction": 1.0 - real / max(slots, 1), "tokens_per_text": real / max(n, 1)}
-        texts = TimingPoint("real texts", feeds[0], batch=self.cfg.batch, warmup=min(warmup, 1), repeats=None, budget_s=6.0,
+        texts = TimingPoint("real texts", feeds[0], batch=self.cfg.batch, warmup=min(warmup, 1), repeats=None, budget_s=4.0,
                             min_repeats=min(5, repeats), max_repeats=repeats, details=details, more_feeds=tuple(feeds[1:]))  # fmt: skip
         lat = self.latency_feed()
         fixed_pad = 1.0 - float(lat["attention_mask"].sum()) / lat["attention_mask"].size

@@ -120,9 +120,11 @@ def time_pass(runners: Mapping[str, Callable[[], Runner]], points: list[TimingPo
               skip: Callable[[str, TimingPoint], str | None] | None = None) -> TimingResult:  # fmt: skip
     """Every runner on every point, round-robin within a point; a runner that fails is reported, not fatal.
 
-    ``runners`` are factories: a fresh runner per point, so each point's peak memory is its own.
+    ``runners`` are factories: with ``measure_memory`` a fresh runner per point, so each point's peak memory is its own;
+    otherwise one runner per factory serves every point (a session is built once: seconds per int8 model).
     """
     result = TimingResult()
+    made: dict[str, Runner] = {}
     for point in points:
         live: dict[str, Runner] = {}
         first: dict[str, float] = {}
@@ -133,7 +135,8 @@ def time_pass(runners: Mapping[str, Callable[[], Runner]], points: list[TimingPo
             if why:
                 result.skipped.append({"point": point.label, "runner": name, "reason": why, **point.details})
                 continue
-            runner = make()
+            runner = make() if measure_memory or name not in made else made[name]
+            made[name] = runner
             try:
                 runner.activate()
                 t0 = time.perf_counter()
@@ -160,6 +163,9 @@ def time_pass(runners: Mapping[str, Callable[[], Runner]], points: list[TimingPo
         warm = max(0, point.warmup - 1)  # the first call above counts as one warm-up
         result.latency[point.label] = time_runners(live, point.feeds, warmup=warm, repeats=repeats, batch=point.batch,
                                                    rounds_ms=result.rounds_ms.setdefault(point.label, {}))  # fmt: skip
-        for r in live.values():
-            r.deactivate()
+        if measure_memory:
+            for r in live.values():
+                r.deactivate()
+    for r in made.values() if not measure_memory else ():
+        r.deactivate()
     return result
