@@ -1,6 +1,6 @@
 """Our shipped int8 encoder against the int8 CPU peers a user would pick, on real text: speed, accuracy, invariance.
 
-    /work/venvs/ov/bin/python bench/int8_peers.py --checkpoint minilm|DIR [--ours RUN_FOLDER | --peers-only]
+    /work/venvs/ov/bin/python bench/int8_peers.py --checkpoint minilm|DIR [--ours RUN | --ours-dir NEW | --peers-only]
         [--optimum-cli PATH] [--threads 2] [--repeats 3] [--batch 8] [--max-len 128] [--fixed-seq 128]
         [--fixed-calls 20] [--fp32-rows] [--cache DIR] [--json PATH]
 
@@ -15,8 +15,9 @@ Variants, side by side, round-robin (``validate.latency.time_runners``, as ``ben
 
 - **eager sentence-transformers fp32**: ``SentenceTransformer``'s forward on the same token batches;
 - **ours**: the ``model.int8.onnx`` that ``attn-export --checkpoint X --quantize int8`` ships, built
-  in-process (``real_text.build_ours``) or, with ``--ours RUN_FOLDER``, an already built run's (padded or
-  packed form: both take ``input_ids``/``attention_mask``; the form is read from the run's report);
+  in-process (``real_text.build_ours``, into ``--ours-dir`` when given) or, with ``--ours RUN``, an already
+  built run's (padded or packed form: both take ``input_ids``/``attention_mask``; the form is read from the
+  run's report);
 - **optimum-cli quantize** and **ORT optimizer + quantize_dynamic**: ``real_text.build_peers`` (optimum's
   CLI from ``--optimum-cli``, its own venv: optimum-onnx pins ``transformers<4.58``);
 - **OpenVINO fp32** and **OpenVINO + NNCF int8** (``bench/openvino_peer.py``: ``ov.convert_model`` of the
@@ -138,7 +139,8 @@ def variants(args: argparse.Namespace, work: Path, isa: str, say: Any) -> tuple[
     elif args.peers_only:
         ours, subject = [], make_subject(cfg)
     else:
-        built, subject, encoding = build_ours(work / "run", args.threads, say, checkpoint=args.checkpoint)
+        out = args.ours_dir or work / "run"
+        built, subject, encoding = build_ours(out, args.threads, say, checkpoint=args.checkpoint)
         ours = [built[1], built[0]]  # the shipped int8 and fp32 (the twins it did not ship are real_text.py's)
     ours = [v for v in ours if args.fp32_rows or "int8" in v.name]
     conf = subject.encoder.config
@@ -205,15 +207,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     for name, r in runners.items() if hasattr(r, "properties")}  # fmt: skip
         for r in runners.values():
             r.deactivate()
+        rows = []
+        for v in every:  # inside: a temporary run folder's files are still there to be sized
+            row: dict[str, Any] = {"variant": v.name, "kind": v.kind, "notes": v.notes}
+            if v.unavailable:
+                row["unavailable"] = v.unavailable
+            else:
+                row.update(real=real[v.name], fixed=fixed_t[v.name], mb=_size_mb(v, folder), **judged[v.name])
+            rows.append(row)
     uptime["end"] = _uptime()
-    rows = []
-    for v in every:
-        row: dict[str, Any] = {"variant": v.name, "kind": v.kind, "notes": v.notes}
-        if v.unavailable:
-            row["unavailable"] = v.unavailable
-        else:
-            row.update(real=real[v.name], fixed=fixed_t[v.name], mb=_size_mb(v, folder), **judged[v.name])
-        rows.append(row)
     _add_ratios(rows)
     fixed_record = {"batch": args.batch, "seq": args.fixed_seq, **fixed_info}
     return {"checkpoint": str(folder), "cpu": cpu.describe(), "isa_class": cpu.isa_class, "threads": args.threads,
@@ -279,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--checkpoint", default="minilm", help="minilm or a sentence-transformers checkpoint folder")
     ap.add_argument("--ours", type=Path, default=None, help="an attn-export run folder: time its model.int8.onnx")
+    ap.add_argument("--ours-dir", type=Path, default=None, help="build ours into this new folder (kept for --ours)")
     ap.add_argument("--peers-only", action="store_true", help="no ours: the peers and eager only")
     ap.add_argument("--optimum-cli", default=None, help="optimum-cli of an environment with optimum-onnx[onnxruntime]")
     ap.add_argument("--threads", type=int, default=2)
