@@ -1,15 +1,24 @@
 """Our shipped int8 encoder against the int8 CPU peers a user would pick, on real text: speed, accuracy, invariance.
 
-    /work/venvs/ov/bin/python bench/int8_peers.py --checkpoint minilm|DIR [--ours RUN | --ours-dir NEW | --peers-only]
-        [--optimum-cli PATH] [--threads 2] [--repeats 3] [--batch 8] [--max-len 128] [--fixed-seq 128]
-        [--fixed-calls 20] [--fp32-rows] [--cache DIR] [--json PATH]
+    PYTHONPATH=. OV/bin/python bench/int8_peers.py --checkpoint minilm|DIR [--ours RUN | --ours-dir NEW | --peers-only]
+        [--optimum-cli OPT/bin/optimum-cli] [--threads 2] [--repeats 3] [--batch 8] [--max-len 128]
+        [--fixed-seq 128] [--fixed-calls 20] [--fp32-rows] [--cache DIR] [--json PATH]
 
-(``DIR``: a sentence-transformers checkpoint folder, e.g. ``$(python bench/fetch_mpnet.py)`` for the real
-all-mpnet-base-v2.) The interpreter must import openvino and nncf beside the project's packages, since
-every variant runs in ONE process: a virtual environment made with ``python -m venv --system-site-packages
-/work/venvs/ov && /work/venvs/ov/bin/pip install openvino nncf`` (they bring no torch, onnxruntime or
-transformers of their own; the project is then imported from the checkout with ``PYTHONPATH=.``).
-Without openvino the OpenVINO rows are listed as unavailable.
+``DIR``: a sentence-transformers checkpoint folder, e.g. ``$(python bench/fetch_mpnet.py)`` for the real
+all-mpnet-base-v2. Every variant runs in ONE process, so the interpreter must import openvino and nncf
+beside the project's packages; optimum runs as a CLI from an environment of its own. Once:
+
+    python -m venv --system-site-packages OV && OV/bin/pip install openvino nncf
+    python -m venv OPT && OPT/bin/pip install torch==2.13.0 && OPT/bin/pip install 'optimum-onnx[onnxruntime]'
+
+(openvino and nncf bring no torch, onnxruntime or transformers of their own, so ``OV`` runs the project's
+versions; optimum-onnx pins ``transformers<4.58``, hence ``OPT``.) Without openvino the OpenVINO rows are
+listed as unavailable, without ``--optimum-cli`` optimum's. Then, e.g. (ours of an ``attn-export --checkpoint
+"$MPNET" --quantize int8 --out RUN`` already built)::
+
+    PYTHONPATH=. OV/bin/python bench/int8_peers.py --checkpoint minilm --optimum-cli OPT/bin/optimum-cli
+    PYTHONPATH=. OV/bin/python bench/int8_peers.py --checkpoint "$MPNET" --ours RUN --fixed-calls 5 \
+        --optimum-cli OPT/bin/optimum-cli
 
 Variants, side by side, round-robin (``validate.latency.time_runners``, as ``bench/real_text.py``):
 
