@@ -15,6 +15,8 @@ For each ONNX file (an ``attn-export --checkpoint`` export with a ``sentence_emb
 
 Texts: ``--texts`` (UTF-8, one per line), else the shipped corpus' test split, which no calibration,
 training or selection of attn-export reads. Nothing is timed here: speed belongs to bench/real_text.py.
+The figure itself is ``invariance(embed, texts, reference)``, for any runtime that embeds a batch of texts
+(``bench/int8_peers.py`` applies it to eager, ONNX Runtime and OpenVINO side by side).
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -42,31 +46,28 @@ def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
-def measure(model: Path, tokenizer: object, texts: list[str], reference: np.ndarray, threads: int, max_len: int) -> dict[str, object]:
-    import onnxruntime as ort
+def invariance(embed: Callable[[list[str]], np.ndarray], texts: list[str], reference: np.ndarray) -> dict[str, object]:
+    """Batch invariance and accuracy of any runtime, given ``embed(texts) -> (len(texts), D)`` for one batch.
 
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    sess = ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
-    inputs = {i.name for i in sess.get_inputs()}
+    ``embed`` tokenizes the batch it is given (padded to its longest text) and returns the sentence embeddings; the
+    texts are embedded alone, then in batches of ``BATCHES`` in file order and shuffled (seed 0). ``reference``:
+    ``SentenceTransformer.encode`` of ``texts``, row for row."""
 
-    def embed(order: np.ndarray, batch: int) -> np.ndarray:
+    def run(order: np.ndarray, batch: int) -> np.ndarray:
         out = np.empty((len(texts), reference.shape[1]), np.float32)
         for start in range(0, len(order), batch):
             idx = order[start : start + batch]
-            enc = tokenizer([texts[i] for i in idx], padding=True, truncation=True, max_length=max_len, return_tensors="np")  # type: ignore[operator]
-            feed = {k: v.astype(np.int64) for k, v in enc.items() if k in inputs}
-            out[idx] = sess.run(["sentence_embedding"], feed)[0]
+            out[idx] = embed([texts[i] for i in idx])
         return out
 
     file_order = np.arange(len(texts))
     shuffled = np.random.default_rng(0).permutation(len(texts))
-    alone = embed(file_order, 1)
+    alone = run(file_order, 1)
     worst, worst_text, rows = 1.0, "", []
     batched32 = None
     for batch in BATCHES:
         for name, order in (("file order", file_order), ("shuffled", shuffled)):
-            emb = embed(order, batch)
+            emb = run(order, batch)
             if batch == 32 and name == "file order":
                 batched32 = emb
             c = _cos(alone, emb)
@@ -74,9 +75,26 @@ def measure(model: Path, tokenizer: object, texts: list[str], reference: np.ndar
             if c.min() < worst:
                 worst, worst_text = float(c.min()), texts[int(c.argmin())]
     acc_alone, acc_batch = _cos(alone, reference), _cos(batched32, reference)  # type: ignore[arg-type]
-    return {"model": str(model), "invariance_min_cosine": worst, "worst_text": worst_text, "passes_bar": worst >= BAR, "batchings": rows,
+    return {"invariance_min_cosine": worst, "worst_text": worst_text, "passes_bar": worst >= BAR, "batchings": rows,
             "alone": {"mean": float(acc_alone.mean()), "min": float(acc_alone.min())},
             "batch32": {"mean": float(acc_batch.mean()), "min": float(acc_batch.min())}}  # fmt: skip
+
+
+def measure(model: Path, tokenizer: Any, texts: list[str], reference: np.ndarray, threads: int,
+            max_len: int) -> dict[str, object]:  # fmt: skip
+    """``invariance`` of one ONNX file with a ``sentence_embedding`` output, in a plain ONNX Runtime session."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    sess = ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
+    inputs = {i.name for i in sess.get_inputs()}
+
+    def embed(batch: list[str]) -> np.ndarray:
+        enc = tokenizer(batch, padding=True, truncation=True, max_length=max_len, return_tensors="np")
+        return sess.run(["sentence_embedding"], {k: v.astype(np.int64) for k, v in enc.items() if k in inputs})[0]
+
+    return {"model": str(model), **invariance(embed, texts, reference)}
 
 
 def main(argv: list[str] | None = None) -> int:
