@@ -122,11 +122,13 @@ def test_the_encoder_form_is_decided_on_the_fp32_twins_before_any_8bit_route_is_
         def timing_points(self, warmup: int, repeats: int) -> list[TimingPoint]:
             return [point]
 
-    decide_form(plan, {"onnx-fp32": _Art(padded_ms), "onnx-fp32-packed": _Art(10.0)}, _Subject(), lambda m: None)
+    dropped = decide_form(plan, {"onnx-fp32": _Art(padded_ms), "onnx-fp32-packed": _Art(10.0)}, _Subject(), lambda m: None)
     names = [s.name for s in plan.steps]
     if built == "packed":  # a tie or a packed win: per-token packed only, static (padded only) dropped with the padded routes
-        assert names == ["onnx-fp32", "onnx-fp32-packed", "int8-per-token-packed"], names
-        assert {"int8-static", "int8-per-token"} <= set(plan.skipped) and "padded graph takes" in plan.skipped["int8-static"]
+        assert names == ["onnx-fp32-packed", "int8-per-token-packed"], names
+        assert {"int8-static", "int8-per-token", "onnx-fp32"} <= set(plan.skipped) and "padded graph takes" in plan.skipped["int8-static"]
     else:  # the padded graph clearly faster (texts filling --seq-len): the padded routes
-        assert names == ["onnx-fp32", "onnx-fp32-packed", "int8-static", "int8-per-token"], names
+        assert names == ["onnx-fp32", "int8-static", "int8-per-token"], names
+    assert set(dropped) == set(plan.skipped) - {"int8-static-packed", "int8-torchao"}, (dropped, plan.skipped)
+    assert plan.selections[0].key == "form" and plan.selections[0].candidates == (names[0],)  # the fp32 form that was measured faster
     assert plan.form_decision["built"] == built and plan.selections[-1].candidates == tuple(n for n in names if n.startswith("int8"))

@@ -6,8 +6,9 @@ Removing padding saves the same work at every precision (the GEMMs run on real t
 the two fp32 graphs are timed against each other on the subject's real-text batches, in paired
 round-robin rounds (``validate.paired``), and the 8-bit routes are built in the winning form only.
 The padding-free form wins ties (it is the one that wins on real traffic); the padded one is kept
-only when it is clearly faster (texts that fill ``--seq-len``). The fp32 twins both stay: the
-``form`` selection still chooses ``model.onnx`` between them with the run's full timing.
+only when it is clearly faster (texts that fill ``--seq-len``). The losing fp32 twin is dropped too
+when nothing remaining is built on it: timing and judging it again (a base-size model's padded graph
+at the fixed (8, 128) shape: a second per call) would only confirm what was measured.
 """
 
 from __future__ import annotations
@@ -37,8 +38,10 @@ def form_first(plan: Plan) -> str | None:
     return f"{base}-packed" if rest and all(n in candidates for n in rest) else None
 
 
-def decide_form(plan: Plan, known: Mapping[str, Artifact], subject: Any, say: Callable[[str], None]) -> None:
-    """Times the fp32 twins, then drops the losing form's 8-bit stages from ``plan`` (recorded as skipped, with why)."""
+def decide_form(plan: Plan, known: Mapping[str, Artifact], subject: Any, say: Callable[[str], None]) -> list[str]:
+    """Times the fp32 twins, then drops the losing form's stages from ``plan`` (recorded as skipped, with why): its 8-bit
+    routes, and its fp32 graph when no remaining candidate is built on it. Returns the dropped stages (the caller
+    forgets the losing fp32 graph it already built)."""
     from attn_export.validate.latency import time_runners
 
     base = plan.steps[0].name
@@ -62,13 +65,16 @@ def decide_form(plan: Plan, known: Mapping[str, Artifact], subject: Any, say: Ca
     for sel in plan.selections:  # a selection the losing form alone feeds (a route built padded only) keeps its candidates
         if sel.key != "form" and sel.candidates and all(c in drop for c in sel.candidates):
             drop = [n for n in drop if n not in sel.candidates]
+    if not any(plan.step(n).form == loser for sel in plan.selections if sel.key != "form" for n in sel.candidates if n not in drop):
+        drop.append(packed if loser == "packed" else base)  # the losing fp32 twin too: measured, nothing built on it, never ships
     why = (f"encoder form decided on the fp32 graphs before the 8-bit routes: on {point.label} the padded graph takes "
            f"{duel.ratio:.3f}x the padding-free one's time (95% interval {duel.low:.3f}-{duel.high:.3f}, {duel.rounds} paired rounds: "
-           f"{duel.outcome}), so the 8-bit routes are built {'padded' if loser == 'packed' else 'padding-free'} only (the padding-free "
-           "form wins ties: it is the one that wins on real traffic)")
+           f"{duel.outcome}), so the 8-bit routes are built {'padded' if loser == 'packed' else 'padding-free'} only and the other fp32 "
+           "graph is neither timed again nor judged (the padding-free form wins ties: it is the one that wins on real traffic)")
     plan.steps[:] = [s for s in plan.steps if s.name not in drop]
     plan.selections[:] = [dataclasses.replace(sel, candidates=tuple(c for c in sel.candidates if c not in drop)) for sel in plan.selections]
     plan.skipped.update(dict.fromkeys(drop, why))
     plan.notes.append(why)
     plan.form_decision = {"padded_over_packed": duel.to_dict(), "built": "padded" if loser == "packed" else "packed", "dropped": drop}
     say(why)
+    return drop

@@ -160,7 +160,13 @@ def _build_plan(plan: Plan, subject: Subject, settings: RunSettings, unique: dic
         known[step.name] = unique[key]
         if step.name == decide_after:
             with settings.clock.phase("form decision", "timing"):
-                decide_form(plan, known, subject, settings.say)
+                keys = {n: plan.content_key(n) for n in known}
+                for name in decide_form(plan, known, subject, settings.say):
+                    if name in known:  # the losing fp32 twin, built before the decision: neither timed nor judged, not kept
+                        gone = known.pop(name)
+                        unique.pop(keys[name], None)
+                        if gone.path is not None:
+                            gone.path.unlink(missing_ok=True)
     return known
 
 

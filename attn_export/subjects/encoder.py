@@ -178,7 +178,8 @@ class EncoderSubject(TextBatchInvariance, BaseSubject):
                             min_repeats=min(5, repeats), max_repeats=repeats, details=details, more_feeds=tuple(feeds[1:]))  # fmt: skip
         lat = self.latency_feed()
         fixed_pad = 1.0 - float(lat["attention_mask"].sum()) / lat["attention_mask"].size
-        fixed = TimingPoint("fixed", lat, batch=self.cfg.batch, warmup=warmup, repeats=repeats, details={"padding_fraction": fixed_pad})
+        fixed = TimingPoint("fixed", lat, batch=self.cfg.batch, warmup=min(warmup, 1), repeats=max(3, repeats // 4),  # a figure, not a decision
+                            details={"padding_fraction": fixed_pad})
         return [texts, fixed]
 
     def calibration(self) -> Any:
