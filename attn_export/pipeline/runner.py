@@ -162,11 +162,9 @@ def _build_plan(plan: Plan, subject: Subject, settings: RunSettings, unique: dic
             with settings.clock.phase("form decision", "timing"):
                 keys = {n: plan.content_key(n) for n in known}
                 for name in decide_form(plan, known, subject, settings.say):
-                    if name in known:  # the losing fp32 twin, built before the decision: neither timed nor judged, not kept
-                        gone = known.pop(name)
+                    if name in known:  # the losing fp32 twin, built before the decision: neither timed nor judged (its
+                        known.pop(name)  # file stays, listed in selection.skipped_stages with the measurement)
                         unique.pop(keys[name], None)
-                        if gone.path is not None:
-                            gone.path.unlink(missing_ok=True)
     return known
 
 
