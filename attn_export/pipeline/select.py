@@ -5,10 +5,12 @@ split, which stays unseen by every decision). Every judged data set must pass: a
 fails one of the other select-side sets (long texts filling ``--seq-len``, the shipped corpus
 beside the user's texts: ``Candidate.missed``) ships only when no candidate passes them all, so
 a slower or larger route that does is chosen over a faster one that does not; when none does,
-the best ships and the run's verdict says which data it fails on (``validate.verdict``). Among qualifying candidates the fastest wins,
-except that candidates within the timing noise of the fastest (``NOISE_BAND``) count as equally
-fast and the target's preferred route wins among them: two routes that measure 11.2 and 11.5
-ms must not swap places between two runs of the same command.
+the best ships and the run's verdict says which data it fails on (``validate.verdict``). A candidate must also be
+batch-invariant on the select split (``validate.batch_invariance``; the runner folds it into ``passed_select``).
+Among qualifying candidates timed in the same round-robin rounds (``Candidate.rounds_ms``), the target's preferred
+one (padding-free first, then the route policy) ships unless another is *clearly* faster on paired rounds
+(``validate.paired``), so two routes that measure 11.2 and 11.5 ms never swap places between two runs, under load
+too; without paired rounds, candidates within ``NOISE_BAND`` of the fastest p50 count as equally fast.
 
 ``preference`` is the target's route policy: a candidate whose route it does not list is never
 chosen, however fast or accurate (the plan does not build one; this holds the line if it is given one).
