@@ -92,16 +92,10 @@ EXTRA_ROUNDS = 6  # paired rounds per extra timing of two candidates whose compa
 
 def _more_rounds(arts: Mapping[str, Artifact], point: TimingPoint) -> MoreRounds:
     """Times two candidates again, interleaved on the deciding input, for a selection still undecided between them."""
-    from attn_export.validate.latency import time_runners
+    from attn_export.validate.paired import paired_rounds
 
     def more(a: str, b: str) -> tuple[list[float], list[float]]:
-        runners, rounds = {a: arts[a].make_runner(), b: arts[b].make_runner()}, {}  # type: ignore[var-annotated]
-        try:
-            time_runners(runners, point.feeds, warmup=1, repeats=EXTRA_ROUNDS, batch=point.batch, rounds_ms=rounds)
-        finally:
-            for r in runners.values():
-                r.deactivate()
-        return rounds[a], rounds[b]
+        return paired_rounds(arts[a].make_runner, arts[b].make_runner, point, EXTRA_ROUNDS)
 
     return more
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from attn_export.pipeline.plan import Plan
 from attn_export.runtime.artifacts import Artifact
-from attn_export.validate.paired import CLEAR, UNDECIDED, compare_rounds
+from attn_export.validate.paired import CLEAR, UNDECIDED, compare_rounds, paired_rounds
 
 __all__ = ["FORM_ROUNDS", "decide_form", "form_first"]
 
@@ -42,21 +42,14 @@ def decide_form(plan: Plan, known: Mapping[str, Artifact], subject: Any, say: Ca
     """Times the fp32 twins, then drops the losing form's stages from ``plan`` (recorded as skipped, with why): its 8-bit
     routes, and its fp32 graph when no remaining candidate is built on it. Returns the dropped stages (the caller
     forgets the losing fp32 graph it already built)."""
-    from attn_export.validate.latency import time_runners
-
     base = plan.steps[0].name
     packed = f"{base}-packed"
     point = subject.timing_points(1, FORM_ROUNDS)[0]  # the real-text batches the selections are decided on
     padded_ms: list[float] = []
     packed_ms: list[float] = []
     for timing in range(_MAX_TIMINGS):
-        runners, rounds = {base: known[base].make_runner(), packed: known[packed].make_runner()}, {}  # type: ignore[var-annotated]
-        try:
-            time_runners(runners, point.feeds, warmup=1, repeats=FORM_ROUNDS, batch=point.batch, rounds_ms=rounds)
-        finally:
-            for r in runners.values():
-                r.deactivate()
-        padded_ms, packed_ms = padded_ms + rounds[base], packed_ms + rounds[packed]
+        more_padded, more_packed = paired_rounds(known[base].make_runner, known[packed].make_runner, point, FORM_ROUNDS)
+        padded_ms, packed_ms = padded_ms + more_padded, packed_ms + more_packed
         duel = compare_rounds(padded_ms, packed_ms, final=timing == _MAX_TIMINGS - 1)
         if duel.outcome != UNDECIDED:
             break

@@ -13,13 +13,13 @@ is then a tie. The bootstrap is seeded: the same samples always give the same an
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-__all__ = ["CLEAR", "MIN_ROUNDS", "SLOWER", "TIE", "TIED", "UNDECIDED", "PairedComparison", "compare_rounds"]
+__all__ = ["CLEAR", "MIN_ROUNDS", "SLOWER", "TIE", "TIED", "UNDECIDED", "PairedComparison", "compare_rounds", "paired_rounds"]
 
 TIE = 0.03  # ratios within 3% of 1 are the same speed: below what a user can measure on a shared machine
 MIN_ROUNDS = 5  # fewer paired rounds decide nothing: the comparison asks for more
@@ -67,3 +67,17 @@ def compare_rounds(challenger_ms: Sequence[float], incumbent_ms: Sequence[float]
     else:
         outcome = UNDECIDED
     return PairedComparison(ratio, low, high, int(logs.size), outcome)
+
+
+def paired_rounds(make_a: Callable[[], Any], make_b: Callable[[], Any], point: Any, repeats: int) -> tuple[list[float], list[float]]:
+    """Two runners (from their factories) timed against each other on ``point``'s inputs: ``repeats`` round-robin rounds
+    each (``validate.latency.time_runners``), ms per round, paired entry by entry; both runners closed after."""
+    from attn_export.validate.latency import time_runners
+
+    runners, rounds = {"a": make_a(), "b": make_b()}, {}  # type: ignore[var-annotated]
+    try:
+        time_runners(runners, point.feeds, warmup=1, repeats=repeats, batch=point.batch, rounds_ms=rounds)
+    finally:
+        for r in runners.values():
+            r.deactivate()
+    return rounds["a"], rounds["b"]
